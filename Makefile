@@ -1,0 +1,32 @@
+# The two front-door commands: `make demo` and `make test`. Both create .venv and install
+# what they need on a fresh machine that has only Python 3 and pip.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+export TF_CPP_MIN_LOG_LEVEL ?= 3
+
+.PHONY: install test demo bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+demo: $(STAMP)
+	rm -rf out
+	$(BIN)/img2tfrecord convert sample_data out --split train=0.8,validation=0.2 --shards train=2,validation=1 --index
+	$(BIN)/img2tfrecord inspect out
+
+bench: $(STAMP)
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) out build dist src/*.egg-info .pytest_cache bench/.cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

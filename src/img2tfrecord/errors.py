@@ -1,0 +1,21 @@
+"""Errors that map to the CLI's exit codes: 2 for usage errors, 1 for data/I-O failures."""
+
+from __future__ import annotations
+
+
+class Img2TFRecordError(Exception):
+    """Base class; `exit_code` is what the CLI exits with."""
+
+    exit_code = 1
+
+
+class UsageError(Img2TFRecordError):
+    """The user asked for something impossible (missing input, bad option, output exists). Exit 2."""
+
+    exit_code = 2
+
+
+class DataError(Img2TFRecordError):
+    """The data or the disk failed (--strict with bad inputs, I/O failure, corrupt shard). Exit 1."""
+
+    exit_code = 1

@@ -1,0 +1,70 @@
+"""Import TensorFlow lazily and quietly.
+
+`import tensorflow` costs ~2.5 s and ~600 MB, so only code that writes or reads TFRecords calls
+`tensorflow()`; `img2tfrecord --help` never does. TensorFlow's C++ start-up lines ("Could not find
+cuda drivers", cpu_feature_guard, the absl pre-init banner) are printed before
+TF_CPP_MIN_LOG_LEVEL can take effect, so during the import file descriptor 2 is pointed at a
+temporary file; its content is shown only if the import fails.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import threading
+from types import ModuleType
+
+_lock = threading.Lock()
+_tf: ModuleType | None = None
+
+
+def tensorflow() -> ModuleType:
+    """Return the tensorflow module, importing it once with its start-up chatter silenced."""
+    global _tf
+    if _tf is not None:
+        return _tf
+    with _lock:
+        if _tf is None:
+            _tf = _quiet_import()
+    return _tf
+
+
+def _quiet_import() -> ModuleType:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("ABSL_MIN_LOG_LEVEL", "3")
+    if "tensorflow" in sys.modules:
+        return sys.modules["tensorflow"]
+    try:
+        sys.stderr.flush()
+    except (AttributeError, ValueError):
+        pass
+    with tempfile.TemporaryFile() as sink:
+        try:
+            saved = os.dup(2)
+        except OSError:  # no fd 2 (daemonised): nothing to silence
+            saved = None
+        if saved is not None:
+            os.dup2(sink.fileno(), 2)
+        try:
+            import tensorflow as tf  # noqa: PLC0415 - lazy on purpose
+        except BaseException:
+            if saved is not None:
+                os.dup2(saved, 2)
+                os.close(saved)
+                saved = None
+                sink.seek(0)
+                sys.stderr.write(sink.read().decode("utf-8", "replace"))
+            raise
+        finally:
+            if saved is not None:
+                os.dup2(saved, 2)
+                os.close(saved)
+    try:
+        import absl.logging  # noqa: PLC0415
+
+        absl.logging.set_verbosity(absl.logging.ERROR)
+    except ImportError:
+        pass
+    tf.get_logger().setLevel("ERROR")
+    return tf
