@@ -1,13 +1,39 @@
-"""Thin click layer: parse options, call the library, format output. No TensorFlow at import time."""
+"""Thin click layer: parse options, call the library, format output. No TensorFlow at import time.
+
+Subcommands are imported only when invoked (a lazy group), so `img2tfrecord --help` stays fast.
+"""
 
 from __future__ import annotations
+
+import importlib
 
 import click
 
 from img2tfrecord import __version__
 
+# name -> (module, attribute, one-line help shown by `img2tfrecord --help`)
+COMMANDS = {
+    "convert": ("img2tfrecord.cli_convert", "convert_command", "Convert an image folder into sharded TFRecords."),
+    "inspect": ("img2tfrecord.cli_inspect", "inspect_command", "Inspect, verify, extract or preview TFRecord shards."),
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, attr, _ = COMMANDS[name]
+        return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, short) for name, (_, _, short) in COMMANDS.items()])
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="img2tfrecord")
 def main() -> None:
     """Turn a folder of images into a sharded TFRecord dataset, and look inside it.
@@ -16,14 +42,3 @@ def main() -> None:
       img2tfrecord convert data/ out/ --shards 16
       img2tfrecord inspect out/train-00000
     """
-
-
-def _register() -> None:
-    from img2tfrecord.cli_convert import convert_command
-    from img2tfrecord.cli_inspect import inspect_command
-
-    main.add_command(convert_command, "convert")
-    main.add_command(inspect_command, "inspect")
-
-
-_register()

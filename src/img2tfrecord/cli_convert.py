@@ -1,0 +1,155 @@
+"""`img2tfrecord convert`: options in, img2tfrecord.pipeline.convert() called, summary out."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from typing import Any
+
+import click
+
+from img2tfrecord.errors import Img2TFRecordError
+
+
+def _err(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+class _Progress:
+    """A tqdm bar on stderr (images/s and MB/s), only when stderr is a terminal."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.bar = None
+        self.enabled = enabled
+        self._bytes = 0
+
+    def start(self, total: int) -> None:
+        if self.enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="img", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+
+    def update(self, images: int, bytes_read: int) -> None:
+        if self.bar is None:
+            return
+        self.bar.update(images - self.bar.n)
+        rate = self.bar.format_dict.get("rate")
+        if images % 64 == 0 and rate:
+            elapsed = self.bar.format_dict["elapsed"] or 1e-9
+            self.bar.set_postfix_str(f"{bytes_read / 1e6 / elapsed:.1f} MB/s", refresh=False)
+
+    def write(self, msg: str) -> None:
+        if self.bar is not None:
+            self.bar.write(msg, file=sys.stderr)
+        else:
+            _err(msg)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _summary_text(s: dict[str, Any]) -> str:
+    if s["dry_run"]:
+        lines = [f"Plan for {s['input']} -> {s['output']} (dry run, nothing written):"]
+        lines.append(f"  {len(s['classes'])} classes: {', '.join(s['classes'][:10])}{' ...' if len(s['classes']) > 10 else ''}")
+        for name, sp in s["splits"].items():
+            per = [sh["images"] for sh in sp["shards"]]
+            lines.append(
+                f"  {name}: {sp['images']} images in {len(per)} shard(s) of {min(per)}-{max(per)} images; "
+                + ", ".join(f"{c}={n}" for c, n in list(sp["class_counts"].items())[:10])
+            )
+        if s["ignored_files"]:
+            lines.append(f"  {s['ignored_files']} non-image file(s) ignored")
+        return "\n".join(lines)
+    splits = ", ".join(f"{n}: {v['records']} in {v['shards']} shard(s)" for n, v in s["splits"].items())
+    text = (
+        f"Wrote {s['records']} images ({splits}) of {len(s['classes'])} classes to {s['output']}: "
+        f"{s['bytes'] / 1e6:.1f} MB in {s['elapsed_seconds']:.1f} s "
+        f"({s['images_per_second']:.0f} images/s, {s['mb_per_second']:.1f} MB/s)."
+    )
+    if s["skipped"]:
+        text += f" Skipped {s['skipped']} unusable image(s) (listed in dataset.json)."
+    if s["transcoded"]:
+        text += " Transcoded: " + ", ".join(f"{k} {v}" for k, v in s["transcoded"].items()) + "."
+    if s["ignored_files"]:
+        text += f" Ignored {s['ignored_files']} non-image file(s)."
+    return text
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.argument("input_dir", type=click.Path(file_okay=False, path_type=str))
+@click.argument("output_dir", type=click.Path(file_okay=False, path_type=str))
+@click.option("--shards", metavar="N|SPLIT=N,...", help="Shards in total, or per split (e.g. train=16,validation=2). Default: ~100-200 MB per shard.")
+@click.option("--split", "split", metavar="NAME=FRAC,...", help="Split every class, e.g. train=0.8,validation=0.2 (stratified, seeded). Ignored if INPUT_DIR holds train/validation/test folders.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shuffle and of --split.")
+@click.option("--labels", "labels_file", type=click.Path(dir_okay=False, path_type=str), help="File with one class name per line: fixes label order and the subset of classes.")
+@click.option("--label-offset", type=int, default=0, show_default=True, help="Added to every label (Inception's tooling uses 1: 0 = background).")
+@click.option("--encoding", type=click.Choice(["keep", "jpeg", "png", "raw"]), default="keep", show_default=True, help="keep: store the file bytes (transcoding only what TF cannot decode); jpeg/png: re-encode; raw: decoded uint8 pixels.")
+@click.option("--quality", type=click.IntRange(1, 100), default=95, show_default=True, help="JPEG quality for --encoding jpeg.")
+@click.option("--resize", metavar="N|WxH", help="Resize: shorter side to N (aspect kept), or exactly WxH. Implies re-encoding.")
+@click.option("--channels", type=click.Choice(["keep", "1", "3"]), default="keep", show_default=True, help="Convert every image to 1 (grayscale) or 3 (RGB) channels.")
+@click.option("--max-pixels", type=click.IntRange(min=1), default=100_000_000, show_default=True, help="Skip images with more pixels than this, before decoding them.")
+@click.option("--validate/--no-validate", default=True, show_default=True, help="Fully decode every image so corrupt files are skipped, not written.")
+@click.option("--strict", is_flag=True, help="Fail (exit 1, publish nothing) if any image is unusable.")
+@click.option("--compression", type=click.Choice(["gzip", "zlib"]), help="Compress the shards (JPEG/PNG payloads barely shrink).")
+@click.option("--index", is_flag=True, help="Write a DALI index ({shard}.idx) next to each shard.")
+@click.option("--overwrite", is_flag=True, help="Replace the dataset in a non-empty OUTPUT_DIR.")
+@click.option("--workers", type=click.IntRange(min=1), help="Encoding processes. Default: all CPUs. Output is identical for any value.")
+@click.option("--dry-run", is_flag=True, help="Print the plan (classes, counts per split and shard); write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar, no summary (warnings and skipped files still go to stderr).")
+def convert_command(input_dir: str, output_dir: str, labels_file: str | None, as_json: bool, quiet: bool, **kw: Any) -> None:
+    """Convert INPUT_DIR/CLASS/.../image files into sharded TFRecords in OUTPUT_DIR.
+
+    \b
+    Examples:
+      img2tfrecord convert data/ out/ --shards 16
+      img2tfrecord convert data/ out/ --split train=0.8,validation=0.2 --encoding jpeg --resize 256
+
+    Exit codes: 0 success (skipped files are reported), 1 data failure (--strict with bad images,
+    I/O error), 2 usage error.
+    """
+    from img2tfrecord.pipeline import convert
+
+    progress = _Progress(enabled=not quiet and not as_json and sys.stderr.isatty() and not kw["dry_run"])
+
+    def on_event(kind: str, msg: str) -> None:
+        progress.write(f"{kind}: {msg}")
+
+    def on_progress(images: int, nbytes: int, total: int) -> None:
+        if progress.bar is None:
+            progress.start(total)
+        progress.update(images, nbytes)
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        summary = convert(
+            input_dir, output_dir, labels=labels_file, on_event=on_event,
+            progress=on_progress if progress.enabled else None, **kw,
+        )  # fmt: skip
+    except Img2TFRecordError as e:
+        progress.close()
+        _err(f"error: {e}")
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        progress.close()
+        _err("interrupted: nothing was published; run the same command again to convert")
+        sys.exit(143 if _terminated else 130)
+    progress.close()
+    if as_json:
+        click.echo(json.dumps(summary, ensure_ascii=False))
+    elif not quiet:
+        _err(_summary_text(summary))
+
+
+_terminated = False
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM unwinds like Ctrl-C (workers stopped, staging removed) but exits 143."""
+    global _terminated
+    _terminated = True
+    raise KeyboardInterrupt

@@ -1,0 +1,273 @@
+"""Per-image work: probe, validate, transcode if needed, and serialize one Example.
+
+This is the hot path (it runs once per image, in worker processes that never import TensorFlow),
+so it reads each file once and decodes no more than it must:
+
+* keep mode + validation: the header gives height/width/channels; JPEGs are validated with a
+  1/8-scale DCT decode (libjpeg still entropy-decodes the whole stream, so truncation and corrupt
+  scans raise) and PNG/BMP with a full decode (zlib must inflate everything anyway);
+* keep mode, --no-validate: header only;
+* re-encoding: JPEGs are decoded at the smallest DCT scale that still covers the target size.
+
+Anything wrong with a file raises `SkipImage` with a short, human reason.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
+
+from img2tfrecord.schema import FORMAT_RAW, serialize_example
+
+# We enforce our own --max-pixels before decoding; Pillow's global limit would raise at open().
+Image.MAX_IMAGE_PIXELS = None
+ImageFile.LOAD_TRUNCATED_IMAGES = False
+warnings.filterwarnings("ignore", module="PIL")
+
+ENCODINGS = ("keep", "jpeg", "png", "raw")
+CHANNEL_CHOICES = ("keep", "1", "3")
+
+# Formats whose original bytes tf.io.decode_image returns as a 3-D image (others are transcoded).
+_KEEPABLE = {"JPEG", "MPO", "PNG", "BMP"}
+_MODE_CHANNELS = {"1": 1, "L": 1, "I;16": 1, "I;16B": 1, "I;16L": 1, "I": 1, "F": 1, "LA": 2, "RGB": 3, "RGBA": 4}
+
+
+class SkipImage(Exception):
+    """This file cannot become a record; the message says why (shown to the user)."""
+
+
+@dataclass(frozen=True)
+class EncodeOptions:
+    """Everything that shapes the bytes of a record (all of it goes into dataset.json)."""
+
+    encoding: str = "keep"
+    quality: int = 95
+    resize: tuple[int, int] | int | None = None  # N: shorter side to N; (W, H): exact size
+    channels: str = "keep"
+    max_pixels: int = 100_000_000
+    validate: bool = True
+
+    @property
+    def reencodes(self) -> bool:
+        return self.encoding != "keep" or self.resize is not None or self.channels != "keep"
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A serialized Example plus the facts the manifest counts."""
+
+    record: bytes
+    image_format: str
+    transcoded: str | None  # e.g. "GIF->PNG", or None when the bytes were kept
+    orientation_ignored: bool = False  # keep mode left an EXIF rotation to the reader
+
+
+def encode_image(path: str, filename: str, label: int, text: str, opts: EncodeOptions) -> Encoded:
+    """Read one file and return its serialized Example, or raise SkipImage."""
+    data = _read(path)
+    im = _open(data)
+    fmt = im.format or "unknown"
+    width, height = im.size
+    if width * height > opts.max_pixels:
+        raise SkipImage(
+            f"{width}x{height} = {width * height:,} pixels exceeds --max-pixels {opts.max_pixels:,} "
+            "(possible decompression bomb); raise --max-pixels to include it"
+        )
+    fname = filename.encode("utf-8", "surrogateescape")
+    tname = text.encode("utf-8", "surrogateescape")
+    try:
+        if not opts.reencodes:
+            kept = _keep(im, data, fmt, opts.validate)
+            if kept is not None:
+                out_fmt, channels, orient = kept
+                rec = serialize_example(
+                    encoded=data, image_format=out_fmt, height=height, width=width, channels=channels,
+                    label=label, text=tname, filename=fname,
+                )  # fmt: skip
+                return Encoded(rec, out_fmt, None, orient)
+        payload, out_fmt, (h, w, c) = _transcode(im, fmt, opts)
+    except SkipImage:
+        raise
+    except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError, EOFError, struct.error...
+        raise SkipImage(f"corrupt or truncated {fmt} image: {_describe(e)}") from None
+    rec = serialize_example(
+        encoded=payload, image_format=out_fmt, height=h, width=w, channels=c, label=label, text=tname, filename=fname
+    )
+    source = "CMYK JPEG" if fmt in ("JPEG", "MPO") and im.mode == "CMYK" else fmt
+    return Encoded(rec, out_fmt, None if opts.reencodes else f"{source}->{out_fmt}")
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise SkipImage("file vanished (or is a broken symlink) before it could be read") from None
+    except PermissionError:
+        raise SkipImage("permission denied") from None
+    except IsADirectoryError:
+        raise SkipImage("is a directory") from None
+    except OSError as e:
+        raise SkipImage(f"cannot read: {e.strerror or e}") from None
+    if not data:
+        raise SkipImage("empty file (0 bytes)")
+    return data
+
+
+def _open(data: bytes) -> Image.Image:
+    try:
+        return Image.open(io.BytesIO(data))
+    except UnidentifiedImageError:
+        head = data[:16]
+        kind = "text/HTML" if head.lstrip()[:1] in (b"<", b"{") or head.isascii() else "unknown data"
+        raise SkipImage(f"not an image: content is {kind} (starts with {head[:8].hex(' ')})") from None
+    except Exception as e:
+        raise SkipImage(f"unreadable image header: {_describe(e)}") from None
+
+
+def _describe(e: BaseException) -> str:
+    msg = str(e) or type(e).__name__
+    return msg if len(msg) < 200 else msg[:197] + "..."
+
+
+def _png_channels(im: Image.Image) -> int | None:
+    """Channels tf.io.decode_png gives: palette expands to RGB(A); tRNS adds alpha; 1-16 bit gray is 1."""
+    trns = "transparency" in im.info
+    if im.mode in ("P", "PA"):
+        return 4 if trns or im.mode == "PA" else 3
+    base = _MODE_CHANNELS.get(im.mode)
+    if base is None:
+        return None
+    return base + 1 if trns and base in (1, 3) else base
+
+
+def _keep(im: Image.Image, data: bytes, fmt: str, validate: bool) -> tuple[str, int, bool] | None:
+    """(format, channels, orientation_ignored) when the original bytes can be stored; None to transcode."""
+    if fmt in ("JPEG", "MPO") and im.mode in ("L", "RGB"):
+        orient = b"Exif" in data[:65536] and im.getexif().get(0x0112, 1) not in (1, None)
+        if validate:
+            w, h = im.size
+            im.draft(im.mode, (max(1, w // 8), max(1, h // 8)))
+            im.load()
+        return "JPEG", 1 if im.mode == "L" else 3, orient
+    if fmt == "PNG" and (channels := _png_channels(im)) is not None:
+        if validate:
+            im.load()
+        return "PNG", channels, False
+    if fmt == "BMP" and im.mode == "RGB" and im.tile and im.tile[0][0] == "raw" and im.tile[0][3][0] == "BGR":
+        if validate:  # uncompressed 24-bit: what tf.io.decode_bmp reads
+            im.load()
+        return "BMP", 3, False
+    return None
+
+
+def _to_8bit(im: Image.Image) -> Image.Image:
+    arr = np.asarray(im)
+    if im.mode.startswith("I;16"):
+        arr = arr >> 8
+    return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "L")
+
+
+def _normalize_mode(im: Image.Image, opts: EncodeOptions, target: str) -> Image.Image:
+    """Bring any Pillow mode to one we can store: L, LA, RGB, RGBA (or 16-bit gray in PNG)."""
+    if opts.channels == "1":
+        return _to_8bit(im) if im.mode.startswith("I") or im.mode == "F" else im.convert("L")
+    if opts.channels == "3":
+        return im.convert("RGB")
+    mode = im.mode
+    if mode in ("P", "PA"):
+        im = im.convert("RGBA" if "transparency" in im.info or mode == "PA" else "RGB")
+    elif mode == "1":
+        im = im.convert("L")
+    elif mode in ("La", "LA") or (mode == "L" and "transparency" in im.info):
+        im = im.convert("LA")
+    elif mode in ("RGBa", "RGBA") or (mode == "RGB" and "transparency" in im.info):
+        im = im.convert("RGBA")
+    elif mode.startswith("I;16") and target == "PNG":
+        im = im if mode == "I;16" else im.convert("I;16")
+    elif mode.startswith("I") or mode == "F":
+        im = _to_8bit(im)
+    elif mode not in ("L", "RGB"):  # CMYK, YCbCr, LAB, HSV
+        im = im.convert("RGB")
+    if target == "JPEG" and im.mode in ("LA", "RGBA"):  # JPEG has no alpha channel
+        im = im.convert(im.mode[:-1])
+    if target == "JPEG" and im.mode.startswith("I;16"):
+        im = _to_8bit(im)
+    return im
+
+
+def _target_size(size: tuple[int, int], resize: tuple[int, int] | int) -> tuple[int, int]:
+    w, h = size
+    if isinstance(resize, int):
+        scale = resize / min(w, h)
+        return (resize, max(1, round(h * scale))) if w <= h else (max(1, round(w * scale)), resize)
+    return resize
+
+
+def _transcode(im: Image.Image, fmt: str, opts: EncodeOptions) -> tuple[bytes, str, tuple[int, int, int]]:
+    """Decode (first frame), orient, convert, resize and encode. Returns payload, format, (h, w, c)."""
+    if opts.encoding == "keep":  # keep mode falls back here: lossless PNG, or JPEG q100 for CMYK JPEGs
+        target = "JPEG" if fmt in ("JPEG", "MPO") else "PNG"
+        quality = 100
+    else:
+        target, quality = {"jpeg": "JPEG", "png": "PNG", "raw": FORMAT_RAW}[opts.encoding], opts.quality
+    if opts.resize is not None and fmt in ("JPEG", "MPO"):
+        side = opts.resize if isinstance(opts.resize, int) else max(opts.resize)
+        im.draft(im.mode, (side, side))  # decode at the smallest DCT scale still >= the target
+    im.load()  # a freshly opened multi-frame file (GIF, TIFF, WebP) sits on its first frame
+    im = ImageOps.exif_transpose(im)
+    im = _normalize_mode(im, opts, target)
+    if opts.resize is not None:
+        size = _target_size(im.size, opts.resize)
+        if size != im.size:
+            resample = Image.Resampling.BICUBIC
+            if im.mode.startswith("I;16"):
+                im = im.convert("I").resize(size, resample).convert("I;16")
+            else:
+                im = im.resize(size, resample, reducing_gap=3.0)
+    w, h = im.size
+    channels = _MODE_CHANNELS[im.mode]
+    if target == FORMAT_RAW:
+        if im.mode.startswith("I;16"):
+            im = _to_8bit(im)
+        return im.tobytes(), FORMAT_RAW, (h, w, channels)
+    buf = io.BytesIO()
+    if target == "JPEG":
+        im.save(buf, "JPEG", quality=quality)
+    else:
+        im.save(buf, "PNG")
+    return buf.getvalue(), target, (h, w, channels)
+
+
+# ---- worker-process entry points (multiprocessing pickles these by name) ----
+
+_worker_opts: EncodeOptions | None = None
+
+# (serialized record or None, format or skip reason, transcoded tag, orientation ignored, bytes read)
+Result = tuple[bytes | None, str, str | None, bool, int]
+Task = tuple[str, str, int, str, int]  # (path, filename, label, text, size)
+
+
+def init_worker(opts: EncodeOptions) -> None:
+    """Pool initializer: remember the options once instead of pickling them with every chunk."""
+    global _worker_opts
+    _worker_opts = opts
+
+
+def encode_task(task: Task, opts: EncodeOptions) -> Result:
+    """Encode one candidate; a bad image becomes a (None, reason, ...) result, never an exception."""
+    path, filename, label, text, size = task
+    try:
+        enc = encode_image(path, filename, label, text, opts)
+    except SkipImage as e:
+        return None, str(e), None, False, size
+    return enc.record, enc.image_format, enc.transcoded, enc.orientation_ignored, size
+
+
+def encode_chunk(tasks: list[Task]) -> list[Result]:
+    assert _worker_opts is not None, "init_worker was not called"
+    return [encode_task(t, _worker_opts) for t in tasks]

@@ -1,0 +1,56 @@
+"""dataset.json and labels.txt: what a reader (or a later --resume) needs to know about the output.
+
+No timestamps and no machine facts go in, so identical runs produce identical manifests.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from img2tfrecord import __version__
+from img2tfrecord.schema import FEATURE_TYPES
+
+MANIFEST_NAME = "dataset.json"
+LABELS_NAME = "labels.txt"
+FORMAT_VERSION = 1
+
+
+def build_manifest(
+    *,
+    classes: list[str],
+    label_offset: int,
+    options: dict[str, Any],
+    splits: dict[str, dict[str, Any]],
+    skipped: list[dict[str, str]],
+    transcoded: dict[str, int],
+    formats: dict[str, int],
+    ignored_files: int,
+    engine: str = "local",
+) -> dict[str, Any]:
+    return {
+        "format_version": FORMAT_VERSION,
+        "tool": {"name": "img2tfrecord", "version": __version__, "engine": engine},
+        "classes": classes,
+        "label_offset": label_offset,
+        "options": options,
+        "features": dict(FEATURE_TYPES),
+        "splits": splits,
+        "skipped": skipped,
+        "transcoded": dict(sorted(transcoded.items())),
+        "formats": dict(sorted(formats.items())),
+        "ignored_files": ignored_files,
+    }
+
+
+def manifest_text(manifest: dict[str, Any]) -> str:
+    return json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
+
+
+def labels_text(classes: list[str]) -> str:
+    return "".join(c + "\n" for c in classes)
+
+
+def read_manifest(path: str) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)

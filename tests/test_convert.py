@@ -1,0 +1,340 @@
+"""`img2tfrecord convert` end to end: real images in, real TFRecords out, read back with TensorFlow."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import decode, make_dataset, natural_image, pillow_pixels, read_records, save
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def shard_files(out: Path) -> list[Path]:
+    return sorted(p for p in out.iterdir() if "-of-" in p.name and not p.name.endswith(".idx"))
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> tuple[Path, dict[str, list[Path]]]:
+    root = tmp_path_factory.mktemp("data")
+    files = make_dataset(root, {"cat": 9, "dog": 12, "fox": 6})
+    (root / "notes.txt").write_text("not an image")
+    (root / "dog" / ".DS_Store").write_bytes(b"\0\0")
+    (root / "dog" / "._img_000.jpg").write_bytes(b"\0\x05\x16\x07")
+    return root, files
+
+
+def test_keep_mode_round_trip(cli, tree, tmp_path):
+    root, files = tree
+    out = tmp_path / "out"
+    res = cli("convert", root, out, "--shards", "3")
+    assert res.exit_code == 0, res.output
+    recs = read_records(out)
+    assert len(recs) == 27
+    assert (out / "labels.txt").read_text() == "cat\ndog\nfox\n"
+    by_name = {r["filename"].decode(): r for r in recs}
+    for label, cls in enumerate(["cat", "dog", "fox"]):
+        for path in files[cls]:
+            r = by_name[f"{cls}/{path.name}"]
+            assert r["label"] == label and r["text"] == cls.encode()
+            assert r["encoded"] == path.read_bytes()  # keep mode: bytes untouched
+            assert r["format"] == (b"PNG" if path.suffix == ".png" else b"JPEG")
+            assert decode(r).shape == (r["height"], r["width"], r["channels"]) == (Image.open(path).height, Image.open(path).width, 3)
+            assert r["colorspace"] == b"RGB"
+    manifest = json.loads((out / "dataset.json").read_text())
+    assert manifest["ignored_files"] == 1  # notes.txt; hidden and AppleDouble files are not even counted
+    assert manifest["splits"]["train"]["class_counts"] == {"cat": 9, "dog": 12, "fox": 6}
+    for sh in manifest["splits"]["train"]["shards"]:
+        assert sha(out / sh["file"]) == sh["sha256"] and (out / sh["file"]).stat().st_size == sh["bytes"]
+    assert not any(p.name.startswith(".") for p in out.iterdir())  # staging folder gone
+
+
+def test_shards_are_balanced_and_mix_classes(cli, tree, tmp_path):
+    root, _ = tree
+    out = tmp_path / "out"
+    assert cli("convert", root, out, "--shards", "4").exit_code == 0
+    recs = read_records(out)
+    counts = {}
+    for r in recs:
+        counts.setdefault(r["shard"], set()).add(r["label"])
+    sizes = [sum(r["shard"] == s for r in recs) for s in sorted(counts)]
+    assert [p.name for p in shard_files(out)] == [f"train-0000{i}-of-00004" for i in range(4)]
+    assert max(sizes) - min(sizes) <= 1 and sum(sizes) == 27
+    assert all(len(labels) >= 2 for labels in counts.values())
+    # shuffled: not in folder order
+    assert [r["label"] for r in recs] != sorted(r["label"] for r in recs)
+
+
+def test_same_bytes_for_any_worker_count_and_run(cli, tree, tmp_path):
+    root, _ = tree
+    shas = []
+    for i, workers in enumerate(["1", "2", "2"]):
+        out = tmp_path / f"out{i}"
+        assert cli("convert", root, out, "--shards", "2", "--workers", workers, "--encoding", "jpeg", "--resize", "20").exit_code == 0
+        shas.append([sha(p) for p in shard_files(out)] + [sha(out / "dataset.json")])
+    assert shas[0] == shas[1] == shas[2]
+    out = tmp_path / "seeded"
+    assert cli("convert", root, out, "--shards", "2", "--seed", "5").exit_code == 0
+    assert [sha(p) for p in shard_files(out)] != shas[0][:2]
+
+
+def test_stratified_split_is_disjoint_and_deterministic(cli, tree, tmp_path):
+    root, _ = tree
+    out = tmp_path / "out"
+    res = cli("convert", root, out, "--split", "train=0.5,validation=0.25,test=0.25", "--json")
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    manifest = json.loads((out / "dataset.json").read_text())
+    names = {s: {r["filename"] for r in read_records(out) if r["shard"].startswith(s + "-")} for s in manifest["splits"]}
+    assert set(names) == {"train", "validation", "test"}
+    assert not (names["train"] & names["validation"]) and not (names["train"] & names["test"]) and not (names["validation"] & names["test"])
+    assert sum(len(v) for v in names.values()) == 27
+    cc = {s: manifest["splits"][s]["class_counts"] for s in names}
+    assert cc["train"] == {"cat": 4, "dog": 6, "fox": 3}  # round(9*.5)=4 (banker's), round(12*.5), round(6*.5)
+    assert cc["validation"]["dog"] == 3 and cc["test"]["dog"] == 3
+    assert summary["splits"]["train"]["records"] == 13
+    # same seed -> same split
+    out2 = tmp_path / "out2"
+    cli("convert", root, out2, "--split", "train=0.5,validation=0.25,test=0.25")
+    assert (out / "dataset.json").read_text() == (out2 / "dataset.json").read_text()
+
+
+def test_presplit_folders_share_one_class_list(cli, tmp_path):
+    make_dataset(tmp_path / "in" / "train", {"a": 4, "b": 4})
+    make_dataset(tmp_path / "in" / "val", {"b": 2, "c": 2}, seed=1)
+    out = tmp_path / "out"
+    res = cli("convert", tmp_path / "in", out)
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((out / "dataset.json").read_text())
+    assert manifest["classes"] == ["a", "b", "c"]
+    assert set(manifest["splits"]) == {"train", "validation"}
+    recs = read_records(out)
+    val = [r for r in recs if r["shard"].startswith("validation")]
+    assert sorted((r["text"], r["label"]) for r in val) == [(b"b", 1)] * 2 + [(b"c", 2)] * 2
+    assert val[0]["filename"].startswith((b"b/", b"c/"))
+
+
+def test_labels_file_offset_and_empty_class(cli, tree, tmp_path):
+    root, _ = tree
+    (tmp_path / "labels.txt").write_text("fox\ncat\nwolf\n")
+    out = tmp_path / "out"
+    res = cli("convert", root, out, "--labels", tmp_path / "labels.txt", "--label-offset", "1")
+    assert res.exit_code == 0
+    assert "wolf" in res.stderr and "dog" in res.stderr  # empty class warned, unlisted class warned
+    recs = read_records(out)
+    assert {(r["text"], r["label"]) for r in recs} == {(b"fox", 1), (b"cat", 2)}
+    assert len(recs) == 15
+    assert (out / "labels.txt").read_text() == "fox\ncat\nwolf\n"
+    assert json.loads((out / "dataset.json").read_text())["label_offset"] == 1
+
+
+@pytest.mark.parametrize("encoding", ["png", "raw"])
+def test_lossless_encodings_keep_pixels(cli, tmp_path, encoding):
+    src = {
+        "rgb": save(natural_image(33, 21, 1), tmp_path / "in" / "rgb" / "a.jpg", quality=85),
+        "gray": save(natural_image(17, 29, 2, "L"), tmp_path / "in" / "gray" / "b.png"),
+        "rgba": save(natural_image(20, 20, 3, "RGBA"), tmp_path / "in" / "rgba" / "c.png"),
+    }
+    out = tmp_path / "out"
+    assert cli("convert", tmp_path / "in", out, "--encoding", encoding).exit_code == 0
+    recs = {r["text"].decode(): r for r in read_records(out)}
+    for cls, path in src.items():
+        r = recs[cls]
+        assert r["format"] == encoding.upper().encode()
+        pixels = decode(r)
+        assert pixels.shape == (r["height"], r["width"], r["channels"])
+        np.testing.assert_array_equal(pixels, pillow_pixels(path))
+    assert recs["gray"]["colorspace"] == b"GRAYSCALE" and recs["rgba"]["colorspace"] == b"RGBA"
+
+
+def test_jpeg_resize_channels_and_exif_orientation(cli, tmp_path):
+    im = natural_image(80, 40, 4)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise on display
+    save(im, tmp_path / "in" / "a" / "rotated.jpg", exif=exif.tobytes(), quality=95)
+    save(natural_image(50, 100, 5), tmp_path / "in" / "a" / "tall.png")
+    out = tmp_path / "out"
+    res = cli("convert", tmp_path / "in", out, "--encoding", "jpeg", "--resize", "20", "--channels", "1", "--quality", "90")
+    assert res.exit_code == 0, res.output
+    recs = {r["filename"]: r for r in read_records(out)}
+    rot, tall = recs[b"a/rotated.jpg"], recs[b"a/tall.png"]
+    assert (rot["height"], rot["width"], rot["channels"]) == (40, 20, 1)  # rotated: 40x80 -> short side 20
+    assert (tall["height"], tall["width"]) == (40, 20)
+    assert rot["format"] == b"JPEG" and decode(rot).shape == (40, 20, 1)
+    out2 = tmp_path / "out2"
+    assert cli("convert", tmp_path / "in", out2, "--resize", "16x12", "--encoding", "raw").exit_code == 0
+    for r in read_records(out2):
+        assert (r["height"], r["width"], r["channels"]) == (12, 16, 3) and len(r["encoded"]) == 12 * 16 * 3
+
+
+def _png_with_size(w: int, h: int) -> bytes:
+    """A tiny PNG whose header claims w x h (a decompression bomb's shape)."""
+    data = bytearray(Image.new("L", (1, 1)).tobytes())
+    raw = bytearray()
+    from conftest import png_bytes
+
+    png = bytearray(png_bytes(Image.new("L", (1, 1))))
+    ihdr = png.index(b"IHDR")
+    png[ihdr + 4 : ihdr + 12] = struct.pack(">II", w, h)
+    png[ihdr + 17 : ihdr + 21] = struct.pack(">I", zlib.crc32(bytes(png[ihdr : ihdr + 17])))
+    del data, raw
+    return bytes(png)
+
+
+def test_bad_files_are_skipped_with_reasons(cli, tmp_path):
+    make_dataset(tmp_path / "in", {"ok": 4})
+    bad = tmp_path / "in" / "bad"
+    bad.mkdir()
+    good = save(natural_image(64, 48, 9), tmp_path / "x.jpg", quality=90).read_bytes()
+    (bad / "truncated.jpg").write_bytes(good[: len(good) // 2])
+    (bad / "empty.png").write_bytes(b"")
+    (bad / "page.jpg").write_text("<html><body>404</body></html>")
+    (bad / "bomb.png").write_bytes(_png_with_size(20000, 20000))
+    save(natural_image(30, 20, 10), bad / "really_png.jpg", "PNG")  # misnamed but fine: included as PNG
+    out = tmp_path / "out"
+    res = cli("convert", tmp_path / "in", out)
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((out / "dataset.json").read_text())
+    reasons = {s["path"]: s["reason"] for s in manifest["skipped"]}
+    assert set(reasons) == {"bad/truncated.jpg", "bad/empty.png", "bad/page.jpg", "bad/bomb.png"}
+    assert "truncated" in reasons["bad/truncated.jpg"]
+    assert "empty" in reasons["bad/empty.png"]
+    assert "not an image" in reasons["bad/page.jpg"]
+    assert "max-pixels" in reasons["bad/bomb.png"]
+    for path in reasons:
+        assert path in res.stderr
+    recs = read_records(out)
+    assert len(recs) == 5
+    misnamed = next(r for r in recs if r["filename"] == b"bad/really_png.jpg")
+    assert misnamed["format"] == b"PNG" and decode(misnamed).shape == (20, 30, 3)
+    # --strict: exit 1, nothing published
+    out2 = tmp_path / "strict"
+    res = cli("convert", tmp_path / "in", out2, "--strict")
+    assert res.exit_code == 1 and "--strict" in res.stderr
+    assert not out2.exists() or not list(out2.iterdir())
+
+
+def test_unusual_formats_match_tensorflow_shape(cli, tmp_path):
+    d = tmp_path / "in" / "odd"
+    base = natural_image(24, 18, 11)
+    save(base.convert("CMYK"), d / "cmyk.jpg", quality=95)
+    save(base.convert("P", palette=Image.Palette.ADAPTIVE), d / "anim.gif")
+    pal = base.convert("P", palette=Image.Palette.ADAPTIVE)
+    save(pal, d / "pal_trns.png", transparency=0)
+    save(pal, d / "pal.png")
+    save(base.convert("LA"), d / "la.png")
+    save(base.convert("1"), d / "bits.png")
+    save(Image.fromarray((np.arange(24 * 18, dtype=np.uint16).reshape(18, 24) * 100)), d / "deep.png")
+    save(base, d / "b.bmp")
+    save(base, d / "w.webp", lossless=True)
+    save(base, d / "t.tiff")
+    out = tmp_path / "out"
+    res = cli("convert", tmp_path / "in", out)
+    assert res.exit_code == 0, res.output
+    recs = {r["filename"].decode().split("/")[1]: r for r in read_records(out)}
+    assert len(recs) == 10
+    for name, r in recs.items():
+        assert decode(r).shape == (r["height"], r["width"], r["channels"]), name
+    assert recs["cmyk.jpg"]["format"] == b"JPEG" and recs["cmyk.jpg"]["channels"] == 3
+    assert recs["anim.gif"]["format"] == b"PNG" and recs["t.tiff"]["format"] == b"PNG"
+    assert recs["pal_trns.png"]["channels"] == 4 and recs["pal.png"]["channels"] == 3
+    assert recs["la.png"]["colorspace"] == b"GRAYSCALE_ALPHA"
+    assert recs["bits.png"]["channels"] == 1 and recs["deep.png"]["channels"] == 1
+    assert recs["b.bmp"]["format"] == b"BMP"
+    np.testing.assert_array_equal(decode(recs["w.webp"]), pillow_pixels(d / "w.webp"))
+    transcoded = json.loads((out / "dataset.json").read_text())["transcoded"]
+    assert transcoded == {"CMYK JPEG->JPEG": 1, "GIF->PNG": 1, "TIFF->PNG": 1, "WEBP->PNG": 1}
+
+
+def test_unicode_names_symlink_loop_and_nested_folders(cli, tmp_path):
+    d = tmp_path / "in" / "café ☕"
+    save(natural_image(20, 20, 1), d / "nested" / "deeper" / "naïve 猫.png")
+    (d / "nested" / "loop").symlink_to(d, target_is_directory=True)
+    out = tmp_path / "out"
+    res = cli("convert", tmp_path / "in", out)
+    assert res.exit_code == 0, res.output
+    recs = read_records(out)
+    assert len(recs) == 1
+    assert recs[0]["filename"].decode() == "café ☕/nested/deeper/naïve 猫.png"
+    assert recs[0]["text"].decode() == "café ☕"
+
+
+def test_index_compression_and_dry_run(cli, tree, tmp_path):
+    root, _ = tree
+    out = tmp_path / "out"
+    assert cli("convert", root, out, "--shards", "2", "--index").exit_code == 0
+    for shard in shard_files(out):
+        data = shard.read_bytes()
+        lines = (out / (shard.name + ".idx")).read_text().splitlines()
+        pos = 0
+        for line in lines:
+            off, size = map(int, line.split())
+            assert off == pos and struct.unpack("<Q", data[off : off + 8])[0] == size - 16
+            pos += size
+        assert pos == len(data)
+    gz = tmp_path / "gz"
+    assert cli("convert", root, gz, "--compression", "gzip").exit_code == 0
+    assert shard_files(gz)[0].read_bytes()[:2] == b"\x1f\x8b"
+    assert len(read_records(gz)) == 27
+    dry = tmp_path / "dry"
+    res = cli("convert", root, dry, "--dry-run", "--split", "train=0.8,validation=0.2")
+    assert res.exit_code == 0 and "train" in res.stderr and "validation" in res.stderr
+    assert not dry.exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["{missing}", "{out}"], "does not exist"),
+        (["{empty}", "{out}"], "no class folders"),
+        (["{noimg}", "{out}"], "no images found"),
+        (["{data}", "{full}"], "--overwrite"),
+        (["{data}", "{out}", "--split", "train=0.7,validation=0.2"], "add up to"),
+        (["{data}", "{out}", "--shards", "train=0"], "--shards"),
+        (["{data}", "{out}", "--shards", "bogus=3"], "bogus"),
+        (["{data}", "{out}", "--resize", "12y"], "--resize"),
+        (["{data}", "{out}", "--index", "--compression", "gzip"], "--index"),
+        (["{data}", "{data}/sub"], "inside input"),
+    ],
+)
+def test_usage_errors_exit_2_with_a_message(cli, tmp_path, args, message):
+    make_dataset(tmp_path / "data", {"a": 2})
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "noimg" / "a").mkdir(parents=True)
+    (tmp_path / "noimg" / "a" / "x.txt").write_text("x")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "something").write_text("x")
+    paths = {k: tmp_path / k for k in ("missing", "empty", "noimg", "data", "full", "out")}
+    res = cli("convert", *[a.format(**paths) for a in args])
+    assert res.exit_code == 2, res.output
+    assert message in res.stderr and "Traceback" not in res.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_overwrite_replaces_stale_shards(cli, tree, tmp_path):
+    root, _ = tree
+    out = tmp_path / "out"
+    assert cli("convert", root, out, "--shards", "3").exit_code == 0
+    (out / "README.keep").write_text("user file")
+    assert cli("convert", root, out, "--shards", "2", "--overwrite").exit_code == 0
+    assert [p.name for p in shard_files(out)] == ["train-00000-of-00002", "train-00001-of-00002"]
+    assert (out / "README.keep").exists() and len(read_records(out)) == 27
+
+
+def test_library_api_returns_summary(tree, tmp_path):
+    import img2tfrecord
+
+    root, _ = tree
+    events = []
+    summary = img2tfrecord.convert(str(root), str(tmp_path / "o"), shards=2, on_event=lambda k, m: events.append(k))
+    assert summary["records"] == 27 and summary["splits"]["train"]["shards"] == 2
+    assert summary["ignored_files"] == 1 and summary["skipped"] == 0
