@@ -1,0 +1,190 @@
+"""`img2tfrecord inspect`: parse options, call `inspector.inspect`, format the report.
+
+Nothing here imports TensorFlow (only `--verify` does, inside the library), so `--help` is fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from img2tfrecord.errors import Img2TFRecordError, UsageError
+
+BAR_WIDTH = 40
+MAX_LABEL_ROWS = 50
+
+
+def _human(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _bar_char() -> str:
+    enc = (getattr(sys.stdout, "encoding", None) or "").lower()
+    return "\u2588" if "utf" in enc else "#"
+
+
+def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
+def _count_values(f: dict[str, Any]) -> str:
+    lo, hi = f["min_values"], f["max_values"]
+    return str(lo) if lo == hi else f"{lo}..{hi}"
+
+
+def _details(s: dict[str, Any], title: str) -> list[str]:
+    """The detailed block: schema, labels, formats, sizes, first records."""
+    out = [f"{title}: {s['records']:,} records, {_human(s['bytes'])}, compression {s['compression'] or 'unknown'}"]
+    if s["non_examples"]:
+        out.append(f"  {s['non_examples']:,} records are not tf.train.Example")
+    if s["features"]:
+        out.append("  features (key, type, values per record):")
+        rows = []
+        for key, f in s["features"].items():
+            note = "" if f["records"] == s["examples"] else f"in {f['records']:,} of {s['examples']:,} records"
+            rows.append([key, "|".join(f["types"]), _count_values(f), note])
+        out += _table(rows, "    ")
+    if s["labels"]:
+        out.append("  labels:")
+        top = max(x["count"] for x in s["labels"])
+        ch = _bar_char()
+        rows = []
+        for x in s["labels"][:MAX_LABEL_ROWS]:
+            bar = ch * max(1, round(BAR_WIDTH * x["count"] / top))
+            rows.append([str(x["label"]), x["name"] or "", bar, f"{x['count']:,}"])
+        out += _table(rows, "    ")
+        if len(s["labels"]) > MAX_LABEL_ROWS:
+            out.append(f"    ... and {len(s['labels']) - MAX_LABEL_ROWS} more labels (see --json)")
+    if s["unlabelled"]:
+        out.append(f"  records without a label: {s['unlabelled']:,}")
+    if s["formats"]:
+        out.append("  formats:  " + ", ".join(f"{k} {v:,}" for k, v in s["formats"].items()))
+    for dim in ("height", "width"):
+        r = s[dim]
+        if r:
+            out.append(f"  {dim + ':':9} min {r['min']}, median {r['median']}, max {r['max']}")
+    if s["channels"]:
+        out.append("  channels: " + ", ".join(f"{k}: {v:,}" for k, v in s["channels"].items()))
+    if s["first_records"]:
+        out.append(f"  first {len(s['first_records'])} records:")
+        rows = [["#", "filename", "label", "text", "HxWxC", "format", "bytes"]]
+        for r in s["first_records"]:
+            shape = "x".join("?" if r[k] is None else str(r[k]) for k in ("height", "width", "channels"))
+            enc = "" if r["encoded_bytes"] is None else f"{r['encoded_bytes']:,}"
+            rows.append([str(r["index"]), r["filename"] or "", "" if r["label"] is None else str(r["label"]), r["text"] or "", shape, r["format"] or "", enc])
+        out += _table(rows, "    ")
+    return out
+
+
+def format_report(rep: dict[str, Any], per_file: bool = False) -> str:
+    """The human-readable report: a line per file, then the details of all files together."""
+    lines: list[str] = []
+    files = rep["files"]
+    rows = []
+    for f in files:
+        status = "MISSING" if not f["exists"] else f"{f['problems']} problem(s)" if f["problems"] else "ok"
+        rows.append([f["path"], f"{f['records']:,} records", _human(f["bytes"]), f["compression"] or "-", status])
+    lines += _table(rows, "")
+    if per_file and len(files) > 1:
+        for f in files:
+            lines += ["", *_details(f, f["path"])]
+    lines += ["", *_details(rep["total"], "total" if len(files) > 1 else files[0]["path"] if files else "total")]
+    if rep["extracted"]:
+        e = rep["extracted"]
+        lines += ["", f"extracted {e['images']:,} images to {e['dir']}" + (f" ({e['skipped']} records had no usable image)" if e["skipped"] else "")]
+    if rep["contact_sheet"]:
+        c = rep["contact_sheet"]
+        lines += ["", f"contact sheet: {c['file']} ({c['width']}x{c['height']}, {c['rows']} rows)"]
+    n = len(rep["problems"]) + rep["problems_omitted"]
+    if n:
+        lines += ["", f"problems ({n}):"] + [f"  {_problem(p)}" for p in rep["problems"]]
+        if rep["problems_omitted"]:
+            lines.append(f"  ... and {rep['problems_omitted']} more")
+    elif rep["verified"]:
+        t = rep["total"]
+        lines += ["", f"verified {t['files']} file(s), {t['records']:,} records: no problems"]
+    return "\n".join(lines)
+
+
+def _problem(p: dict[str, Any]) -> str:
+    where = p["file"]
+    if p["record"] is not None:
+        where += f": record {p['record']}"
+    if p["offset"] is not None:
+        where += f" at byte {p['offset']:,}"
+    return f"{where}: {p['message']}"
+
+
+@click.command(
+    "inspect",
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    short_help="Look inside TFRecord shards; verify, extract, contact sheet.",
+)
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@click.option("-n", "--records", "n", type=click.IntRange(min=0), default=5, show_default=True,
+              help="Records to show in the table; images for --extract; thumbnails per class for --contact-sheet.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object (keys in the README).")
+@click.option("--verify", is_flag=True,
+              help="Also decode every image and check shapes, schema, dataset.json counts/sizes/sha256 and .idx files.")
+@click.option("--extract", "extract_dir", type=click.Path(file_okay=False), metavar="DIR",
+              help="Write the first -n images to DIR/<class>/<filename> (RAW as PNG); `convert DIR` rebuilds them.")
+@click.option("--all", "extract_all", is_flag=True, help="With --extract: every image, not just -n.")
+@click.option("--contact-sheet", type=click.Path(dir_okay=False), metavar="FILE.png",
+              help="Write a PNG grid of thumbnails, a row per class (up to -n each).")
+@click.option("--split", help="For output directories: only the shards of this split.")
+@click.option("--per-file", is_flag=True, help="Show the detailed block for every file, not only the total.")
+def inspect_command(
+    paths: tuple[str, ...],
+    n: int,
+    as_json: bool,
+    verify: bool,
+    extract_dir: str | None,
+    extract_all: bool,
+    contact_sheet: str | None,
+    split: str | None,
+    per_file: bool,
+) -> None:
+    """Look inside TFRecord files (ours or any tf.train.Example files).
+
+    PATH is a shard file, a glob, an output directory (its dataset.json lists the shards) or a
+    unique prefix of a shard file name (out/train-00000 finds out/train-00000-of-00016).
+
+    Exit status: 0 if no problem was found, 1 if any was, 2 for usage errors.
+    """
+    from img2tfrecord import inspector  # noqa: PLC0415 - keeps --help fast
+
+    try:
+        if extract_all and not extract_dir:
+            raise UsageError("--all only goes with --extract DIR")
+        report = inspector.inspect(
+            list(paths),
+            records=n,
+            verify=verify,
+            split=split,
+            extract_dir=extract_dir,
+            extract_all=extract_all,
+            contact_sheet=contact_sheet,
+            progress=sys.stderr.isatty(),
+        )
+    except Img2TFRecordError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(e.exit_code)
+    data = report.to_dict()
+    if as_json:
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    else:
+        click.echo(format_report(data, per_file))
+    if not report.ok:
+        if as_json:
+            click.echo(f"error: {report.problem_count} problem(s) found", err=True)
+        sys.exit(1)
+

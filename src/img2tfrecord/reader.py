@@ -1,0 +1,436 @@
+"""Reading datasets back: shard discovery, compression sniffing, and the one-line `tf.data` loader.
+
+Discovery and sniffing are pure Python (the `inspect` command uses them without TensorFlow);
+only `features_spec()` and `load()` import TensorFlow, lazily, through `tf_import.tensorflow()`.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import struct
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+import google_crc32c
+
+from img2tfrecord.errors import DataError, UsageError
+from img2tfrecord.schema import FEATURE_TYPES, FORMAT_RAW
+from img2tfrecord.tf_import import tensorflow
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tensorflow as tf
+
+MANIFEST = "dataset.json"
+LABELS = "labels.txt"
+# {split}-{i:05d}-of-{n:05d}, no extension even when compressed (README "Output layout").
+SHARD_RE = re.compile(r"^(?P<split>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})$")
+# Files that sit beside shards but are never shards: a glob or prefix never selects them.
+_AUX_SUFFIXES = (".idx", ".json", ".txt", ".tmp", ".partial", ".lock")
+
+COMPRESSIONS = ("none", "gzip", "zlib")
+
+
+# --------------------------------------------------------------------------- framing and sniffing
+
+
+def masked_crc(data: bytes | bytearray | memoryview) -> int:
+    """TFRecord's masked CRC-32C (record_writer.h): rotate right by 15 and add a constant."""
+    crc = google_crc32c.value(bytes(data) if isinstance(data, memoryview) else data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def is_record_header(head: bytes) -> bool:
+    """True when `head` (12 bytes) is a length whose CRC matches: the start of a TFRecord."""
+    if len(head) < 12:
+        return False
+    (crc,) = struct.unpack_from("<I", head, 8)
+    return masked_crc(head[:8]) == crc
+
+
+_MAGIC_NAMES: list[tuple[bytes, str]] = [
+    (b"\xff\xd8\xff", "a JPEG image"),
+    (b"\x89PNG\r\n\x1a\n", "a PNG image"),
+    (b"GIF8", "a GIF image"),
+    (b"BM", "a BMP image"),
+    (b"PK\x03\x04", "a zip archive"),
+    (b"\x1f\x8b", "a gzip file"),
+    (b"%PDF", "a PDF document"),
+    (b"\x93NUMPY", "a NumPy array"),
+    (b"{", "JSON or text"),
+]
+
+
+def describe_bytes(head: bytes) -> str:
+    """Name what a non-TFRecord file looks like, for a clear error message."""
+    if len(head) >= 262 and head[257:262] == b"ustar":
+        return "a tar archive"
+    for magic, name in _MAGIC_NAMES:
+        if head.startswith(magic):
+            return name
+    if head and all(32 <= b < 127 or b in b"\r\n\t" for b in head[:64]):
+        return "text"
+    return "starts with " + head[:8].hex(" ")
+
+
+def detect_compression(path: str | os.PathLike[str]) -> str:
+    """Return "none", "gzip" or "zlib" from a file's first bytes, or raise DataError.
+
+    An uncompressed TFRecord starts with a length whose masked CRC-32C follows it, which a
+    compressed stream (or any other file) almost never does by chance; gzip has the magic
+    1f 8b; zlib has no reliable magic, so we decompress the start and look for a record header.
+    An empty file is an empty uncompressed TFRecord file (TensorFlow reads 0 records from it).
+    """
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    if not head or is_record_header(head):
+        return "none"
+    if head[:2] == b"\x1f\x8b":
+        inner = _decompress_start(head, 16 + zlib.MAX_WBITS)
+        if inner is None or (inner and not is_record_header(inner)):
+            raise DataError(f"{path}: a gzip file, but not of TFRecords (or corrupt at the start)")
+        return "gzip"
+    if len(head) >= 2 and head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0:
+        inner = _decompress_start(head, zlib.MAX_WBITS)
+        if inner is not None and (not inner or is_record_header(inner)):
+            return "zlib"
+    if len(head) < 12:
+        raise DataError(f"{path}: not a TFRecord file ({len(head)} bytes, shorter than one record header)")
+    raise DataError(
+        f"{path}: not a TFRecord file (no valid record header at byte 0; it looks like {describe_bytes(head)})"
+    )
+
+
+def _decompress_start(head: bytes, wbits: int) -> bytes | None:
+    """The first bytes of a compressed stream, or None if `head` does not decompress."""
+    try:
+        return zlib.decompressobj(wbits).decompress(head, 64)
+    except zlib.error:
+        return None
+
+
+# --------------------------------------------------------------------------- manifests and discovery
+
+
+@dataclass
+class Manifest:
+    """A parsed dataset.json: what convert promised about an output directory."""
+
+    dir: Path
+    data: dict[str, Any]
+
+    @property
+    def classes(self) -> list[str]:
+        return list(self.data.get("classes") or [])
+
+    @property
+    def label_offset(self) -> int:
+        return int(self.data.get("label_offset") or 0)
+
+    @property
+    def compression(self) -> str:
+        """"none", "gzip" or "zlib" (dataset.json writes null for none)."""
+        return ((self.data.get("options") or {}).get("compression") or "none").lower()
+
+    @property
+    def splits(self) -> dict[str, dict[str, Any]]:
+        return dict(self.data.get("splits") or {})
+
+    def class_name(self, label: int) -> str | None:
+        i = label - self.label_offset
+        classes = self.classes
+        return classes[i] if 0 <= i < len(classes) else None
+
+    def shards(self, split: str | None = None) -> list["ShardRef"]:
+        """Every shard the manifest lists (of one split, or of all in manifest order)."""
+        splits = self.splits
+        if split is not None and split not in splits:
+            raise UsageError(f"{self.dir / MANIFEST} has no split {split!r}; its splits: {', '.join(splits) or 'none'}")
+        out = []
+        for name, info in splits.items():
+            if split is not None and name != split:
+                continue
+            for entry in info.get("shards") or []:
+                out.append(ShardRef(self.dir / entry["file"], name, self, entry))
+        return out
+
+
+@dataclass
+class ShardRef:
+    """One file to read; `manifest`/`entry` are set when a dataset.json describes it."""
+
+    path: Path
+    split: str | None = None
+    manifest: Manifest | None = None
+    entry: dict[str, Any] | None = field(default=None, repr=False)
+
+
+def read_manifest(directory: str | os.PathLike[str]) -> Manifest | None:
+    """The directory's dataset.json, None if it has none; a broken one is a DataError."""
+    path = Path(directory) / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DataError(f"{path}: cannot read the manifest: {e}") from e
+    if not isinstance(data, dict) or not isinstance(data.get("splits", {}), dict):
+        raise DataError(f"{path}: not an img2tfrecord manifest (no 'splits' object)")
+    return Manifest(Path(directory), data)
+
+
+def is_shard_candidate(path: Path) -> bool:
+    """A regular file that could be a shard: not an index, manifest, label list or temp file."""
+    return path.is_file() and not path.name.startswith(".") and not path.name.lower().endswith(_AUX_SUFFIXES)
+
+
+def shard_files_in(directory: Path, split: str | None = None) -> list[Path]:
+    """Files named like shards in `directory`, sorted (optionally of one split)."""
+    out = []
+    for p in sorted(directory.iterdir()):
+        m = SHARD_RE.match(p.name)
+        if m and p.is_file() and (split is None or m["split"] == split):
+            out.append(p)
+    return out
+
+
+def _manifest_for_file(path: Path, cache: dict[Path, Manifest | None]) -> tuple[Manifest | None, str | None, dict | None]:
+    """If the file's directory has a dataset.json listing it, that manifest, split and entry."""
+    d = path.parent.resolve()
+    if d not in cache:
+        cache[d] = read_manifest(d)
+    man = cache[d]
+    if man is None:
+        return None, None, None
+    for name, info in man.splits.items():
+        for entry in info.get("shards") or []:
+            if entry.get("file") == path.name:
+                return man, name, entry
+    return man, None, None
+
+
+def _list_names(paths: Sequence[Path], limit: int = 8) -> str:
+    names = [p.name if len({q.parent for q in paths}) == 1 else str(p) for p in paths[:limit]]
+    more = f" and {len(paths) - limit} more" if len(paths) > limit else ""
+    return ", ".join(names) + more
+
+
+def resolve_paths(paths: Iterable[str | os.PathLike[str]], split: str | None = None) -> list[ShardRef]:
+    """Turn inspect's PATH arguments into shard files.
+
+    A PATH is a file, a glob, an output directory (its dataset.json lists the shards; without one,
+    the files named like shards), or a prefix that matches exactly one shard file. Anything
+    missing or ambiguous is a UsageError naming what it matched.
+    """
+    refs: list[ShardRef] = []
+    cache: dict[Path, Manifest | None] = {}
+    for raw in paths:
+        text = os.fspath(raw)
+        p = Path(text)
+        if p.is_dir() or (p.is_file() and p.name == MANIFEST):
+            d = p if p.is_dir() else p.parent
+            man = read_manifest(d)
+            if man is not None:
+                refs.extend(man.shards(split))
+                continue
+            files = shard_files_in(d, split)
+            if not files:
+                what = f"of split {split!r} " if split else ""
+                raise UsageError(f"{text}: no {MANIFEST} and no shard files {what}(named NAME-NNNNN-of-NNNNN) in this directory")
+            refs.extend(ShardRef(f, SHARD_RE.match(f.name)["split"]) for f in files)
+            continue
+        if p.is_file():
+            matches = [p]
+        elif glob.has_magic(text):
+            matches = [Path(m) for m in sorted(glob.glob(text))]
+            matches = [m for m in matches if is_shard_candidate(m)]
+            if not matches:
+                raise UsageError(f"{text}: the pattern matches no shard file")
+        else:
+            matches = [Path(m) for m in sorted(glob.glob(glob.escape(text) + "*"))]
+            matches = [m for m in matches if is_shard_candidate(m)]
+            if len(matches) > 1:
+                raise UsageError(f"{text}: ambiguous, it is a prefix of {len(matches)} files: {_list_names(matches)}")
+            if not matches:
+                parent = p.parent if p.parent.is_dir() else None
+                near = [m for m in sorted(parent.iterdir()) if is_shard_candidate(m)] if parent else []
+                hint = f" ({parent} has: {_list_names(near)})" if near else ""
+                raise UsageError(f"{text}: no such file, directory or shard prefix{hint}")
+        for m in matches:
+            man, sp, entry = _manifest_for_file(m, cache)
+            if sp is None:
+                sm = SHARD_RE.match(m.name)
+                sp = sm["split"] if sm else None
+            refs.append(ShardRef(m, sp, man, entry))
+    seen: set[Path] = set()
+    unique = []
+    for r in refs:
+        key = r.path.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(r)
+    return unique
+
+
+# --------------------------------------------------------------------------- TensorFlow side
+
+
+def features_spec() -> dict[str, Any]:
+    """The `tf.io.parse_single_example` spec of our schema: every key, one value, required."""
+    tf = tensorflow()
+    dtypes = {"bytes": tf.string, "int64": tf.int64, "float": tf.float32}
+    return {key: tf.io.FixedLenFeature([], dtypes[kind]) for key, kind in FEATURE_TYPES.items()}
+
+
+def _split_files(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], split: str) -> tuple[list[str], Manifest | None, int | None]:
+    """(shard files, manifest or None, record count or None) for `load`."""
+    if not isinstance(path, (str, os.PathLike)):
+        files = [os.fspath(p) for p in path]
+        if not files:
+            raise UsageError("load: the list of files is empty")
+        return files, None, None
+    text = os.fspath(path)
+    p = Path(text)
+    if p.is_file() and p.name == MANIFEST:
+        p = p.parent
+    if p.is_dir():
+        man = read_manifest(p)
+        if man is not None:
+            refs = man.shards(split)
+            if not refs:
+                raise UsageError(f"{p / MANIFEST}: split {split!r} has no shards")
+            records = man.splits[split].get("records")
+            return [os.fspath(r.path) for r in refs], man, records if isinstance(records, int) else None
+        files = shard_files_in(p, split)
+        if not files:
+            raise UsageError(f"{p}: no {MANIFEST} and no {split}-NNNNN-of-NNNNN shard files")
+        return [os.fspath(f) for f in files], None, None
+    if p.is_file():
+        return [text], None, None
+    files = [m for m in sorted(glob.glob(text)) if is_shard_candidate(Path(m))]
+    if not files:
+        raise UsageError(f"load: {text!r} is no directory, file or glob that matches shard files")
+    return files, None, None
+
+
+def _to_channels(tf: Any, img: Any, channels: int | None) -> Any:
+    """Convert a uint8 HxWxC image of 1-4 channels (known only at run time) to `channels`."""
+    if channels is None:
+        return img
+    c = tf.shape(img)[-1]
+    color = c >= 3
+    has_alpha = tf.equal(c % 2, 0)
+    if channels in (1, 2):
+        base = tf.cond(color, lambda: tf.image.rgb_to_grayscale(img[..., :3]), lambda: img[..., :1])
+    else:
+        base = tf.cond(color, lambda: img[..., :3], lambda: tf.tile(img[..., :1], [1, 1, 3]))
+    if channels in (2, 4):
+        alpha = tf.cond(has_alpha, lambda: img[..., -1:], lambda: tf.fill(tf.concat([tf.shape(img)[:2], [1]], 0), tf.constant(255, tf.uint8)))
+        base = tf.concat([base, alpha], axis=-1)
+    return tf.ensure_shape(base, [None, None, channels])
+
+
+def decode_image(encoded: Any, image_format: Any, height: Any, width: Any, stored_channels: Any, channels: int | None = 3) -> Any:
+    """Decode one record's image in a tf.data graph: JPEG/PNG/BMP/GIF by content, RAW by reshape."""
+    tf = tensorflow()
+
+    def raw() -> Any:
+        return tf.reshape(tf.io.decode_raw(encoded, tf.uint8), tf.stack([height, width, stored_channels]))
+
+    def coded() -> Any:
+        return tf.io.decode_image(encoded, channels=0, expand_animations=False, dtype=tf.uint8)
+
+    img = tf.cond(tf.equal(image_format, FORMAT_RAW), raw, coded)
+    img = tf.ensure_shape(img, [None, None, None])
+    return _to_channels(tf, img, channels)
+
+
+def load(
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    split: str = "train",
+    *,
+    image_size: int | tuple[int, int] | None = None,
+    channels: int | None = 3,
+    shuffle_files: bool = False,
+    seed: int | None = None,
+    as_dict: bool = False,
+    compression: str = "auto",
+    resize_method: str = "bilinear",
+    cycle_length: int | None = None,
+    deterministic: bool | None = None,
+) -> "tf.data.Dataset":
+    """A `tf.data.Dataset` of `(image, label)` from an img2tfrecord output directory (or shard files).
+
+    Args:
+      path: output directory (shards from its dataset.json, or `{split}-*-of-*` files), a shard
+        file, a glob, or a list of shard files.
+      split: which split of an output directory to read.
+      image_size: `(height, width)` (or one int for square) to resize to; images are then float32
+        in [0, 255] like Keras' `image_dataset_from_directory`. None keeps uint8 at stored size.
+      channels: 1, 2, 3 or 4 to convert every image to (grey <-> RGB, alpha added/dropped),
+        None to keep each image's stored channels.
+      shuffle_files: read the shards in a random order (seeded by `seed`) each epoch.
+      as_dict: yield a dict of every schema field plus "image" (decoded) and "label".
+      compression: "auto" (dataset.json, else sniffed from the first file), "none", "gzip", "zlib".
+      cycle_length: shards read in parallel (default: all, at most 16).
+      deterministic: passed to `interleave`/`map`; default keeps order unless `shuffle_files`.
+
+    The dataset knows its length when dataset.json gives the split's record count, so
+    `len(ds)` works and a short read fails loudly instead of silently training on less.
+    """
+    tf = tensorflow()
+    if channels not in (None, 1, 2, 3, 4):
+        raise UsageError(f"load: channels must be 1, 2, 3, 4 or None, not {channels!r}")
+    if isinstance(image_size, int):
+        image_size = (image_size, image_size)
+    files, man, records = _split_files(path, split)
+    comp = compression.lower()
+    if comp == "auto":
+        if man is not None:
+            comp = man.compression
+        else:
+            kinds = {detect_compression(f) for f in files}
+            if len(kinds) > 1:
+                raise DataError(f"load: the shards mix compressions ({', '.join(sorted(kinds))}); load them separately")
+            comp = kinds.pop()
+    if comp not in COMPRESSIONS:
+        raise UsageError(f"load: compression must be auto, none, gzip or zlib, not {compression!r}")
+    compression_type = "" if comp == "none" else comp.upper()
+    if deterministic is None:
+        deterministic = not shuffle_files
+    autotune = tf.data.AUTOTUNE
+    ds = tf.data.Dataset.from_tensor_slices(files)
+    if shuffle_files:
+        ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    ds = ds.interleave(
+        lambda f: tf.data.TFRecordDataset(f, compression_type=compression_type),
+        cycle_length=cycle_length or min(len(files), 16),
+        block_length=1,
+        num_parallel_calls=autotune,
+        deterministic=deterministic,
+    )
+    spec = features_spec()
+
+    def parse(serialized: Any) -> Any:
+        ex = tf.io.parse_single_example(serialized, spec)
+        img = decode_image(
+            ex["image/encoded"], ex["image/format"], ex["image/height"], ex["image/width"], ex["image/channels"], channels
+        )
+        if image_size is not None:
+            img = tf.image.resize(img, image_size, method=resize_method)
+        label = ex["image/class/label"]
+        if as_dict:
+            return {**ex, "image": img, "label": label}
+        return img, label
+
+    ds = ds.map(parse, num_parallel_calls=autotune, deterministic=deterministic)
+    if records is not None:
+        ds = ds.apply(tf.data.experimental.assert_cardinality(records))
+    ds = ds.prefetch(autotune)
+    if man is not None:
+        ds.class_names = man.classes  # like Keras' image_dataset_from_directory
+    return ds
