@@ -338,3 +338,26 @@ def test_library_api_returns_summary(tree, tmp_path):
     summary = img2tfrecord.convert(str(root), str(tmp_path / "o"), shards=2, on_event=lambda k, m: events.append(k))
     assert summary["records"] == 27 and summary["splits"]["train"]["shards"] == 2
     assert summary["ignored_files"] == 1 and summary["skipped"] == 0
+
+
+def test_skipped_images_do_not_unbalance_shards(cli, tmp_path):
+    make_dataset(tmp_path / "in", {"a": 10, "b": 10})
+    good = (tmp_path / "in" / "a" / "img_001.jpg").read_bytes()
+    for i in range(6):  # six truncated files: some shards lose more records than others
+        (tmp_path / "in" / "b" / f"broken_{i}.jpg").write_bytes(good[: len(good) // 3])
+    out = tmp_path / "out"
+    res = cli("convert", tmp_path / "in", out, "--shards", "5", "--index", "--json")
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((out / "dataset.json").read_text())
+    shards = manifest["splits"]["train"]["shards"]
+    sizes = [sh["records"] for sh in shards]
+    assert sum(sizes) == 20 and max(sizes) - min(sizes) <= 1 and len(manifest["skipped"]) == 6
+    for sh in shards:
+        data = (out / sh["file"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == sh["sha256"] and len(data) == sh["bytes"]
+        idx = (out / sh["index"]).read_text().splitlines()
+        assert len(idx) == sh["records"] and sum(int(line.split()[1]) for line in idx) == len(data)
+    assert sorted(r["filename"] for r in read_records(out)) == sorted(
+        f"{c}/{p.name}".encode() for c in "ab" for p in (tmp_path / "in" / c).iterdir() if not p.name.startswith("broken")
+    )
+    assert not list(out.glob("*.rebalanced*"))

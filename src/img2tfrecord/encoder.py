@@ -103,8 +103,13 @@ def encode_image(path: str, filename: str, label: int, text: str, opts: EncodeOp
 
 def _read(path: str) -> bytes:
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        if "://" in path:
+            from img2tfrecord import fs  # remote input: tf.io.gfile (imports TensorFlow in this worker)
+
+            data = fs.read_bytes(path)
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
     except FileNotFoundError:
         raise SkipImage("file vanished (or is a broken symlink) before it could be read") from None
     except PermissionError:
@@ -113,6 +118,8 @@ def _read(path: str) -> bytes:
         raise SkipImage("is a directory") from None
     except OSError as e:
         raise SkipImage(f"cannot read: {e.strerror or e}") from None
+    except Exception as e:  # tf.io.gfile errors (NotFoundError, PermissionDeniedError) are not OSErrors
+        raise SkipImage(f"cannot read: {_describe(e)}") from None
     if not data:
         raise SkipImage("empty file (0 bytes)")
     return data
@@ -249,7 +256,7 @@ _worker_opts: EncodeOptions | None = None
 
 # (serialized record or None, format or skip reason, transcoded tag, orientation ignored, bytes read)
 Result = tuple[bytes | None, str, str | None, bool, int]
-Task = tuple[str, str, int, str, int]  # (path, filename, label, text, size)
+Task = tuple[str, str, str, int, str, int]  # (path, rel to input, filename, label, text, size)
 
 
 def init_worker(opts: EncodeOptions) -> None:
@@ -260,7 +267,7 @@ def init_worker(opts: EncodeOptions) -> None:
 
 def encode_task(task: Task, opts: EncodeOptions) -> Result:
     """Encode one candidate; a bad image becomes a (None, reason, ...) result, never an exception."""
-    path, filename, label, text, size = task
+    path, _rel, filename, label, text, size = task
     try:
         enc = encode_image(path, filename, label, text, opts)
     except SkipImage as e:

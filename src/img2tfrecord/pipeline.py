@@ -1,11 +1,12 @@
-"""convert(): walk -> encode (in parallel, TensorFlow-free workers) -> write -> publish.
+"""convert(): walk -> plan -> encode and write (an engine) -> rebalance -> publish.
 
-One process owns TensorFlow and the TFRecordWriters; worker processes only read, validate and
-serialize images (Pillow + protobuf, ~60 MB each instead of ~600 MB with TensorFlow). Work is
-handed out in small chunks in plan order and results come back in that order through a bounded
-window, so memory stays flat whatever the dataset size and the output is byte-identical for any
-number of workers. TensorFlow is imported in a background thread while the first chunks are
-being encoded, so its ~2.5 s start-up overlaps useful work.
+The plan (which images, in which order, in which shard) is made once, from the walk and the
+options only; an engine executes it. The local engine uses one process that owns TensorFlow and
+the TFRecordWriters and worker processes that only read, validate and serialize images (Pillow +
+protobuf, ~60 MB each instead of ~600 MB with TensorFlow). Work goes out in small chunks in plan
+order and comes back in that order through a bounded window, so memory stays flat whatever the
+dataset size and the output is byte-identical for any number of workers. TensorFlow is imported
+in a background thread while the first chunks are encoded, so its start-up overlaps useful work.
 """
 
 from __future__ import annotations
@@ -17,19 +18,23 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from img2tfrecord import encoder, writer
+from img2tfrecord import encoder, fs, writer
 from img2tfrecord.encoder import EncodeOptions, Result, Task
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.manifest import LABELS_NAME, MANIFEST_NAME, build_manifest, labels_text, manifest_text
 from img2tfrecord.tf_import import tensorflow
-from img2tfrecord.walker import Discovery, ImageItem, discover, parse_split_spec, read_labels_file
+from img2tfrecord.walker import ImageItem, discover, parse_split_spec, read_labels_file
+from img2tfrecord.writer import ShardOutcome, ShardTask, display
 
 CHUNK = 8  # images per task: amortizes IPC, keeps the in-order window fine-grained
 WINDOW_PER_WORKER = 8  # chunks in flight per worker
 PREFETCH_BYTES = 128 * 1024 * 1024  # results held while TensorFlow is still importing
+ENGINES = ("local", "beam")
+
+EventSink = Callable[[str, str], None]
 
 
 def parse_resize(value: str | int | tuple[int, int] | None) -> int | tuple[int, int] | None:
@@ -47,7 +52,7 @@ def parse_resize(value: str | int | tuple[int, int] | None) -> int | tuple[int, 
 
 def parse_shards(value: str | int | dict[str, int] | None) -> int | dict[str, int] | None:
     """'16' -> 16 in total; 'train=16,validation=2' -> per split."""
-    if value is None or isinstance(value, dict) or isinstance(value, int):
+    if value is None or isinstance(value, (dict, int)):
         counts = value.values() if isinstance(value, dict) else [value] if value is not None else []
         if any(not isinstance(c, int) or c < 1 for c in counts):
             raise UsageError(f"bad --shards {value!r}: shard counts must be whole numbers >= 1")
@@ -64,12 +69,92 @@ def parse_shards(value: str | int | dict[str, int] | None) -> int | dict[str, in
     return parse_shards(out)
 
 
-def _display(name: str) -> str:
-    """A file or class name as valid UTF-8 text (non-UTF-8 bytes shown as \\xNN)."""
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+@dataclass
+class Job:
+    """A validated, planned conversion: everything an engine needs, nothing engine-specific."""
+
+    input_dir: str
+    output_dir: str
+    opts: EncodeOptions
+    classes: list[str]
+    label_offset: int
+    options: dict[str, Any]
+    plan: list[ShardTask]
+    split_names: list[str]
+    ignored_files: int
+    compression: str | None
+    index: bool
+    strict: bool
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def tasks(self) -> int:
+        return sum(len(s.tasks) for s in self.plan)
 
 
-class _Encoder:
+def plan_job(
+    input_dir: str,
+    output_dir: str,
+    *,
+    shards: str | int | dict[str, int] | None = None,
+    split: str | dict[str, float] | None = None,
+    seed: int = 0,
+    label_offset: int = 0,
+    labels: str | list[str] | None = None,
+    encoding: str = "keep",
+    quality: int = 95,
+    resize: str | int | tuple[int, int] | None = None,
+    channels: str = "keep",
+    max_pixels: int = 100_000_000,
+    validate: bool = True,
+    strict: bool = False,
+    compression: str | None = None,
+    index: bool = False,
+) -> Job:
+    """Check the options, walk the input and cut it into shards. Raises UsageError."""
+    if encoding not in encoder.ENCODINGS:
+        raise UsageError(f"bad --encoding {encoding!r}: choose one of {', '.join(encoder.ENCODINGS)}")
+    if str(channels) not in encoder.CHANNEL_CHOICES:
+        raise UsageError(f"bad --channels {channels!r}: choose keep, 1 or 3")
+    if not 1 <= quality <= 100:
+        raise UsageError(f"bad --quality {quality}: choose 1..100")
+    if max_pixels < 1:
+        raise UsageError(f"bad --max-pixels {max_pixels}: must be positive")
+    if compression not in writer.COMPRESSIONS:
+        raise UsageError(f"bad --compression {compression!r}: choose gzip or zlib")
+    if index and compression:
+        raise UsageError("--index describes uncompressed shards (DALI cannot read compressed TFRecords): drop --compression or --index")
+    opts = EncodeOptions(
+        encoding=encoding, quality=quality, resize=parse_resize(resize), channels=str(channels),
+        max_pixels=max_pixels, validate=validate,
+    )  # fmt: skip
+    shard_request = parse_shards(shards)
+    fractions = parse_split_spec(split) if isinstance(split, str) else split
+    class_list = read_labels_file(labels) if isinstance(labels, str) else labels
+    if not fs.is_remote(input_dir) and not fs.is_remote(output_dir):
+        in_abs, out_abs = os.path.realpath(input_dir), os.path.realpath(output_dir)
+        if out_abs == in_abs or out_abs.startswith(in_abs + os.sep):
+            raise UsageError(f"output {output_dir} is inside input {input_dir}: the tool would read its own output; choose another folder")
+
+    found = discover(input_dir, split=fractions, seed=seed, label_offset=label_offset, labels=class_list)
+    split_bytes = {s: _estimate_bytes(items, opts) for s, items in found.splits.items()}
+    counts, shard_warnings = writer.auto_shard_counts(split_bytes, {s: len(v) for s, v in found.splits.items()}, shard_request)
+    empty = [f"split {s} has no images; no shards are written for it" for s, v in found.splits.items() if not v]
+    tasks = {s: [(it.path, it.rel, it.filename, it.label, it.text, it.size) for it in items] for s, items in found.splits.items()}
+    options = asdict(opts) | {
+        "resize": list(opts.resize) if isinstance(opts.resize, tuple) else opts.resize,
+        "seed": seed, "label_offset": label_offset, "compression": compression, "index": index,
+        "split": fractions, "shards": dict(counts), "labels": class_list,
+    }  # fmt: skip
+    return Job(
+        input_dir=input_dir, output_dir=output_dir, opts=opts, classes=found.classes, label_offset=label_offset,
+        options=options, plan=writer.make_plan(tasks, counts), split_names=list(found.splits),
+        ignored_files=found.ignored_files, compression=compression, index=index, strict=strict,
+        warnings=found.warnings + shard_warnings + empty,
+    )  # fmt: skip
+
+
+class LocalEncoder:
     """Ordered, bounded parallel map of `encode_chunk` over the plan (in-process when workers=1)."""
 
     def __init__(self, opts: EncodeOptions, workers: int) -> None:
@@ -97,248 +182,215 @@ class _Encoder:
 
     def close(self, terminate: bool = False) -> None:
         if self.pool is not None:
-            if terminate:
-                self.pool.terminate()
-            else:
-                self.pool.close()
+            (self.pool.terminate if terminate else self.pool.close)()
             self.pool.join()
             self.pool = None
 
 
-def _options_record(opts: EncodeOptions, **more: Any) -> dict[str, Any]:
-    d = asdict(opts)
-    d["resize"] = list(d["resize"]) if isinstance(d["resize"], tuple) else d["resize"]
-    d.update(more)
-    return d
+@dataclass
+class Timing:
+    """When the run started, when it reached steady state, and what was done before that."""
+
+    start: float = field(default_factory=time.perf_counter)
+    ready: float = 0.0
+    prefetched_images: int = 0
+    prefetched_bytes: int = 0
+    workers: int | None = None  # encoding processes actually used (local engine)
+
+
+def run_local(job: Job, staging: str, workers: int, emit: EventSink, progress: Callable[[int, int, int], None] | None, timing: Timing) -> list[ShardOutcome]:
+    """Execute the plan with local worker processes; the calling process writes every shard."""
+    all_tasks = [t for shard in job.plan for t in shard.tasks]
+    enc = LocalEncoder(job.opts, max(1, min(workers, len(all_tasks) // CHUNK)))
+    tf_thread = threading.Thread(target=tensorflow, name="import-tensorflow", daemon=True)
+    tf_thread.start()
+    seen = [0, 0]
+
+    def on_image(size: int) -> None:
+        seen[0] += 1
+        seen[1] += size
+        if progress:
+            progress(seen[0], seen[1], len(all_tasks))
+
+    try:
+        results = enc.map(all_tasks)
+        prefetched = _prefetch(results, tf_thread)
+        tensorflow()  # joins the import (or raises its error here)
+        timing.ready = time.perf_counter()
+        timing.prefetched_images = len(prefetched)
+        timing.prefetched_bytes = sum(r[4] for r in prefetched)
+        stream = _chain(prefetched, results)
+        outcomes = [
+            writer.write_shard(
+                shard, stream, staging, compression=job.compression, index=job.index, strict=job.strict,
+                on_skip=lambda rel, why: emit("skipped", f"{rel}: {why}"), on_image=on_image,
+            )  # fmt: skip
+            for shard in job.plan
+        ]
+        enc.close()
+    except BaseException:
+        enc.close(terminate=True)
+        raise
+    timing.workers = enc.workers
+    return outcomes
 
 
 def convert(
     input_dir: str,
     output_dir: str,
     *,
-    shards: str | int | dict[str, int] | None = None,
-    split: str | dict[str, float] | None = None,
-    seed: int = 0,
-    label_offset: int = 0,
-    labels: str | list[str] | None = None,
-    encoding: str = "keep",
-    quality: int = 95,
-    resize: str | int | tuple[int, int] | None = None,
-    channels: str = "keep",
-    max_pixels: int = 100_000_000,
-    validate: bool = True,
-    strict: bool = False,
-    compression: str | None = None,
-    index: bool = False,
-    overwrite: bool = False,
     workers: int | None = None,
+    overwrite: bool = False,
     dry_run: bool = False,
-    on_event: Callable[[str, str], None] | None = None,
+    engine: str = "local",
+    beam_options: str | list[str] | None = None,
+    on_event: EventSink | None = None,
     progress: Callable[[int, int, int], None] | None = None,
+    **options: Any,
 ) -> dict[str, Any]:
     """Convert an image folder into a sharded TFRecord dataset and return the run's summary.
 
+    `options` are those of `plan_job` (shards, split, seed, labels, encoding, resize, ...).
     `on_event(kind, message)` receives "warning" and "skipped" messages as they happen;
-    `progress(images, bytes_read, total)` is called after each image. Raises UsageError (bad options,
-    no images, output exists) or DataError (--strict with bad images, I/O failure).
+    `progress(images, bytes_read, total)` is called after each image (local engine). Raises
+    UsageError (bad options, no images, output exists) or DataError (--strict with bad images,
+    I/O failure).
     """
-    t_start = time.perf_counter()
+    timing = Timing()
     emit = on_event or (lambda kind, msg: None)
-    # ---- options ----
-    if encoding not in encoder.ENCODINGS:
-        raise UsageError(f"bad --encoding {encoding!r}: choose one of {', '.join(encoder.ENCODINGS)}")
-    if str(channels) not in encoder.CHANNEL_CHOICES:
-        raise UsageError(f"bad --channels {channels!r}: choose keep, 1 or 3")
-    if not 1 <= quality <= 100:
-        raise UsageError(f"bad --quality {quality}: choose 1..100")
-    if max_pixels < 1:
-        raise UsageError(f"bad --max-pixels {max_pixels}: must be positive")
-    if compression not in writer.COMPRESSIONS:
-        raise UsageError(f"bad --compression {compression!r}: choose gzip or zlib")
-    if index and compression:
-        raise UsageError("--index describes uncompressed shards (DALI reads no compressed TFRecords): drop --compression or --index")
     workers = workers or os.cpu_count() or 1
     if workers < 1:
         raise UsageError(f"bad --workers {workers}: must be >= 1")
-    opts = EncodeOptions(
-        encoding=encoding, quality=quality, resize=parse_resize(resize), channels=str(channels),
-        max_pixels=max_pixels, validate=validate,
-    )  # fmt: skip
-    shard_request = parse_shards(shards)
-    fractions = parse_split_spec(split) if isinstance(split, str) else split
-    class_list = read_labels_file(labels) if isinstance(labels, str) else labels
-    in_abs, out_abs = os.path.realpath(input_dir), os.path.realpath(output_dir)
-    if out_abs == in_abs or out_abs.startswith(in_abs + os.sep):
-        raise UsageError(f"output {output_dir} is inside input {input_dir}: the tool would read its own output; choose another folder")
-
-    # ---- walk and plan ----
-    found: Discovery = discover(input_dir, split=fractions, seed=seed, label_offset=label_offset, labels=class_list)
-    for w in found.warnings:
+    if engine not in ENGINES:
+        raise UsageError(f"bad --engine {engine!r}: choose local or beam")
+    if not dry_run:
+        writer.check_output(output_dir, overwrite)
+    job = plan_job(input_dir, output_dir, **options)
+    for w in job.warnings:
         emit("warning", w)
-    split_bytes = {s: _estimate_bytes(items, opts) for s, items in found.splits.items()}
-    counts, shard_warnings = writer.auto_shard_counts(split_bytes, {s: len(v) for s, v in found.splits.items()}, shard_request)
-    for w in shard_warnings:
-        emit("warning", w)
-    for s, items in found.splits.items():
-        if not items:
-            emit("warning", f"split {s} has no images; no shards are written for it")
-    plan = {s: writer.shard_bounds(len(items), counts[s]) for s, items in found.splits.items() if items}
-    options = _options_record(
-        opts, seed=seed, label_offset=label_offset, compression=compression, index=index,
-        split=fractions, shards=dict(counts), labels=class_list is not None,
-    )  # fmt: skip
-    summary: dict[str, Any] = {
-        "input": input_dir,
-        "output": output_dir,
-        "classes": found.classes,
-        "ignored_files": found.ignored_files,
-        "warnings": list(found.warnings) + shard_warnings,
-        "dry_run": dry_run,
-    }
     if dry_run:
-        summary["splits"] = {
-            s: {
-                "images": len(found.splits[s]),
-                "class_counts": _class_counts(found.splits[s], found.classes),
-                "shards": [{"file": writer.shard_name(s, i, len(b)), "images": e - st} for i, (st, e) in enumerate(b)],
-            }
-            for s, b in plan.items()
-        }
-        summary["images"] = sum(len(v) for v in found.splits.values())
-        summary["elapsed_seconds"] = round(time.perf_counter() - t_start, 3)
-        return summary
+        return _plan_summary(job, timing)
 
-    # ---- encode and write ----
     staging = writer.prepare_output(output_dir, overwrite)
-    tasks = [
-        (it.path, it.filename, it.label, it.text, it.size)
-        for s in plan
-        for it in found.splits[s]
-    ]
-    enc = _Encoder(opts, min(workers, max(1, len(tasks) // CHUNK)))
-    tf_thread = threading.Thread(target=tensorflow, name="import-tensorflow", daemon=True)
-    tf_thread.start()
-    state = _RunState()
     try:
-        results = enc.map(tasks)
-        prefetched = _prefetch(results, tf_thread)
-        tensorflow()  # joins the import (or raises its error here)
-        t_ready = time.perf_counter()
-        n_prefetched = len(prefetched)
-        stream = _chain(prefetched, results)
-        split_info: dict[str, dict[str, Any]] = {}
-        for s, bounds in plan.items():
-            items = found.splits[s]
-            shard_infos = []
-            class_counts = dict.fromkeys(found.classes, 0)
-            for i, (start, end) in enumerate(bounds):
-                sw = writer.ShardWriter(staging, writer.shard_name(s, i, len(bounds)), compression, index)
-                for item in items[start:end]:
-                    rec, fmt_or_reason, transcoded, orient, size = next(stream)
-                    state.count(size)
-                    if rec is None:
-                        state.skip(item, s, fmt_or_reason, emit, strict)
-                    else:
-                        sw.write(rec)
-                        class_counts[item.text] += 1
-                        state.record(fmt_or_reason, transcoded, orient)
-                    if progress:
-                        progress(state.images, state.bytes_read, len(tasks))
-                shard_infos.append(sw.close())
-            split_info[s] = {
-                "records": sum(si.records for si in shard_infos),
-                "class_counts": {_display(c): n for c, n in class_counts.items()},
-                "shards": [si.as_json() for si in shard_infos],
-            }
-        enc.close()
-    except BaseException:
-        enc.close(terminate=True)
-        writer.discard_staging(staging)
-        _remove_if_empty(output_dir)
-        raise
-    t_end = time.perf_counter()
-    if state.orientation_ignored:
-        emit(
-            "warning",
-            f"{state.orientation_ignored} JPEG(s) carry an EXIF rotation that --encoding keep leaves to the reader "
-            "(tf.io.decode_jpeg ignores it); use --encoding jpeg to apply it",
-        )
+        if engine == "beam":
+            from img2tfrecord.beam_engine import run_beam
 
-    # ---- publish ----
-    classes = [_display(c) for c in found.classes]
+            outcomes = run_beam(job, staging, beam_options, emit)
+            timing.ready = timing.start
+        else:
+            outcomes = run_local(job, staging, workers, emit, progress, timing)
+        return finalize(job, staging, outcomes, timing, emit, engine=engine)
+    except BaseException:
+        fs.rmtree(staging)
+        if not fs.is_remote(output_dir):
+            try:
+                os.rmdir(output_dir)  # only if we created it and it is still empty
+            except OSError:
+                pass
+        raise
+
+
+def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timing, emit: EventSink, engine: str = "local") -> dict[str, Any]:
+    """Merge shard outcomes, rebalance after skips, publish, and build the summary."""
+    skipped = [s for o in outcomes for s in o.skipped]
+    if job.strict and skipped:  # engines that cannot stop early (Beam) end up here
+        first = skipped[0]
+        raise DataError(f"--strict: {len(skipped)} unusable image(s), e.g. {first['path']}: {first['reason']}; nothing was published")
+    merged: dict[str, dict[str, int]] = {"formats": {}, "transcoded": {}}
+    split_info: dict[str, dict[str, Any]] = {}
+    classes = [display(c) for c in job.classes]
+    for s in job.split_names:
+        mine = [o for o in outcomes if o.split == s]
+        if not mine:
+            continue
+        infos = writer.rebalance(staging, [o.info for o in mine], job.compression, job.index)
+        class_counts = dict.fromkeys(classes, 0)
+        for o in mine:
+            for c, n in o.class_counts.items():
+                class_counts[c] += n
+            for key in ("formats", "transcoded"):
+                for k, n in getattr(o, key).items():
+                    merged[key][k] = merged[key].get(k, 0) + n
+        split_info[s] = {
+            "records": sum(i.records for i in infos),
+            "class_counts": class_counts,
+            "shards": [i.as_json() for i in infos],
+        }
+    orient = sum(o.orientation_ignored for o in outcomes)
+    warnings = list(job.warnings)
+    if orient:
+        warnings.append(
+            f"{orient} JPEG(s) carry an EXIF rotation that --encoding keep leaves to the reader "
+            "(tf.io.decode_jpeg ignores it); use --encoding jpeg to apply it"
+        )
+        emit("warning", warnings[-1])
+    t_end = time.perf_counter()
     manifest = build_manifest(
-        classes=classes, label_offset=label_offset, options=options, splits=split_info, skipped=state.skipped,
-        transcoded=state.transcoded, formats=state.formats, ignored_files=found.ignored_files,
+        classes=classes, label_offset=job.label_offset, options=job.options, splits=split_info, skipped=skipped,
+        transcoded=merged["transcoded"], formats=merged["formats"], ignored_files=job.ignored_files, engine=engine,
     )  # fmt: skip
     files = [sh["file"] for si in split_info.values() for sh in si["shards"]]
     files += [sh["index"] for si in split_info.values() for sh in si["shards"] if "index" in sh]
     try:
-        writer.publish(staging, output_dir, files, {LABELS_NAME: labels_text(classes), MANIFEST_NAME: manifest_text(manifest)})
+        writer.publish(staging, job.output_dir, files, {LABELS_NAME: labels_text(classes), MANIFEST_NAME: manifest_text(manifest)})
     except OSError as e:
-        writer.discard_staging(staging)
-        raise DataError(f"cannot publish the dataset in {output_dir}: {e.strerror or e}") from None
+        raise DataError(f"cannot publish the dataset in {job.output_dir}: {e.strerror or e}") from None
 
-    steady = max(t_end - t_ready, 1e-9)
-    elapsed = t_end - t_start
-    summary.update(
-        images=state.images,
-        records=sum(si["records"] for si in split_info.values()),
-        bytes=sum(sh["bytes"] for si in split_info.values() for sh in si["shards"]),
-        input_bytes=state.bytes_read,
-        skipped=len(state.skipped),
-        skipped_files=state.skipped,
-        transcoded=manifest["transcoded"],
-        formats=manifest["formats"],
-        splits={
+    images = sum(o.images for o in outcomes)
+    bytes_read = sum(o.bytes_read for o in outcomes)
+    elapsed = max(t_end - timing.start, 1e-9)
+    steady = max(t_end - (timing.ready or timing.start), 1e-9)
+    return {
+        "input": job.input_dir,
+        "output": job.output_dir,
+        "dry_run": False,
+        "engine": engine,
+        "classes": classes,
+        "images": images,
+        "records": sum(si["records"] for si in split_info.values()),
+        "bytes": sum(sh["bytes"] for si in split_info.values() for sh in si["shards"]),
+        "input_bytes": bytes_read,
+        "skipped": len(skipped),
+        "skipped_files": skipped,
+        "ignored_files": job.ignored_files,
+        "transcoded": manifest["transcoded"],
+        "formats": manifest["formats"],
+        "splits": {
             s: {"records": si["records"], "shards": len(si["shards"]), "bytes": sum(sh["bytes"] for sh in si["shards"])}
             for s, si in split_info.items()
         },
-        warnings=summary["warnings"] + state.late_warnings,
-        elapsed_seconds=round(elapsed, 3),
-        images_per_second=round(state.images / max(elapsed, 1e-9), 1),
-        mb_per_second=round(state.bytes_read / 1e6 / max(elapsed, 1e-9), 2),
-        steady_seconds=round(steady, 3),
-        steady_images_per_second=round((state.images - n_prefetched) / steady, 1),
-        steady_mb_per_second=round((state.bytes_read - state.prefetched_bytes(n_prefetched)) / 1e6 / steady, 2),
-        workers=enc.workers,
-    )
-    return summary
+        "warnings": warnings,
+        "workers": timing.workers,
+        "elapsed_seconds": round(elapsed, 3),
+        "images_per_second": round(images / elapsed, 1),
+        "mb_per_second": round(bytes_read / 1e6 / elapsed, 2),
+        "steady_seconds": round(steady, 3),
+        "steady_images_per_second": round((images - timing.prefetched_images) / steady, 1),
+        "steady_mb_per_second": round((bytes_read - timing.prefetched_bytes) / 1e6 / steady, 2),
+    }
 
 
-class _RunState:
-    """Counters of one run (kept out of convert() to keep it readable)."""
-
-    def __init__(self) -> None:
-        self.images = 0
-        self.bytes_read = 0
-        self.skipped: list[dict[str, str]] = []
-        self.transcoded: dict[str, int] = {}
-        self.formats: dict[str, int] = {}
-        self.orientation_ignored = 0
-        self.late_warnings: list[str] = []
-        self._sizes: list[int] = []
-
-    def count(self, size: int) -> None:
-        self.images += 1
-        self.bytes_read += size
-        if len(self._sizes) < 1_000_000:
-            self._sizes.append(size)
-
-    def prefetched_bytes(self, n: int) -> int:
-        return sum(self._sizes[:n])
-
-    def record(self, fmt: str, transcoded: str | None, orient: bool) -> None:
-        self.formats[fmt] = self.formats.get(fmt, 0) + 1
-        if transcoded:
-            self.transcoded[transcoded] = self.transcoded.get(transcoded, 0) + 1
-        self.orientation_ignored += orient
-
-    def skip(self, item: ImageItem, split: str, reason: str, emit: Callable[[str, str], None], strict: bool) -> None:
-        rel = _display(item.rel)
-        self.skipped.append({"path": rel, "split": split, "reason": reason})
-        emit("skipped", f"{rel}: {reason}")
-        if strict:
-            raise DataError(f"--strict: {rel}: {reason}; nothing was published")
+def _plan_summary(job: Job, timing: Timing) -> dict[str, Any]:
+    splits: dict[str, Any] = {}
+    for shard in job.plan:
+        sp = splits.setdefault(shard.split, {"images": 0, "class_counts": dict.fromkeys(map(display, job.classes), 0), "shards": []})
+        sp["images"] += len(shard.tasks)
+        sp["shards"].append({"file": shard.name, "images": len(shard.tasks)})
+        for t in shard.tasks:
+            sp["class_counts"][display(t[4])] += 1
+    return {
+        "input": job.input_dir,
+        "output": job.output_dir,
+        "dry_run": True,
+        "classes": [display(c) for c in job.classes],
+        "images": job.tasks,
+        "splits": splits,
+        "ignored_files": job.ignored_files,
+        "warnings": job.warnings,
+        "options": job.options,
+        "elapsed_seconds": round(time.perf_counter() - timing.start, 3),
+    }
 
 
 def _prefetch(results: Iterator[Result], tf_thread: threading.Thread) -> list[Result]:
@@ -356,23 +408,11 @@ def _prefetch(results: Iterator[Result], tf_thread: threading.Thread) -> list[Re
 
 
 def _chain(first: list[Result], rest: Iterator[Result]) -> Iterator[Result]:
-    yield from first
+    held = collections.deque(first)
     first.clear()
+    while held:  # hand the prefetched results out and let go of them one by one
+        yield held.popleft()
     yield from rest
-
-
-def _remove_if_empty(path: str) -> None:
-    try:
-        os.rmdir(path)
-    except OSError:
-        pass
-
-
-def _class_counts(items: list[ImageItem], classes: list[str]) -> dict[str, int]:
-    counts = dict.fromkeys(classes, 0)
-    for it in items:
-        counts[it.text] += 1
-    return {_display(c): n for c, n in counts.items()}
 
 
 def _estimate_bytes(items: list[ImageItem], opts: EncodeOptions) -> int:
@@ -381,5 +421,7 @@ def _estimate_bytes(items: list[ImageItem], opts: EncodeOptions) -> int:
     if opts.resize is None:
         return source * (10 if opts.encoding == "raw" else 1)
     w, h = (opts.resize, opts.resize * 4 // 3) if isinstance(opts.resize, int) else opts.resize
-    per_pixel = {"raw": 3.0, "png": 1.5, "jpeg": 0.3, "keep": 0.3}[opts.encoding]
-    return min(source, int(len(items) * w * h * per_pixel)) if opts.encoding != "raw" else int(len(items) * w * h * 3)
+    if opts.encoding == "raw":
+        return len(items) * w * h * 3
+    per_pixel = {"png": 1.5, "jpeg": 0.3, "keep": 0.3}[opts.encoding]
+    return min(source, int(len(items) * w * h * per_pixel))

@@ -1,22 +1,28 @@
-"""Shards: how many, which records go where, writing them, and publishing them atomically.
+"""Shards: how many, which images go where, writing them, and publishing them atomically.
 
-Shard boundaries are ``round(n * i / k)`` over a split's shuffled candidate list (as TFDS does),
-so record counts differ by at most one (a skipped image makes its shard one smaller) and every
-shard mixes classes. Shards are written into a hidden staging folder inside the output directory
-and renamed into place only when the whole run succeeded, so an interrupted or failed run never
-leaves a file under a final shard name; ``dataset.json`` is written last.
+The shard plan cuts a split's shuffled candidate list at ``round(n * i / k)`` (as TFDS does), so
+every shard mixes classes. A skipped image would leave its shard one record short; when that
+makes a split's counts differ by more than one, `rebalance` re-cuts the written records (records
+are copied, not re-encoded) so that counts always differ by at most one.
+
+Shards are written into a hidden staging folder inside the output directory and renamed into
+place only when the whole run succeeded, so an interrupted or failed run never leaves a file under
+a final shard name; ``dataset.json`` is written last. Any engine (local processes, Beam workers)
+runs the same `write_shard`, so the bytes do not depend on the engine.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
-import os
 import re
-import shutil
+from array import array
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
-from img2tfrecord.errors import UsageError
+from img2tfrecord import fs
+from img2tfrecord.encoder import Result, Task
+from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.tf_import import tensorflow
 
 TARGET_SHARD_BYTES = 200 * 1024 * 1024  # ceil(total / 200 MiB) shards -> each in (100, 200] MiB
@@ -55,11 +61,9 @@ def auto_shard_counts(
         if unknown:
             raise UsageError(f"--shards names split(s) {', '.join(unknown)}; the splits are {', '.join(split_bytes)}")
         counts.update({s: requested[s] for s in names if s in requested})
-        given = [s for s in counts]
-        per = sum(split_bytes[s] for s in given) / max(1, sum(counts.values())) if given else TARGET_SHARD_BYTES
+        per = sum(split_bytes[s] for s in counts) / max(1, sum(counts.values())) if counts else TARGET_SHARD_BYTES
         for s in names:
-            if s not in counts:
-                counts[s] = max(1, round(split_bytes[s] / per)) if given else max(1, math.ceil(split_bytes[s] / per))
+            counts.setdefault(s, max(1, round(split_bytes[s] / per)))
     elif isinstance(requested, int):
         total = sum(split_bytes[s] for s in names) or 1
         exact = {s: requested * split_bytes[s] / total for s in names}
@@ -77,6 +81,29 @@ def auto_shard_counts(
     return counts, warnings
 
 
+@dataclass(frozen=True)
+class ShardTask:
+    """One shard of the plan: which images, in which order. The unit of work of every engine."""
+
+    split: str
+    index: int
+    count: int
+    tasks: tuple[Task, ...]
+
+    @property
+    def name(self) -> str:
+        return shard_name(self.split, self.index, self.count)
+
+
+def make_plan(splits: dict[str, list[Task]], counts: dict[str, int]) -> list[ShardTask]:
+    return [
+        ShardTask(s, i, counts[s], tuple(tasks[a:b]))
+        for s, tasks in splits.items()
+        if tasks
+        for i, (a, b) in enumerate(shard_bounds(len(tasks), counts[s]))
+    ]
+
+
 @dataclass
 class ShardInfo:
     """What the manifest records of a written shard."""
@@ -87,100 +114,151 @@ class ShardInfo:
     sha256: str = ""
     index: str | None = None
 
-    def as_json(self) -> dict:
-        d = {"file": self.file, "records": self.records, "bytes": self.bytes, "sha256": self.sha256}
+    def as_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"file": self.file, "records": self.records, "bytes": self.bytes, "sha256": self.sha256}
         if self.index:
             d["index"] = self.index
         return d
 
 
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-@dataclass
 class ShardWriter:
-    """One shard being written in the staging folder with tf.io.TFRecordWriter."""
+    """One shard file written with tf.io.TFRecordWriter; closes with fsync, sha256 and DALI index."""
 
-    staging: str
-    name: str
-    compression: str | None = None
-    index: bool = False
-    info: ShardInfo = field(init=False)
-    _offsets: list[tuple[int, int]] = field(default_factory=list, init=False)
-    _pos: int = field(default=0, init=False)
-
-    def __post_init__(self) -> None:
+    def __init__(self, directory: str, name: str, compression: str | None = None, index: bool = False, final_name: str | None = None) -> None:
         tf = tensorflow()
-        self.info = ShardInfo(self.name)
-        options = tf.io.TFRecordOptions(compression_type=COMPRESSIONS[self.compression])
-        self._writer = tf.io.TFRecordWriter(os.path.join(self.staging, self.name), options)
+        self.path = fs.join(directory, name)
+        self.info = ShardInfo(final_name or name)
+        self.index = index
+        self._sizes = array("Q")
+        options = tf.io.TFRecordOptions(compression_type=COMPRESSIONS[compression])
+        self._writer = tf.io.TFRecordWriter(self.path, options)
 
     def write(self, record: bytes) -> None:
         self._writer.write(record)
-        size = len(record) + RECORD_OVERHEAD
-        if self.index:
-            self._offsets.append((self._pos, size))
-        self._pos += size
+        self._sizes.append(len(record) + RECORD_OVERHEAD)
         self.info.records += 1
 
     def close(self) -> ShardInfo:
-        """Flush, fsync and checksum the shard (and write its DALI index)."""
         self._writer.close()
-        path = os.path.join(self.staging, self.name)
-        _fsync(path)
-        self.info.bytes = os.path.getsize(path)
-        self.info.sha256 = sha256_file(path)
+        fs.fsync(self.path)
+        self.info.bytes = fs.getsize(self.path)
+        self.info.sha256 = fs.sha256(self.path)
         if self.index:
-            self.info.index = self.name + ".idx"
-            with open(os.path.join(self.staging, self.info.index), "w", encoding="ascii") as f:
-                f.writelines(f"{off} {size}\n" for off, size in self._offsets)
-                f.flush()
-                os.fsync(f.fileno())
+            self.info.index = self.info.file + ".idx"
+            lines, pos = [], 0
+            for size in self._sizes:
+                lines.append(f"{pos} {size}\n")
+                pos += size
+            fs.write_text(self.path + ".idx", "".join(lines))
         return self.info
+
+
+@dataclass
+class ShardOutcome:
+    """Everything the manifest needs from one written shard (engines send these back)."""
+
+    split: str
+    info: ShardInfo
+    class_counts: dict[str, int] = field(default_factory=dict)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    formats: dict[str, int] = field(default_factory=dict)
+    transcoded: dict[str, int] = field(default_factory=dict)
+    orientation_ignored: int = 0
+    images: int = 0
+    bytes_read: int = 0
+
+
+def write_shard(
+    shard: ShardTask,
+    results: Iterable[Result],
+    staging: str,
+    *,
+    compression: str | None,
+    index: bool,
+    strict: bool = False,
+    on_skip: Callable[[str, str], None] | None = None,
+    on_image: Callable[[int], None] | None = None,
+) -> ShardOutcome:
+    """Write the encoded results of `shard.tasks` (same order) into staging/<shard name>."""
+    sw = ShardWriter(staging, shard.name, compression, index)
+    out = ShardOutcome(shard.split, sw.info)
+    for task, (rec, fmt_or_reason, transcoded, orient, size) in zip(shard.tasks, results):
+        out.images += 1
+        out.bytes_read += size
+        if rec is None:
+            rel = display(task[1])
+            out.skipped.append({"path": rel, "split": shard.split, "reason": fmt_or_reason})
+            if on_skip:
+                on_skip(rel, fmt_or_reason)
+            if strict:
+                raise DataError(f"--strict: {rel}: {fmt_or_reason}; nothing was published")
+        else:
+            sw.write(rec)
+            text = display(task[4])
+            out.class_counts[text] = out.class_counts.get(text, 0) + 1
+            out.formats[fmt_or_reason] = out.formats.get(fmt_or_reason, 0) + 1
+            if transcoded:
+                out.transcoded[transcoded] = out.transcoded.get(transcoded, 0) + 1
+            out.orientation_ignored += orient
+        if on_image:
+            on_image(size)
+    sw.close()
+    return out
+
+
+def display(name: str) -> str:
+    """A file or class name as valid UTF-8 text (undecodable bytes shown as \\xNN)."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def rebalance(staging: str, infos: list[ShardInfo], compression: str | None, index: bool) -> list[ShardInfo]:
+    """Re-cut one split's shards so record counts differ by at most one (after skipped images).
+
+    Records are streamed in order from the old shards into new ones: the global record order is
+    unchanged and nothing is decoded, so the result is what the plan would have produced had the
+    skipped files never been there.
+    """
+    counts = [i.records for i in infos]
+    if max(counts) - min(counts) <= 1:
+        return infos
+    tf = tensorflow()
+    old = [fs.join(staging, i.file) for i in infos]
+    records = iter(tf.data.TFRecordDataset(old, compression_type=COMPRESSIONS[compression]).as_numpy_iterator())
+    new = []
+    for info, (a, b) in zip(infos, shard_bounds(sum(counts), len(infos))):
+        sw = ShardWriter(staging, info.file + ".rebalanced", compression, index, final_name=info.file)
+        for _ in range(b - a):
+            sw.write(next(records))
+        new.append(sw)
+    infos = [sw.close() for sw in new]
+    for info in infos:
+        fs.rename(fs.join(staging, info.file + ".rebalanced"), fs.join(staging, info.file))
+        if index:
+            fs.rename(fs.join(staging, info.file + ".rebalanced.idx"), fs.join(staging, info.index))
+    return infos
+
+
+def check_output(output_dir: str, overwrite: bool) -> None:
+    """Refuse a non-empty output directory unless --overwrite (exit 2, before any work)."""
+    if fs.exists(output_dir) and not fs.isdir(output_dir):
+        raise UsageError(f"output {output_dir} exists and is not a directory")
+    if fs.isdir(output_dir):
+        existing = [n for n in fs.listdir(output_dir) if n != STAGING_DIR]
+        if existing and not overwrite:
+            raise UsageError(f"output {output_dir} is not empty ({len(existing)} entries): choose another folder or add --overwrite")
 
 
 def prepare_output(output_dir: str, overwrite: bool) -> str:
     """Check the output directory and create a fresh staging folder inside it; return its path."""
-    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise UsageError(f"output {output_dir} exists and is not a directory")
-    if os.path.isdir(output_dir):
-        existing = [n for n in os.listdir(output_dir) if n != STAGING_DIR]
-        if existing and not overwrite:
-            raise UsageError(f"output {output_dir} is not empty ({len(existing)} entries): choose another folder or add --overwrite")
+    check_output(output_dir, overwrite)
+    staging = fs.join(output_dir, STAGING_DIR)
     try:
-        os.makedirs(output_dir, exist_ok=True)
-        staging = os.path.join(output_dir, STAGING_DIR)
-        shutil.rmtree(staging, ignore_errors=True)
-        os.makedirs(staging)
+        fs.makedirs(output_dir)
+        fs.rmtree(staging)
+        fs.makedirs(staging)
     except OSError as e:
-        raise UsageError(f"cannot create output {output_dir}: {e.strerror}") from None
+        raise UsageError(f"cannot create output {output_dir}: {e.strerror or e}") from None
     return staging
-
-
-def discard_staging(staging: str) -> None:
-    shutil.rmtree(staging, ignore_errors=True)
-
-
-def write_text_atomic(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def publish(staging: str, output_dir: str, files: list[str], metadata: dict[str, str]) -> None:
@@ -190,15 +268,16 @@ def publish(staging: str, output_dir: str, files: list[str], metadata: dict[str,
     first, so a dataset never mixes `-of-00004` and `-of-00005` shards.
     """
     keep = set(files)
-    for name in os.listdir(output_dir):
+    for name in fs.listdir(output_dir):
         if name in metadata or (SHARD_NAME_RE.match(name) and name not in keep):
-            os.remove(os.path.join(output_dir, name))
+            fs.remove(fs.join(output_dir, name))
     for name in files:
-        os.replace(os.path.join(staging, name), os.path.join(output_dir, name))
+        fs.rename(fs.join(staging, name), fs.join(output_dir, name))
     for name, text in metadata.items():
-        write_text_atomic(os.path.join(output_dir, name), text)
-    discard_staging(staging)
-    try:
-        _fsync(output_dir)
-    except OSError:
-        pass
+        fs.write_text(fs.join(output_dir, name), text)
+    fs.rmtree(staging)
+    if not fs.is_remote(output_dir):
+        try:
+            fs.fsync(output_dir)
+        except OSError:
+            pass
