@@ -737,8 +737,11 @@ def contact_sheet_size(rows: int, per_row: int) -> tuple[int, int]:
 
 
 def _thumbnail(info: RecordInfo) -> Any:
-    """An RGB thumbnail of the pixels as stored (no EXIF rotation: what TensorFlow decodes)."""
-    from PIL import Image  # noqa: PLC0415
+    """An RGB thumbnail of the pixels as stored (no EXIF rotation: what TensorFlow decodes).
+
+    Small images are scaled up to the cell, so a 32x32 dataset is as easy to judge as a photo one.
+    """
+    from PIL import Image, ImageOps  # noqa: PLC0415
 
     if info.format == FORMAT_RAW:
         png = _raw_to_png(info)
@@ -748,7 +751,10 @@ def _thumbnail(info: RecordInfo) -> Any:
     else:
         img = Image.open(io.BytesIO(info.image or b""))
         img.draft("RGB", (THUMB, THUMB))  # JPEG: decode at reduced scale
-    img.thumbnail((THUMB, THUMB))
+    img.load()
+    if img.mode not in ("L", "LA", "RGB", "RGBA"):
+        img = img.convert("RGBA" if img.mode in ("PA", "P") and "transparency" in img.info else "RGB")
+    img = ImageOps.contain(img, (THUMB, THUMB))
     if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
         img = img.convert("RGBA")
         bg = Image.new("RGBA", img.size, (255, 255, 255, 255))
