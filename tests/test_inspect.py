@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import re
@@ -93,7 +94,7 @@ def test_default_report_shows_files_schema_labels_sizes_and_first_records(ours: 
         assert re.search(rf"\n\s+{label}\s+{cls}\s+\u2588+\s+{counts[cls]}\n", out), out
     hs = sorted(it.h for it in ours.items)
     assert f"height:   min {hs[0]}, median {hs[(len(hs) - 1) // 2]}, max {hs[-1]}" in out
-    assert "first 5 records:" in out
+    assert f"first 5 records of {ours.out / 'train-00000-of-00002'}:" in out
     for it in ours.shard_items["train-00000-of-00002"][:5]:
         assert re.search(rf"{re.escape(it.filename)}\s+{it.label}\s+{it.cls}\s+{it.h}x{it.w}x{it.channels}\s+{it.fmt}\s+{len(it.encoded):,}", out)
 
@@ -510,3 +511,21 @@ def test_memory_stays_flat_on_a_large_shard(tmp_path: Path) -> None:
     assert report.ok and report.total.records == 48
     assert peak < 8 * 2**20, f"peak {peak / 2**20:.1f} MiB while reading a 48 MiB shard"
 
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_verify_shows_a_progress_bar_on_a_terminal(ours: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> None:
+    term = _Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    monkeypatch.setenv("COLUMNS", "100")
+    assert inspector.inspect([ours.out], verify=True, progress=True).ok
+    total = sum((ours.out / n).stat().st_size for n in ours.shard_items)
+    assert re.search(rf"verify:\s+0%.*/{total / 1024:.1f}k \[", term.getvalue()), term.getvalue()  # sized in on-disk bytes
+    quiet = _Terminal()
+    monkeypatch.setattr(sys, "stderr", quiet)
+    inspector.inspect([ours.out], progress=True)  # no bar without --verify
+    assert quiet.getvalue() == ""

@@ -75,12 +75,15 @@ def _details(s: dict[str, Any], title: str) -> list[str]:
     if s["channels"]:
         out.append("  channels: " + ", ".join(f"{k}: {v:,}" for k, v in s["channels"].items()))
     if s["first_records"]:
-        out.append(f"  first {len(s['first_records'])} records:")
-        rows = [["#", "filename", "label", "text", "HxWxC", "format", "bytes"]]
+        sources = list(dict.fromkeys(r.get("file") for r in s["first_records"]))
+        of = f" of {sources[0]}" if len(sources) == 1 and sources[0] else ""
+        out.append(f"  first {len(s['first_records'])} records{of}:")
+        rows = [["#", "filename", "label", "text", "HxWxC", "format", "bytes"] + (["file"] if len(sources) > 1 else [])]
         for r in s["first_records"]:
             shape = "x".join("?" if r[k] is None else str(r[k]) for k in ("height", "width", "channels"))
             enc = "" if r["encoded_bytes"] is None else f"{r['encoded_bytes']:,}"
-            rows.append([str(r["index"]), r["filename"] or "", "" if r["label"] is None else str(r["label"]), r["text"] or "", shape, r["format"] or "", enc])
+            rows.append([str(r["index"]), r["filename"] or "", "" if r["label"] is None else str(r["label"]), r["text"] or "", shape, r["format"] or "", enc]
+                        + ([r.get("file") or ""] if len(sources) > 1 else []))
         out += _table(rows, "    ")
     return out
 
