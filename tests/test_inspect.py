@@ -97,6 +97,9 @@ def test_default_report_shows_files_schema_labels_sizes_and_first_records(ours: 
     assert f"first 5 records of {ours.out / 'train-00000-of-00002'}:" in out
     for it in ours.shard_items["train-00000-of-00002"][:5]:
         assert re.search(rf"{re.escape(it.filename)}\s+{it.label}\s+{it.cls}\s+{it.h}x{it.w}x{it.channels}\s+{it.fmt}\s+{len(it.encoded):,}", out)
+    per_file = run(ours.out, "--per-file").stdout
+    for name, items in ours.shard_items.items():
+        assert f"\n{ours.out / name}: {len(items)} records, " in per_file
 
 
 def test_json_is_the_truth(ours: SimpleNamespace) -> None:
@@ -194,6 +197,14 @@ def test_foreign_examples_unknown_missing_and_float_keys(tmp_path: Path) -> None
     r = run(path)
     assert r.exit_code == 0
     assert re.search(r"image/object/bbox/xmin\s+float\s+0\.\.2\s+in 2 of 3 records", r.stdout)
+
+
+def test_verify_leaves_payloads_that_are_not_images_alone(tmp_path: Path) -> None:
+    path = tmp_path / "tensors.tfrecord"  # the tutorial pattern: tf.io.serialize_tensor bytes under image_raw
+    write_frames(path, [example({"image_raw": ("bytes", [bytes(range(48))]), "label": ("int64", [i])}) for i in range(2)])
+    code, data = run_json(path, "--verify")
+    assert code == 0 and data["total"]["formats"] == {"unknown": 2}
+    assert [x["label"] for x in data["total"]["labels"]] == [0, 1]
 
 
 def test_records_that_are_not_examples(tmp_path: Path) -> None:

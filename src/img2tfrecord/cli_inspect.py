@@ -161,6 +161,12 @@ def inspect_command(
     PATH is a shard file, a glob, an output directory (its dataset.json lists the shards) or a
     unique prefix of a shard file name (out/train-00000 finds out/train-00000-of-00016).
 
+    \b
+      img2tfrecord inspect out --verify
+      img2tfrecord inspect out/train-00000 -n 20 --json
+      img2tfrecord inspect out --extract imgs/ --all
+      img2tfrecord inspect out --contact-sheet sheet.png -n 8
+
     Exit status: 0 if no problem was found, 1 if any was, 2 for usage errors.
     """
     from img2tfrecord import inspector  # noqa: PLC0415 - keeps --help fast

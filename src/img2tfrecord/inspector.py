@@ -207,6 +207,8 @@ class TFRecordFile:
                 except StopIteration:
                     break
                 except (EOFError, OSError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+                    if self.compression == "none":
+                        raise FramingError(index, offset, f"read error: {e}") from e
                     raise FramingError(index, offset, f"{self.compression} stream is damaged: {e}") from e
                 index, offset = rec.index + 1, rec.offset + HEADER_BYTES + len(rec.data) + FOOTER_BYTES
                 yield rec
@@ -567,6 +569,8 @@ class _ImageChecker:
                 yield f"RAW image with impossible shape {h}x{w}x{c}"
             elif len(info.image) != h * w * c:
                 yield f"RAW image holds {len(info.image):,} bytes, but {h}x{w}x{c} needs {h * w * c:,}"
+            return
+        if info.format is None:  # not an image we know (e.g. a serialized tensor): nothing to decode
             return
         try:
             shape = tuple(int(d) for d in self.tf.io.decode_image(info.image, channels=0, expand_animations=False).shape)
@@ -983,8 +987,10 @@ def _scan_file(
     probs = _Problems(str(ref.path), sink)
     if not ref.path.is_file():
         fr.exists = False
-        why = "listed in dataset.json but missing" if ref.entry is not None else "missing"
-        probs.add(None, None, why if ref.path.exists() is False else "not a regular file")
+        if ref.path.exists():
+            probs.add(None, None, "not a regular file")
+        else:
+            probs.add(None, None, "listed in dataset.json but missing" if ref.entry is not None else "missing")
         fr.problems = probs.count
         return fr, probs
     man = ref.manifest

@@ -155,6 +155,8 @@ class Manifest:
             if split is not None and name != split:
                 continue
             for entry in info.get("shards") or []:
+                if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
+                    raise DataError(f"{self.dir / MANIFEST}: split {name}: a shard entry without a file name")
                 out.append(ShardRef(self.dir / entry["file"], name, self, entry))
         return out
 
