@@ -294,6 +294,10 @@ def test_gzip_zlib_and_damaged_gzip(tmp_path: Path) -> None:
             w.write(it.serialize())
     code, data = run_json(z)
     assert code == 0 and data["total"]["compression"] == "zlib" and data["total"]["records"] == 4
+    zcut = tmp_path / "cut.zlib"
+    zcut.write_bytes(z.read_bytes()[:-20])
+    code, data = run_json(zcut)
+    assert code == 1 and "zlib stream is damaged: the zlib stream ends early" in data["problems"][0]["message"]
 
     shard = out / "train-00000-of-00001"
     cut = tmp_path / "cut.gz"
@@ -301,6 +305,7 @@ def test_gzip_zlib_and_damaged_gzip(tmp_path: Path) -> None:
     code, data = run_json(cut)
     assert code == 1 and "gzip stream is damaged" in data["problems"][0]["message"]
     assert data["total"]["records"] < 4
+    assert re.search(rf"{cut}: record \d+ at byte [\d,]+ \(decompressed\): gzip stream is damaged", run(cut).stdout)
 
     plain = tmp_path / "plain"
     plain.write_bytes(gzip.decompress(shard.read_bytes()))

@@ -109,7 +109,8 @@ def format_report(rep: dict[str, Any], per_file: bool = False) -> str:
         lines += ["", f"contact sheet: {c['file']} ({c['width']}x{c['height']}, {c['rows']} rows)"]
     n = len(rep["problems"]) + rep["problems_omitted"]
     if n:
-        lines += ["", f"problems ({n}):"] + [f"  {_problem(p)}" for p in rep["problems"]]
+        compressed = {f["path"] for f in files if f["compression"] not in (None, "none")}
+        lines += ["", f"problems ({n}):"] + [f"  {_problem(p, p['file'] in compressed)}" for p in rep["problems"]]
         if rep["problems_omitted"]:
             lines.append(f"  ... and {rep['problems_omitted']} more")
     elif rep["verified"]:
@@ -118,12 +119,12 @@ def format_report(rep: dict[str, Any], per_file: bool = False) -> str:
     return "\n".join(lines)
 
 
-def _problem(p: dict[str, Any]) -> str:
+def _problem(p: dict[str, Any], compressed: bool = False) -> str:
     where = p["file"]
     if p["record"] is not None:
         where += f": record {p['record']}"
     if p["offset"] is not None:
-        where += f" at byte {p['offset']:,}"
+        where += f" at byte {p['offset']:,}" + (" (decompressed)" if compressed else "")
     return f"{where}: {p['message']}"
 
 

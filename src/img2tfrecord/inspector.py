@@ -105,20 +105,15 @@ class _ZlibReader:
     def __init__(self, raw: _CountingReader) -> None:
         self._raw = raw
         self._d = zlib.decompressobj()
-        self._buf = b""
 
     def read(self, n: int) -> bytes:
         out: list[bytes] = []
         need = n
-        if self._buf:
-            out.append(self._buf[:need])
-            self._buf = self._buf[need:]
-            need -= len(out[-1])
         while need > 0 and not self._d.eof:
             chunk = self._d.unconsumed_tail or self._raw.read(1 << 16)
-            if not chunk:
+            piece = self._d.decompress(chunk, need)  # with no input left, this drains zlib's own buffer
+            if not chunk and not piece:
                 raise EOFError("the zlib stream ends early (file truncated)")
-            piece = self._d.decompress(chunk, need)
             out.append(piece)
             need -= len(piece)
         return b"".join(out)
@@ -186,7 +181,7 @@ class TFRecordFile:
 
     @property
     def sha256(self) -> str | None:
-        """Hex sha256 of the whole file, available after `finish()`."""
+        """Hex sha256 of the whole file (when asked for), once iteration has ended."""
         return self._raw.hexdigest() if self._raw else None
 
     def __iter__(self) -> Iterator[RawRecord]:
@@ -206,7 +201,11 @@ class TFRecordFile:
                     rec = next(it)
                 except StopIteration:
                     break
+                except FramingError:
+                    raw.drain()  # the hash still covers the whole file
+                    raise
                 except (EOFError, OSError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+                    raw.drain()
                     if self.compression == "none":
                         raise FramingError(index, offset, f"read error: {e}") from e
                     raise FramingError(index, offset, f"{self.compression} stream is damaged: {e}") from e
