@@ -113,7 +113,7 @@ class _ZlibReader:
             chunk = self._d.unconsumed_tail or self._raw.read(1 << 16)
             piece = self._d.decompress(chunk, need)  # with no input left, this drains zlib's own buffer
             if not chunk and not piece:
-                raise EOFError("the zlib stream ends early (file truncated)")
+                raise EOFError("it ends early (file truncated?)")
             out.append(piece)
             need -= len(piece)
         return b"".join(out)
