@@ -15,8 +15,10 @@ Anything wrong with a file raises `SkipImage` with a short, human reason.
 from __future__ import annotations
 
 import io
+import os
 import warnings
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
@@ -56,19 +58,30 @@ class EncodeOptions:
         return self.encoding != "keep" or self.resize is not None or self.channels != "keep"
 
 
-@dataclass(frozen=True)
-class Encoded:
-    """A serialized Example plus the facts the manifest counts."""
+class Result(NamedTuple):
+    """What a worker sends back for one image: small, except for re-encoded payloads.
 
-    record: bytes
-    image_format: str
-    transcoded: str | None  # e.g. "GIF->PNG", or None when the bytes were kept
+    kind "keep": the file's own bytes are the payload. Workers leave `payload` None so that ~100 KB
+    per image does not cross a process pipe; the writer re-reads the file (page cache) and checks
+    that its size and mtime (`stamp`) did not change since validation.
+    kind "encoded": `payload` is the new encoding (PNG/JPEG/RAW). kind "skip": `fmt` is the reason.
+    """
+
+    kind: str
+    payload: bytes | None
+    fmt: str
+    height: int = 0
+    width: int = 0
+    channels: int = 0
+    transcoded: str | None = None  # e.g. "GIF->PNG" in keep mode
     orientation_ignored: bool = False  # keep mode left an EXIF rotation to the reader
+    size: int = 0  # bytes read
+    stamp: tuple[int, int] = (0, 0)  # (size, mtime_ns) when validated
 
 
-def encode_image(path: str, filename: str, label: int, text: str, opts: EncodeOptions) -> Encoded:
-    """Read one file and return its serialized Example, or raise SkipImage."""
-    data = _read(path)
+def encode_image(path: str, opts: EncodeOptions, ship_bytes: bool = True) -> Result:
+    """Read and check one file; return how to store it, or raise SkipImage."""
+    data, stamp = _read(path)
     im = _open(data)
     fmt = im.format or "unknown"
     width, height = im.size
@@ -77,39 +90,51 @@ def encode_image(path: str, filename: str, label: int, text: str, opts: EncodeOp
             f"{width}x{height} = {width * height:,} pixels exceeds --max-pixels {opts.max_pixels:,} "
             "(possible decompression bomb); raise --max-pixels to include it"
         )
-    fname = filename.encode("utf-8", "surrogateescape")
-    tname = text.encode("utf-8", "surrogateescape")
     try:
         if not opts.reencodes:
             kept = _keep(im, data, fmt, opts.validate)
             if kept is not None:
                 out_fmt, channels, orient = kept
-                rec = serialize_example(
-                    encoded=data, image_format=out_fmt, height=height, width=width, channels=channels,
-                    label=label, text=tname, filename=fname,
-                )  # fmt: skip
-                return Encoded(rec, out_fmt, None, orient)
+                payload = data if ship_bytes else None
+                return Result("keep", payload, out_fmt, height, width, channels, None, orient, len(data), stamp)
         payload, out_fmt, (h, w, c) = _transcode(im, fmt, opts)
     except SkipImage:
         raise
     except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError, EOFError, struct.error...
         raise SkipImage(f"corrupt or truncated {fmt} image: {_describe(e)}") from None
-    rec = serialize_example(
-        encoded=payload, image_format=out_fmt, height=h, width=w, channels=c, label=label, text=tname, filename=fname
-    )
     source = "CMYK JPEG" if fmt in ("JPEG", "MPO") and im.mode == "CMYK" else fmt
-    return Encoded(rec, out_fmt, None if opts.reencodes else f"{source}->{out_fmt}")
+    transcoded = None if opts.reencodes else f"{source}->{out_fmt}"
+    return Result("encoded", payload, out_fmt, h, w, c, transcoded, False, len(data), stamp)
 
 
-def _read(path: str) -> bytes:
+def to_record(task: Task, result: Result) -> bytes:
+    """The serialized Example of a non-skipped result; re-reads kept files (raises SkipImage)."""
+    path, _rel, filename, label, text, _size = task
+    payload = result.payload
+    if payload is None:
+        payload, stamp = _read(path)
+        if stamp != result.stamp:
+            raise SkipImage("file changed while it was being converted; run again")
+    return serialize_example(
+        encoded=payload, image_format=result.fmt, height=result.height, width=result.width,
+        channels=result.channels, label=label, text=text.encode("utf-8", "surrogateescape"),
+        filename=filename.encode("utf-8", "surrogateescape"),
+    )  # fmt: skip
+
+
+def _read(path: str) -> tuple[bytes, tuple[int, int]]:
+    """The file's bytes and its (size, mtime_ns) stamp, read through one open file descriptor."""
     try:
         if "://" in path:
             from img2tfrecord import fs  # remote input: tf.io.gfile (imports TensorFlow in this worker)
 
             data = fs.read_bytes(path)
+            stamp = (len(data), 0)
         else:
             with open(path, "rb") as f:
+                st = os.fstat(f.fileno())
                 data = f.read()
+                stamp = (st.st_size, st.st_mtime_ns)
     except FileNotFoundError:
         raise SkipImage("file vanished (or is a broken symlink) before it could be read") from None
     except PermissionError:
@@ -122,7 +147,7 @@ def _read(path: str) -> bytes:
         raise SkipImage(f"cannot read: {_describe(e)}") from None
     if not data:
         raise SkipImage("empty file (0 bytes)")
-    return data
+    return data, stamp
 
 
 def _open(data: bytes) -> Image.Image:
@@ -254,8 +279,6 @@ def _transcode(im: Image.Image, fmt: str, opts: EncodeOptions) -> tuple[bytes, s
 
 _worker_opts: EncodeOptions | None = None
 
-# (serialized record or None, format or skip reason, transcoded tag, orientation ignored, bytes read)
-Result = tuple[bytes | None, str, str | None, bool, int]
 Task = tuple[str, str, str, int, str, int]  # (path, rel to input, filename, label, text, size)
 
 
@@ -265,16 +288,15 @@ def init_worker(opts: EncodeOptions) -> None:
     _worker_opts = opts
 
 
-def encode_task(task: Task, opts: EncodeOptions) -> Result:
-    """Encode one candidate; a bad image becomes a (None, reason, ...) result, never an exception."""
-    path, _rel, filename, label, text, size = task
+def encode_task(task: Task, opts: EncodeOptions, ship_bytes: bool = True) -> Result:
+    """Encode one candidate; a bad image becomes a "skip" result, never an exception."""
     try:
-        enc = encode_image(path, filename, label, text, opts)
+        return encode_image(task[0], opts, ship_bytes)
     except SkipImage as e:
-        return None, str(e), None, False, size
-    return enc.record, enc.image_format, enc.transcoded, enc.orientation_ignored, size
+        return Result("skip", None, str(e), size=task[5])
 
 
 def encode_chunk(tasks: list[Task]) -> list[Result]:
+    """Worker entry point: kept images come back without their bytes (see Result)."""
     assert _worker_opts is not None, "init_worker was not called"
-    return [encode_task(t, _worker_opts) for t in tasks]
+    return [encode_task(t, _worker_opts, ship_bytes=False) for t in tasks]

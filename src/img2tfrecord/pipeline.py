@@ -218,7 +218,7 @@ def run_local(job: Job, staging: str, workers: int, emit: EventSink, progress: C
         tensorflow()  # joins the import (or raises its error here)
         timing.ready = time.perf_counter()
         timing.prefetched_images = len(prefetched)
-        timing.prefetched_bytes = sum(r[4] for r in prefetched)
+        timing.prefetched_bytes = sum(r.size for r in prefetched)
         stream = _chain(prefetched, results)
         outcomes = [
             writer.write_shard(
@@ -403,7 +403,7 @@ def _prefetch(results: Iterator[Result], tf_thread: threading.Thread) -> list[Re
         except StopIteration:
             break
         out.append(r)
-        held += len(r[0] or b"")
+        held += len(r.payload or b"") + 256  # kept images travel without their bytes
     return out
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from img2tfrecord import fs
-from img2tfrecord.encoder import Result, Task
+from img2tfrecord.encoder import Result, SkipImage, Task, to_record
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.tf_import import tensorflow
 
@@ -182,26 +182,32 @@ def write_shard(
     """Write the encoded results of `shard.tasks` (same order) into staging/<shard name>."""
     sw = ShardWriter(staging, shard.name, compression, index)
     out = ShardOutcome(shard.split, sw.info)
-    for task, (rec, fmt_or_reason, transcoded, orient, size) in zip(shard.tasks, results):
+    for task, result in zip(shard.tasks, results):
         out.images += 1
-        out.bytes_read += size
-        if rec is None:
+        out.bytes_read += result.size
+        reason = result.fmt
+        if result.kind != "skip":
+            try:
+                sw.write(to_record(task, result))
+            except SkipImage as e:
+                reason = str(e)
+            else:
+                text = display(task[4])
+                out.class_counts[text] = out.class_counts.get(text, 0) + 1
+                out.formats[result.fmt] = out.formats.get(result.fmt, 0) + 1
+                if result.transcoded:
+                    out.transcoded[result.transcoded] = out.transcoded.get(result.transcoded, 0) + 1
+                out.orientation_ignored += result.orientation_ignored
+                reason = ""
+        if reason:
             rel = display(task[1])
-            out.skipped.append({"path": rel, "split": shard.split, "reason": fmt_or_reason})
+            out.skipped.append({"path": rel, "split": shard.split, "reason": reason})
             if on_skip:
-                on_skip(rel, fmt_or_reason)
+                on_skip(rel, reason)
             if strict:
-                raise DataError(f"--strict: {rel}: {fmt_or_reason}; nothing was published")
-        else:
-            sw.write(rec)
-            text = display(task[4])
-            out.class_counts[text] = out.class_counts.get(text, 0) + 1
-            out.formats[fmt_or_reason] = out.formats.get(fmt_or_reason, 0) + 1
-            if transcoded:
-                out.transcoded[transcoded] = out.transcoded.get(transcoded, 0) + 1
-            out.orientation_ignored += orient
+                raise DataError(f"--strict: {rel}: {reason}; nothing was published")
         if on_image:
-            on_image(size)
+            on_image(result.size)
     sw.close()
     return out
 
