@@ -131,10 +131,17 @@ def _read(path: str) -> tuple[bytes, tuple[int, int]]:
             data = fs.read_bytes(path)
             stamp = (len(data), 0)
         else:
-            with open(path, "rb") as f:
-                st = os.fstat(f.fileno())
-                data = f.read()
-                stamp = (st.st_size, st.st_mtime_ns)
+            fd = os.open(path, os.O_RDONLY)
+            try:  # one fstat + one read: no buffered-reader overhead on the hot path
+                st = os.fstat(fd)
+                data = os.read(fd, st.st_size + 1)
+                while len(data) <= st.st_size and (more := os.read(fd, st.st_size + 1 - len(data))):
+                    data += more
+            finally:
+                os.close(fd)
+            if len(data) != st.st_size:
+                raise SkipImage("file changed while it was being read; run again")
+            stamp = (st.st_size, st.st_mtime_ns)
     except FileNotFoundError:
         raise SkipImage("file vanished (or is a broken symlink) before it could be read") from None
     except PermissionError:

@@ -18,6 +18,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -32,6 +33,7 @@ from img2tfrecord.writer import ShardOutcome, ShardTask, display
 CHUNK = 8  # images per task: amortizes IPC, keeps the in-order window fine-grained
 WINDOW_PER_WORKER = 8  # chunks in flight per worker
 PREFETCH_BYTES = 128 * 1024 * 1024  # results held while TensorFlow is still importing
+PREFETCH_RESULTS = 100_000
 ENGINES = ("local", "beam")
 
 EventSink = Callable[[str, str], None]
@@ -220,13 +222,16 @@ def run_local(job: Job, staging: str, workers: int, emit: EventSink, progress: C
         timing.prefetched_images = len(prefetched)
         timing.prefetched_bytes = sum(r.size for r in prefetched)
         stream = _chain(prefetched, results)
-        outcomes = [
-            writer.write_shard(
-                shard, stream, staging, compression=job.compression, index=job.index, strict=job.strict,
-                on_skip=lambda rel, why: emit("skipped", f"{rel}: {why}"), on_image=on_image,
-            )  # fmt: skip
-            for shard in job.plan
-        ]
+        with ThreadPoolExecutor(1, thread_name_prefix="close-shard") as closer:
+            outcomes = [
+                writer.write_shard(
+                    shard, stream, staging, compression=job.compression, index=job.index, strict=job.strict,
+                    on_skip=lambda rel, why: emit("skipped", f"{rel}: {why}"), on_image=on_image, closer=closer,
+                )  # fmt: skip
+                for shard in job.plan
+            ]
+            for o in outcomes:
+                o.wait()
         enc.close()
     except BaseException:
         enc.close(terminate=True)
@@ -397,7 +402,7 @@ def _prefetch(results: Iterator[Result], tf_thread: threading.Thread) -> list[Re
     """Collect results while TensorFlow imports, up to PREFETCH_BYTES, so workers are not idle."""
     out: list[Result] = []
     held = 0
-    while tf_thread.is_alive() and held < PREFETCH_BYTES:
+    while tf_thread.is_alive() and held < PREFETCH_BYTES and len(out) < PREFETCH_RESULTS:
         try:
             r = next(results)
         except StopIteration:

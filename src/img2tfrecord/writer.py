@@ -17,6 +17,7 @@ import math
 import re
 from array import array
 from collections.abc import Callable, Iterable
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,6 +167,14 @@ class ShardOutcome:
     orientation_ignored: int = 0
     images: int = 0
     bytes_read: int = 0
+    closing: Future | None = field(default=None, repr=False)  # set when the shard closes in the background
+
+    def wait(self) -> ShardOutcome:
+        """Block until the shard is closed (fsync, sha256, index written); re-raise its error."""
+        if self.closing is not None:
+            self.closing.result()
+            self.closing = None
+        return self
 
 
 def write_shard(
@@ -178,8 +187,13 @@ def write_shard(
     strict: bool = False,
     on_skip: Callable[[str, str], None] | None = None,
     on_image: Callable[[int], None] | None = None,
+    closer: Executor | None = None,
 ) -> ShardOutcome:
-    """Write the encoded results of `shard.tasks` (same order) into staging/<shard name>."""
+    """Write the encoded results of `shard.tasks` (same order) into staging/<shard name>.
+
+    With `closer`, the shard's close (fsync + sha256 + index: ~0.1 s per 100 MB) runs there while
+    the caller goes on with the next shard; call `outcome.wait()` before using `outcome.info`.
+    """
     sw = ShardWriter(staging, shard.name, compression, index)
     out = ShardOutcome(shard.split, sw.info)
     for task, result in zip(shard.tasks, results):
@@ -208,7 +222,10 @@ def write_shard(
                 raise DataError(f"--strict: {rel}: {reason}; nothing was published")
         if on_image:
             on_image(result.size)
-    sw.close()
+    if closer is None:
+        sw.close()
+    else:
+        out.closing = closer.submit(sw.close)
     return out
 
 
