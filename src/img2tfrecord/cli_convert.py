@@ -98,6 +98,9 @@ def _summary_text(s: dict[str, Any]) -> str:
 @click.option("--index", is_flag=True, help="Write a DALI index ({shard}.idx) next to each shard.")
 @click.option("--overwrite", is_flag=True, help="Replace the dataset in a non-empty OUTPUT_DIR.")
 @click.option("--workers", type=click.IntRange(min=1), help="Encoding processes. Default: all CPUs. Output is identical for any value.")
+@click.option("--file-list", metavar="FILE", help="CSV/TSV of path,label_name (or path: CLASS/.../image below INPUT_DIR) to convert instead of walking INPUT_DIR; relative paths are joined to INPUT_DIR.")
+@click.option("--engine", type=click.Choice(["local", "beam"]), default="local", show_default=True, help="local: processes on this machine; beam: Apache Beam (DirectRunner, Dataflow, Flink, Spark), same bytes. Needs: pip install 'img2tfrecord[beam]'.")
+@click.option("--beam-options", metavar="'--runner=... ...'", help="Beam pipeline options, as one quoted string. Default: --runner=DirectRunner --direct_running_mode=multi_processing --direct_num_workers=<--workers>.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (classes, counts per split and shard); write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar, no summary (warnings and skipped files still go to stderr).")
@@ -114,6 +117,9 @@ def convert_command(input_dir: str, output_dir: str, labels_file: str | None, as
     """
     from img2tfrecord.pipeline import convert
 
+    if kw.get("beam_options") and kw.get("engine") != "beam":
+        _err("error: --beam-options configures the Beam engine: add --engine beam")
+        sys.exit(2)
     progress = _Progress(enabled=not quiet and not as_json and sys.stderr.isatty() and not kw["dry_run"])
 
     def on_event(kind: str, msg: str) -> None:

@@ -123,3 +123,23 @@ def fsync(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def read_range(path: str, offset: int, length: int) -> bytes:
+    """`length` bytes at `offset`: a Beam worker reads only its shard's slice of the plan file."""
+    opener = gfile().GFile if is_remote(path) else open
+    with opener(path, "rb") as f:
+        f.seek(offset)
+        return f.read(length)
+
+
+def list_entries(path: str) -> list[tuple[str, bool | None]]:
+    """(name, is_dir) of a remote folder's children; is_dir is None when the listing does not say.
+
+    Object stores (gs://) mark sub-folders with a trailing '/', so a bucket listing needs no
+    per-object request; other filesystems leave the caller to ask `isdir` where it matters.
+    """
+    out = []
+    for name in gfile().listdir(path):
+        out.append((name.rstrip("/"), True) if name.endswith("/") else (name, None))
+    return out

@@ -27,13 +27,14 @@ from img2tfrecord.encoder import EncodeOptions, Result, Task
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.manifest import LABELS_NAME, MANIFEST_NAME, build_manifest, labels_text, manifest_text
 from img2tfrecord.tf_import import tensorflow
-from img2tfrecord.walker import ImageItem, discover, parse_split_spec, read_labels_file
+from img2tfrecord.walker import ImageItem, discover, discover_file_list, parse_split_spec, read_labels_file
 from img2tfrecord.writer import ShardOutcome, ShardTask, display
 
 CHUNK = 8  # images per task: amortizes IPC, keeps the in-order window fine-grained
 WINDOW_PER_WORKER = 8  # chunks in flight per worker
 PREFETCH_BYTES = 128 * 1024 * 1024  # results held while TensorFlow is still importing
 PREFETCH_RESULTS = 100_000
+UNKNOWN_IMAGE_BYTES = 110_000  # assumed size of a file listed without one (remote walk): an ImageNet JPEG
 ENGINES = ("local", "beam")
 
 EventSink = Callable[[str, str], None]
@@ -112,8 +113,9 @@ def plan_job(
     strict: bool = False,
     compression: str | None = None,
     index: bool = False,
+    file_list: str | None = None,
 ) -> Job:
-    """Check the options, walk the input and cut it into shards. Raises UsageError."""
+    """Check the options, walk the input (or read `file_list`) and cut it into shards. Raises UsageError."""
     if encoding not in encoder.ENCODINGS:
         raise UsageError(f"bad --encoding {encoding!r}: choose one of {', '.join(encoder.ENCODINGS)}")
     if str(channels) not in encoder.CHANNEL_CHOICES:
@@ -138,7 +140,10 @@ def plan_job(
         if out_abs == in_abs or out_abs.startswith(in_abs + os.sep):
             raise UsageError(f"output {output_dir} is inside input {input_dir}: the tool would read its own output; choose another folder")
 
-    found = discover(input_dir, split=fractions, seed=seed, label_offset=label_offset, labels=class_list)
+    if file_list:
+        found = discover_file_list(input_dir, file_list, split=fractions, seed=seed, label_offset=label_offset, labels=class_list)
+    else:
+        found = discover(input_dir, split=fractions, seed=seed, label_offset=label_offset, labels=class_list)
     split_bytes = {s: _estimate_bytes(items, opts) for s, items in found.splits.items()}
     counts, shard_warnings = writer.auto_shard_counts(split_bytes, {s: len(v) for s, v in found.splits.items()}, shard_request)
     empty = [f"split {s} has no images; no shards are written for it" for s, v in found.splits.items() if not v]
@@ -268,6 +273,10 @@ def convert(
         raise UsageError(f"bad --workers {workers}: must be >= 1")
     if engine not in ENGINES:
         raise UsageError(f"bad --engine {engine!r}: choose local or beam")
+    if engine == "beam":  # before a long listing: Beam installed, options parse, paths fit the runner
+        from img2tfrecord.beam_engine import preflight
+
+        preflight(beam_options, input_dir, output_dir)
     if not dry_run:
         writer.check_output(output_dir, overwrite)
     job = plan_job(input_dir, output_dir, **options)
@@ -281,7 +290,7 @@ def convert(
         if engine == "beam":
             from img2tfrecord.beam_engine import run_beam
 
-            outcomes = run_beam(job, staging, beam_options, emit)
+            outcomes = run_beam(job, staging, beam_options, emit, workers=workers)
             timing.ready = timing.start
         else:
             outcomes = run_local(job, staging, workers, emit, progress, timing)
@@ -423,6 +432,10 @@ def _chain(first: list[Result], rest: Iterator[Result]) -> Iterator[Result]:
 def _estimate_bytes(items: list[ImageItem], opts: EncodeOptions) -> int:
     """Rough output size of a split, used only to choose a default shard count."""
     source = sum(it.size for it in items)
+    unknown = sum(1 for it in items if not it.size)  # remote listings carry no sizes
+    if unknown:
+        known = len(items) - unknown
+        source += unknown * (source // known if known else UNKNOWN_IMAGE_BYTES)
     if opts.resize is None:
         return source * (10 if opts.encoding == "raw" else 1)
     w, h = (opts.resize, opts.resize * 4 // 3) if isinstance(opts.resize, int) else opts.resize

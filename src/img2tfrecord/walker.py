@@ -9,18 +9,35 @@ Layouts (as Keras' `image_dataset_from_directory` and TFDS' ImageFolder understa
 Labels are the index of the class name in sorted order (or in ``--labels`` order) plus an offset,
 so they are stable: an empty class folder keeps its label. The real image format is read from the
 content later (encoder); here a file is a candidate when its extension looks like an image.
+
+Inputs with a scheme (``gs://bucket/data``) are listed through ``tf.io.gfile``, one class folder
+per thread, so a bucket with thousands of classes is listed in parallel. ``--file-list`` replaces
+the walk by a CSV/TSV of ``path[,label_name]`` rows; both give the same `Discovery`, and the same
+files give the same plan (and bytes) whichever way they were found.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import os
+import posixpath
 import random
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
+from img2tfrecord import fs
 from img2tfrecord.errors import UsageError
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"})
 SPLIT_DIR_NAMES = {"train": "train", "validation": "validation", "val": "validation", "test": "test"}
+LIST_THREADS = 32  # concurrent gfile listings of a remote input (each is one or a few HTTP requests)
+FILE_LIST_HEADERS = {"path", "filename", "file"}
+
+# (path to read, path relative to the input, image/filename, bytes at listing time or 0 = unknown)
+Found = tuple[str, str, str, int]
 
 
 @dataclass(frozen=True)
@@ -54,6 +71,74 @@ def is_hidden(name: str) -> bool:
 def _list_dir(path: str) -> list[os.DirEntry]:
     with os.scandir(path) as it:
         return sorted(it, key=lambda e: e.name)
+
+
+class _Entry(NamedTuple):
+    """A folder entry, local or remote."""
+
+    name: str
+    path: str
+    is_dir: bool
+
+
+def _local_entries(path: str) -> list[_Entry]:
+    return [_Entry(e.name, e.path, _is_dir(e)) for e in _list_dir(path)]
+
+
+def _remote_entries(path: str, pool: ThreadPoolExecutor | None = None) -> list[_Entry]:
+    """Sorted entries of a remote folder, asking `isdir` only where the name does not tell.
+
+    A name with an image extension is taken to be a file (no request), so listing a class
+    folder of a million images costs its listing calls only.
+    """
+    listed = sorted(fs.list_entries(path))
+    paths = [posixpath.join(path, n) for n, _ in listed]
+
+    def kind(i: int) -> bool:
+        name, is_dir = listed[i]
+        if is_dir is not None:
+            return is_dir
+        if os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS:
+            return False
+        return fs.isdir(paths[i])
+
+    dirs = list(pool.map(kind, range(len(listed)))) if pool else [kind(i) for i in range(len(listed))]
+    return [_Entry(n, p, d) for (n, _), p, d in zip(listed, paths, dirs)]
+
+
+def _walk_class_remote(root: str, rel_prefix: str) -> tuple[list[tuple[str, str, int]], int]:
+    """`_walk_class` for a remote folder (object stores have no symlinks; sizes are unknown: 0)."""
+    found: list[tuple[str, str, int]] = []
+    ignored = 0
+    stack: list[tuple[str, str]] = [(root, "")]
+    while stack:
+        path, rel = stack.pop()
+        try:
+            entries = _remote_entries(path)
+        except Exception:  # tf.errors.NotFoundError & co. are not OSErrors
+            continue
+        subdirs = []
+        for e in entries:
+            if is_hidden(e.name):
+                continue
+            if e.is_dir:
+                subdirs.append((e.path, f"{rel}{e.name}/"))
+            elif os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS:
+                found.append((e.path, f"{rel}{e.name}", 0))
+            else:
+                ignored += 1
+        stack.extend(reversed(subdirs))
+    found.sort(key=lambda t: t[1])
+    return found, ignored
+
+
+def _walk_classes(walks: list[tuple[str, str, str]], remote: bool) -> Iterator[tuple[list[tuple[str, str, int]], int]]:
+    """Walk every (class, split key, folder); remote folders concurrently, results in order."""
+    if not remote:
+        yield from (_walk_class(path, name + "/") for name, _, path in walks)
+        return
+    with ThreadPoolExecutor(min(LIST_THREADS, max(1, len(walks))), thread_name_prefix="list") as pool:
+        yield from pool.map(lambda w: _walk_class_remote(w[2], w[0] + "/"), walks)
 
 
 def _is_dir(entry: os.DirEntry) -> bool:
@@ -166,13 +251,18 @@ def discover(
 
     Deterministic: the same tree, seed and options give the same lists on any machine.
     """
-    if not os.path.isdir(input_dir):
-        what = "does not exist" if not os.path.exists(input_dir) else "is not a directory"
+    remote = fs.is_remote(input_dir)
+    if not (fs.isdir(input_dir) if remote else os.path.isdir(input_dir)):
+        what = "does not exist" if not (fs.exists(input_dir) if remote else os.path.exists(input_dir)) else "is not a directory"
         raise UsageError(f"input {input_dir} {what}: give the folder that holds one subfolder per class")
-    top = [e for e in _list_dir(input_dir) if not is_hidden(e.name)]
-    top_dirs = [e for e in top if _is_dir(e)]
+    if remote:
+        with ThreadPoolExecutor(LIST_THREADS, thread_name_prefix="list") as pool:
+            top = [e for e in _remote_entries(input_dir, pool) if not is_hidden(e.name)]
+    else:
+        top = [e for e in _local_entries(input_dir) if not is_hidden(e.name)]
+    top_dirs = [e for e in top if e.is_dir]
     warnings: list[str] = []
-    loose = [e for e in top if not _is_dir(e) and os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS]
+    loose = [e for e in top if not e.is_dir and os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS]
     ignored = len(top) - len(top_dirs)
 
     presplit = bool(top_dirs) and all(e.name.lower() in SPLIT_DIR_NAMES for e in top_dirs)
@@ -189,25 +279,56 @@ def discover(
         split_roots = {"": input_dir}
 
     # class name -> split key -> candidates
-    per_class: dict[str, dict[str, list[tuple[str, str, int]]]] = {}
+    per_class: dict[str, dict[str, list[Found]]] = {}
+    walks: list[tuple[str, str, str]] = []  # (class name, split key, folder)
     for skey, sroot in split_roots.items():
-        entries = [e for e in _list_dir(sroot) if not is_hidden(e.name)] if skey else top
+        entries = [e for e in (_remote_entries if remote else _local_entries)(sroot) if not is_hidden(e.name)] if skey else top
         for e in entries:
-            if not _is_dir(e):
+            if not e.is_dir:
                 if skey:
                     ignored += 1
                     if os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS:
                         loose.append(e)
                 continue
-            found, ign = _walk_class(e.path, e.name + "/")
-            ignored += ign
-            per_class.setdefault(e.name, {})[skey] = found
+            walks.append((e.name, skey, e.path))
+    for (c, skey, _), (found, ign) in zip(walks, _walk_classes(walks, remote)):
+        ignored += ign
+        prefix = f"{os.path.basename(split_roots[skey])}/" if skey else ""
+        per_class.setdefault(c, {})[skey] = [(p, prefix + c + "/" + r, c + "/" + r, sz) for p, r, sz in found]
     if loose:
         warnings.append(
             f"{len(loose)} image(s) lie outside any class folder (e.g. {loose[0].name}) and are ignored: "
             "put them in INPUT/CLASS/"
         )
+    split_keys = list(split_roots) if presplit else (list(split) if split else ["train"])
+    return _assemble(
+        per_class, split_keys, presplit=presplit, split=split, seed=seed, label_offset=label_offset, labels=labels,
+        ignored=ignored, warnings=warnings, what="class folder", no_classes=(
+            f"no class folders found in {input_dir}: expected {input_dir}/CLASS_NAME/image.jpg "
+            f"(images: {', '.join(sorted(IMAGE_EXTENSIONS))})"
+        ), no_images=(
+            f"no images found in {input_dir}: expected {input_dir}/CLASS_NAME/image.jpg "
+            f"(images: {', '.join(sorted(IMAGE_EXTENSIONS))})"
+        ),
+    )  # fmt: skip
 
+
+def _assemble(
+    per_class: dict[str, dict[str, list[Found]]],
+    split_keys: list[str],
+    *,
+    presplit: bool,
+    split: dict[str, float] | None,
+    seed: int,
+    label_offset: int,
+    labels: list[str] | None,
+    ignored: int,
+    warnings: list[str],
+    what: str,
+    no_classes: str,
+    no_images: str,
+) -> Discovery:
+    """Labels, stratified splits and the seeded shuffle: shared by the folder walk and --file-list."""
     if labels is not None:
         classes = list(labels)
         unlisted = sorted(set(per_class) - set(classes))
@@ -215,33 +336,25 @@ def discover(
             n_unlisted = sum(len(v) for c in unlisted for v in per_class[c].values())
             ignored += n_unlisted
             warnings.append(
-                f"{len(unlisted)} class folder(s) not in --labels are ignored ({n_unlisted} files): "
+                f"{len(unlisted)} {what}(s) not in --labels are ignored ({n_unlisted} files): "
                 + ", ".join(unlisted[:5])
                 + ("..." if len(unlisted) > 5 else "")
             )
     else:
         classes = sorted(per_class)
     if not classes:
-        raise UsageError(
-            f"no class folders found in {input_dir}: expected {input_dir}/CLASS_NAME/image.jpg "
-            f"(images: {', '.join(sorted(IMAGE_EXTENSIONS))})"
-        )
+        raise UsageError(no_classes)
     for c in classes:
         if not any(per_class.get(c, {}).values()):
             warnings.append(f"class {c!r} has no images; its label is kept")
 
     label_of = {c: i + label_offset for i, c in enumerate(classes)}
     splits: dict[str, list[ImageItem]] = {}
-    split_keys = list(split_roots) if presplit else (list(split) if split else ["train"])
     for s in split_keys:
         splits[s] = []
     for c in classes:
         for skey, found in per_class.get(c, {}).items():
-            prefix = f"{os.path.basename(split_roots[skey])}/" if skey else ""
-            items = [
-                ImageItem(path=p, rel=prefix + c + "/" + r, filename=c + "/" + r, label=label_of[c], text=c, size=sz)
-                for p, r, sz in found
-            ]
+            items = [ImageItem(path=p, rel=r, filename=f, label=label_of[c], text=c, size=sz) for p, r, f, sz in found]
             if presplit:
                 splits[skey].extend(items)
             elif split:
@@ -253,8 +366,128 @@ def discover(
         items.sort(key=lambda it: it.filename)
         random.Random(f"img2tfrecord:{seed}:shuffle:{s}").shuffle(items)
     if not any(splits.values()):
-        raise UsageError(
-            f"no images found in {input_dir}: expected {input_dir}/CLASS_NAME/image.jpg "
-            f"(images: {', '.join(sorted(IMAGE_EXTENSIONS))})"
-        )
+        raise UsageError(no_images)
     return Discovery(classes=classes, splits=splits, ignored_files=ignored, warnings=warnings, presplit=presplit)
+
+
+def discover_file_list(
+    input_dir: str,
+    file_list: str,
+    *,
+    split: dict[str, float] | None = None,
+    seed: int = 0,
+    label_offset: int = 0,
+    labels: list[str] | None = None,
+) -> Discovery:
+    """The images named by a CSV/TSV file instead of a walk (how big datasets are described in buckets).
+
+    Rows are ``path,label_name`` or just ``path`` (the class is then the first folder of the path
+    below INPUT). Relative paths are joined to INPUT; absolute and scheme:// paths are used as
+    given. A first row whose path column reads path/filename/file is a header. Rows are sorted
+    per class, so the order of the list does not matter, and listing exactly the files of a
+    folder tree gives the same dataset as walking it. Local files are checked (and sized) here;
+    remote ones are not (one request per object is the cost a file list avoids): a missing one
+    is reported as skipped.
+    """
+    per_class: dict[str, dict[str, list[Found]]] = {}
+    for found, label in _read_file_list(input_dir, file_list):
+        per_class.setdefault(label, {}).setdefault("", []).append(found)
+    for by_split in per_class.values():
+        by_split[""].sort(key=lambda f: f[2])  # as the walk sorts a class folder: list order is irrelevant
+    return _assemble(
+        per_class, list(split) if split else ["train"], presplit=False, split=split, seed=seed,
+        label_offset=label_offset, labels=labels, ignored=0, warnings=[], what="class",
+        no_classes=f"--file-list {file_list} lists no images",
+        no_images=f"--file-list {file_list}: none of the listed images belongs to a class in --labels",
+    )  # fmt: skip
+
+
+def _read_file_list(input_dir: str, file_list: str) -> list[tuple[Found, str]]:
+    """Parse and check every row; UsageError naming the line for anything wrong."""
+    where = f"--file-list {file_list}"
+    try:
+        raw = fs.read_bytes(file_list)
+    except FileNotFoundError:
+        raise UsageError(f"{where} does not exist") from None
+    except OSError as e:
+        raise UsageError(f"cannot read {where}: {e.strerror or e}") from None
+    except Exception as e:  # tf.errors.NotFoundError on gs:// & co.
+        raise UsageError(f"cannot read {where}: {getattr(e, 'message', None) or e}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{where} is not UTF-8 text (byte {e.start})") from None
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    delimiter = "\t" if file_list.lower().endswith((".tsv", ".tab")) or "\t" in first else ","
+    reader = csv.reader(io.StringIO(text), delimiter=delimiter, strict=True)
+    rows: list[tuple[Found, str]] = []
+    seen: dict[str, int] = {}
+    missing: list[tuple[int, str]] = []
+    columns = 0
+    try:
+        for row in reader:
+            line = reader.line_num
+            cells = [c.strip() for c in row]
+            if not any(cells):
+                continue
+            if not columns and cells[0].lower() in FILE_LIST_HEADERS:
+                columns = len(cells)  # header row: fixes the column count, holds no image
+                continue
+            if len(cells) not in (1, 2) or (columns and len(cells) != columns):
+                want = {1: "path", 2: "path,label_name"}.get(columns, "path,label_name (or only path)")
+                raise UsageError(f"{where} line {line}: expected {want}, got {len(cells)} column(s): {delimiter.join(row)!r}")
+            columns = len(cells)
+            given = cells[0]
+            if not given:
+                raise UsageError(f"{where} line {line}: empty path")
+            path, rel, below = _resolve_listed(input_dir, given)
+            if len(cells) == 2:
+                label = cells[1]
+                if not label:
+                    raise UsageError(f"{where} line {line}: empty label for {given}")
+            elif below and "/" in rel:
+                label = rel.split("/", 1)[0]
+            else:
+                raise UsageError(
+                    f"{where} line {line}: cannot tell the class of {given}: it is not in a CLASS folder "
+                    f"below {input_dir}; add a label column (path,label_name)"
+                )
+            if rel in seen:
+                raise UsageError(f"{where} line {line}: {given} is listed twice (first on line {seen[rel]})")
+            seen[rel] = line
+            size = 0
+            if not fs.is_remote(path):
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    missing.append((line, path))
+                    continue
+                if os.path.isdir(path):
+                    raise UsageError(f"{where} line {line}: {path} is a folder, not an image")
+                size = st.st_size
+            rows.append(((path, rel, rel, size), label))
+    except csv.Error as e:
+        raise UsageError(f"{where} line {reader.line_num}: {e}") from None
+    if missing:
+        line, path = missing[0]
+        more = f" ({len(missing) - 1} more listed file(s) are missing too)" if len(missing) > 1 else ""
+        raise UsageError(f"{where} line {line}: {path} does not exist{more}")
+    return rows
+
+
+def _resolve_listed(input_dir: str, given: str) -> tuple[str, str, bool]:
+    """(path to read, name relative to INPUT or as given, whether it lies below INPUT)."""
+    if fs.is_remote(given) or "://" in given:
+        base = input_dir.rstrip("/") + "/"
+        return (given, given[len(base) :], True) if given.startswith(base) else (given, given, False)
+    if os.path.isabs(given):
+        if fs.is_remote(input_dir):
+            return given, given, False
+        base, full = os.path.abspath(fs.local(input_dir)), os.path.abspath(given)
+        if full.startswith(base.rstrip(os.sep) + os.sep):
+            return given, full[len(base.rstrip(os.sep)) + 1 :].replace(os.sep, "/"), True
+        return given, given, False
+    rel = posixpath.normpath(given.replace(os.sep, "/"))
+    if rel == ".." or rel.startswith("../"):
+        return fs.join(input_dir, given), given, False
+    return fs.join(fs.local(input_dir), rel), rel, True

@@ -1,0 +1,230 @@
+"""`--engine beam`: the DirectRunner (2 worker processes) writes the local engine's exact bytes.
+
+One module-scoped fixture runs both engines once on a small dataset with corrupt files, a split
+and --index (each Beam worker process imports TensorFlow: a pipeline run costs seconds). Remote
+paths are tested without a network on TensorFlow's in-memory filesystem (ram://), in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import make_dataset, read_records
+
+pytest.importorskip("apache_beam", reason="the beam extra is not installed: pip install -e '.[test,beam]'")
+
+BEAM_OPTIONS = "--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing"
+OPTIONS = ["--split", "train=0.75,validation=0.25", "--shards", "train=3,validation=1", "--index"]
+
+
+def tree_with_broken(root: Path) -> Path:
+    """24 images of 3 classes + 3 truncated JPEGs: with seed 0, two land in the same train shard."""
+    files = make_dataset(root, {"cat": 8, "dog": 9, "fox": 7})
+    jpeg = next(p for p in files["dog"] if p.suffix == ".jpg").read_bytes()
+    for i in range(3):
+        (root / "dog" / f"broken_{i}.jpg").write_bytes(jpeg[:300])
+    (root / "notes.txt").write_text("not an image")
+    return root
+
+
+def dataset_files(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+
+
+def without_engine(manifest_bytes: bytes) -> dict:
+    m = json.loads(manifest_bytes)
+    m["tool"].pop("engine")
+    return m
+
+
+@pytest.fixture(scope="module")
+def both_engines(tmp_path_factory):
+    """Convert the same tree with the local engine and with Beam (DirectRunner, 2 processes)."""
+    from click.testing import CliRunner
+
+    from img2tfrecord.cli import main
+
+    root = tree_with_broken(tmp_path_factory.mktemp("data"))
+    base = tmp_path_factory.mktemp("out")
+    runner = CliRunner()
+    local = runner.invoke(main, ["convert", str(root), str(base / "local"), *OPTIONS], catch_exceptions=False)
+    # what reaches the terminal outside Python's sys.stderr (worker processes write to fd 2)
+    with tempfile.TemporaryFile() as sink:
+        saved = os.dup(2)
+        os.dup2(sink.fileno(), 2)
+        try:
+            beam = runner.invoke(
+                main, ["convert", str(root), str(base / "beam"), *OPTIONS, "--engine", "beam", "--beam-options", BEAM_OPTIONS],
+                catch_exceptions=False,
+            )  # fmt: skip
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        sink.seek(0)
+        fd2 = sink.read().decode("utf-8", "replace")
+    return root, base / "local", base / "beam", local, beam, fd2
+
+
+def test_beam_writes_the_local_engines_bytes(both_engines):
+    _, local_out, beam_out, local, beam, _ = both_engines
+    assert local.exit_code == 0, local.output
+    assert beam.exit_code == 0, beam.output
+    a, b = dataset_files(local_out), dataset_files(beam_out)
+    assert sorted(a) == sorted(b)
+    assert [n for n in a if n.endswith(".idx")] == [f"train-0000{i}-of-00003.idx" for i in range(3)] + ["validation-00000-of-00001.idx"]
+    for name in a:
+        if name != "dataset.json":
+            assert a[name] == b[name], name  # shards, DALI indexes, labels.txt
+    assert without_engine(a["dataset.json"]) == without_engine(b["dataset.json"])
+    assert json.loads(b["dataset.json"])["tool"]["engine"] == "beam"
+
+
+def test_beam_reports_and_rebalances_skipped_files(both_engines):
+    _, _, beam_out, _, beam, _ = both_engines
+    manifest = json.loads((beam_out / "dataset.json").read_text())
+    assert sorted(s["path"] for s in manifest["skipped"]) == [f"dog/broken_{i}.jpg" for i in range(3)]
+    # the plan put 7, 6, 7 images in the train shards and two broken files in the last one: re-cut
+    assert [sh["records"] for sh in manifest["splits"]["train"]["shards"]] == [6, 6, 6]
+    assert len(read_records(beam_out)) == 24
+    for i in range(3):
+        assert f"skipped: dog/broken_{i}.jpg: " in beam.stderr
+    assert not any(p.name.startswith(".") for p in beam_out.iterdir())  # staging, plan and outcomes gone
+
+
+def test_beam_keeps_the_terminal_quiet(both_engines):
+    *_, beam, fd2 = both_engines
+    ours = ("skipped: ", "Wrote ")
+    assert [ln for ln in beam.stderr.splitlines() if ln.strip() and not ln.startswith(ours)] == []
+    assert fd2.strip() == "", fd2[:2000]  # no apitools warning, no worker INFO lines
+
+
+def test_missing_beam_is_a_usage_error_with_the_install_command(cli, tmp_path, monkeypatch):
+    make_dataset(tmp_path / "in", {"a": 2})
+    monkeypatch.setitem(sys.modules, "apache_beam", None)  # what `import apache_beam` does when absent
+    res = cli("convert", tmp_path / "in", tmp_path / "out", "--engine", "beam")
+    assert res.exit_code == 2
+    assert "pip install 'img2tfrecord[beam]'" in res.stderr and "Traceback" not in res.output
+    assert not (tmp_path / "out").exists()
+    # a fresh import of the engine module (no Beam at all) still gives the hint, not an ImportError
+    monkeypatch.delitem(sys.modules, "img2tfrecord.beam_engine", raising=False)
+    res = cli("convert", tmp_path / "in", tmp_path / "out", "--engine", "beam", "--dry-run")
+    assert res.exit_code == 2 and "pip install 'img2tfrecord[beam]'" in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--beam-options", "--runner=DirectRunner"], "add --engine beam"),
+        (["--engine", "beam", "--beam-options", "--runner='unclosed"], "No closing quotation"),
+        (["--engine", "beam", "--beam-options", "--runner=NoSuchRunner"], "NoSuchRunner"),
+        (["--engine", "beam", "--beam-options", "--runner=DataflowRunner --project=p"], "gs://"),
+    ],
+)
+def test_bad_beam_options_are_usage_errors(cli, tmp_path, args, message):
+    make_dataset(tmp_path / "in", {"a": 2})
+    res = cli("convert", tmp_path / "in", tmp_path / "out", *args)
+    assert res.exit_code == 2, res.output
+    assert message in res.stderr and "Traceback" not in res.output
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_default_flags_fill_only_what_the_user_did_not_say():
+    from img2tfrecord.beam_engine import pipeline_flags, unknown_options
+
+    assert pipeline_flags(None, workers=8, shards=3) == [
+        "--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=3",
+        "--default_sdk_harness_log_level=ERROR",
+    ]  # fmt: skip
+    flags = pipeline_flags("--direct_num_workers 5 --default_sdk_harness_log_level=INFO", workers=2, shards=9)
+    assert flags == ["--runner=DirectRunner", "--direct_num_workers", "5", "--default_sdk_harness_log_level=INFO", "--direct_running_mode=multi_processing"]
+    flink = pipeline_flags("--runner=FlinkRunner --parallelism=4", workers=2, shards=9)
+    assert not any(f.startswith("--direct") for f in flink)
+    assert unknown_options(["--runner=DirectRunner", "--direct_num_worker=2"]) == ["--direct_num_worker=2 (did you mean --direct_num_workers?)"]
+
+
+def test_plan_lines_round_trip_undecodable_names():
+    from img2tfrecord.beam_engine import shard_from_json, shard_to_json
+    from img2tfrecord.writer import ShardTask
+
+    name = b"caf\xe9/\xff.jpg".decode("utf-8", "surrogateescape")
+    shard = ShardTask("train", 1, 4, ((f"/d/{name}", name, name, 3, "caf\udce9", 123),))
+    assert shard_from_json(shard_to_json(shard)) == shard
+
+
+def ram_upload(src: Path, dst: str) -> None:
+    """Copy a local tree to TensorFlow's in-memory filesystem."""
+    from img2tfrecord.tf_import import tensorflow
+
+    gfile = tensorflow().io.gfile
+    for folder, _, files in os.walk(src):
+        rel = os.path.relpath(folder, src)
+        target = dst if rel == "." else f"{dst}/{rel}"
+        gfile.makedirs(target)
+        for f in files:
+            with gfile.GFile(f"{target}/{f}", "wb") as out:
+                out.write(Path(folder, f).read_bytes())
+
+
+def ram_files(path: str) -> dict[str, bytes]:
+    from img2tfrecord.tf_import import tensorflow
+
+    gfile = tensorflow().io.gfile
+    return {n: gfile.GFile(f"{path}/{n}", "rb").read() for n in sorted(gfile.listdir(path))}
+
+
+def test_remote_input_and_output_give_the_same_bytes(both_engines):
+    """ram:// in, ram:// out (gfile listing in threads, staging, rename-publish): same dataset as on disk."""
+    from img2tfrecord.pipeline import convert
+
+    root, local_out, *_ = both_engines
+    ram_upload(root, "ram://t1/in")
+    events: list[str] = []
+    summary = convert(
+        "ram://t1/in", "ram://t1/out", workers=1, split="train=0.75,validation=0.25",
+        shards="train=3,validation=1", index=True, on_event=lambda kind, msg: events.append(msg),
+    )  # fmt: skip
+    assert summary["skipped"] == 3 and len([e for e in events if "broken_" in e]) == 3
+    assert ram_files("ram://t1/out") == dataset_files(local_out)  # dataset.json included: engine local
+
+
+def test_beam_on_remote_paths_with_a_file_list(both_engines):
+    """Beam (in-process runner, so ram:// is shared) + a remote --file-list: the folder walk's bytes again."""
+    from img2tfrecord.pipeline import convert
+
+    root, local_out, *_ = both_engines
+    ram_upload(root, "ram://t2/in")
+    from img2tfrecord.tf_import import tensorflow
+
+    rows = sorted(str(p.relative_to(root)) for p in root.rglob("*.*") if p.suffix in (".jpg", ".png"))
+    with tensorflow().io.gfile.GFile("ram://t2/list.csv", "w") as f:
+        f.write("path\n" + "\n".join(reversed(rows)) + "\n")
+    convert(
+        "ram://t2/in", "ram://t2/out", engine="beam", beam_options="--direct_running_mode=in_memory",
+        file_list="ram://t2/list.csv", split="train=0.75,validation=0.25", shards="train=3,validation=1", index=True,
+    )  # fmt: skip
+    got, want = ram_files("ram://t2/out"), dataset_files(local_out)
+    assert sorted(got) == sorted(want)
+    for name in want:
+        if name != "dataset.json":
+            assert got[name] == want[name], name
+    m_got, m_want = without_engine(got["dataset.json"]), without_engine(want["dataset.json"])
+    assert m_want.pop("ignored_files") == 1 and m_got.pop("ignored_files") == 0  # notes.txt is not listed
+    assert m_got == m_want
+
+
+def test_dataflow_refuses_local_images(tmp_path, monkeypatch):
+    """Remote workers cannot read this machine's disk: said before anything runs."""
+    from img2tfrecord import beam_engine
+    from img2tfrecord.errors import UsageError
+    from img2tfrecord.pipeline import plan_job
+
+    make_dataset(tmp_path / "in", {"a": 2})
+    job = plan_job(str(tmp_path / "in"), "ram://t3/out")
+    with pytest.raises(UsageError, match="cannot read the local file"):
+        beam_engine.run_beam(job, "ram://t3/out/.staging", "--runner=DataflowRunner", lambda k, m: None)
