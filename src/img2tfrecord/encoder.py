@@ -23,7 +23,7 @@ from typing import NamedTuple
 import numpy as np
 from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
-from img2tfrecord.schema import FORMAT_RAW, serialize_example
+from img2tfrecord.schema import FORMAT_RAW, serialize_example, utf8_text
 
 # We enforce our own --max-pixels before decoding; Pillow's global limit would raise at open().
 Image.MAX_IMAGE_PIXELS = None
@@ -117,8 +117,8 @@ def to_record(task: Task, result: Result) -> bytes:
             raise SkipImage("file changed while it was being converted; run again")
     return serialize_example(
         encoded=payload, image_format=result.fmt, height=result.height, width=result.width,
-        channels=result.channels, label=label, text=text.encode("utf-8", "surrogateescape"),
-        filename=filename.encode("utf-8", "surrogateescape"),
+        channels=result.channels, label=label, text=utf8_text(text).encode("utf-8"),
+        filename=utf8_text(filename).encode("utf-8"),
     )  # fmt: skip
 
 

@@ -83,6 +83,15 @@ def _build_classes() -> tuple[Any, Any, Any]:
 Example, Feature, Features = _build_classes()
 
 
+def utf8_text(name: str) -> str:
+    """A file or folder name as valid UTF-8 text.
+
+    Names that are not valid UTF-8 on disk arrive from `os.listdir` with surrogate escapes; their
+    undecodable bytes are written as `\\xNN` so records and manifests always hold valid UTF-8.
+    """
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def serialize_example(
     *,
     encoded: bytes,

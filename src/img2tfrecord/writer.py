@@ -24,6 +24,7 @@ from typing import Any
 from img2tfrecord import fs
 from img2tfrecord.encoder import Result, SkipImage, Task, to_record
 from img2tfrecord.errors import DataError, UsageError
+from img2tfrecord.schema import utf8_text
 from img2tfrecord.tf_import import tensorflow
 
 TARGET_SHARD_BYTES = 200 * 1024 * 1024  # ceil(total / 200 MiB) shards -> each in (100, 200] MiB
@@ -229,9 +230,7 @@ def write_shard(
     return out
 
 
-def display(name: str) -> str:
-    """A file or class name as valid UTF-8 text (undecodable bytes shown as \\xNN)."""
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+display = utf8_text  # names in the manifest are written exactly as in the records
 
 
 def rebalance(staging: str, infos: list[ShardInfo], compression: str | None, index: bool) -> list[ShardInfo]:
