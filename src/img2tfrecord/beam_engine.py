@@ -258,7 +258,7 @@ class WriteShardFn(_DoFn):  # type: ignore[misc, valid-type]
         shard = shard_from_json(fs.read_range(self.plan_path, offset, length))
         results = (encoder.encode_task(t, self.opts) for t in shard.tasks)
         outcome = writer.write_shard(shard, results, self.staging, compression=self.compression, index=self.index, strict=False)
-        fs.write_text(fs.join(self.staging, shard.name + OUTCOME_SUFFIX), json.dumps(dataclasses.asdict(outcome)))
+        fs.write_text(fs.join(self.staging, shard.name + OUTCOME_SUFFIX), outcome_to_json(outcome))
         if _beam is not None:
             counter = _beam.metrics.Metrics.counter
             counter("img2tfrecord", "images").inc(outcome.images)
@@ -275,6 +275,16 @@ def shard_to_json(shard: ShardTask) -> bytes:
 def shard_from_json(data: bytes) -> ShardTask:
     d = json.loads(data)
     return ShardTask(d["split"], d["index"], d["count"], tuple(tuple(t) for t in d["tasks"]))
+
+
+def outcome_to_json(outcome: ShardOutcome) -> str:
+    """The data fields of a written shard's outcome (not the in-process `closing` future)."""
+    return json.dumps({f.name: getattr(outcome, f.name) for f in dataclasses.fields(outcome) if f.name != "closing"} | {"info": dataclasses.asdict(outcome.info)})
+
+
+def outcome_from_json(text: str | bytes) -> ShardOutcome:
+    d = json.loads(text)
+    return ShardOutcome(**(d | {"info": ShardInfo(**d["info"])}))
 
 
 def write_plan(plan: list[ShardTask], path: str) -> list[tuple[int, int, int]]:
@@ -296,10 +306,9 @@ def read_outcomes(plan: list[ShardTask], staging: str) -> list[ShardOutcome]:
     def read(shard: ShardTask) -> ShardOutcome:
         path = fs.join(staging, shard.name + OUTCOME_SUFFIX)
         try:
-            d = json.loads(fs.read_bytes(path))
+            return outcome_from_json(fs.read_bytes(path))
         except Exception:
             raise DataError(f"the Beam pipeline finished but shard {shard.name} left no result ({path}); nothing was published") from None
-        return ShardOutcome(**(d | {"info": ShardInfo(**d["info"])}))
 
     if not fs.is_remote(staging):
         return [read(s) for s in plan]
