@@ -7,6 +7,7 @@ paths are tested without a network on TensorFlow's in-memory filesystem (ram://)
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -17,7 +18,7 @@ import pytest
 
 from conftest import make_dataset, read_records
 
-pytest.importorskip("apache_beam", reason="the beam extra is not installed: pip install -e '.[test,beam]'")
+needs_beam = pytest.mark.skipif(importlib.util.find_spec("apache_beam") is None, reason="the beam extra is not installed: pip install -e '.[test,beam]'")
 
 BEAM_OPTIONS = "--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing"
 OPTIONS = ["--split", "train=0.75,validation=0.25", "--shards", "train=3,validation=1", "--index"]
@@ -71,6 +72,7 @@ def both_engines(tmp_path_factory):
     return root, base / "local", base / "beam", local, beam, fd2
 
 
+@needs_beam
 def test_beam_writes_the_local_engines_bytes(both_engines):
     _, local_out, beam_out, local, beam, _ = both_engines
     assert local.exit_code == 0, local.output
@@ -85,6 +87,7 @@ def test_beam_writes_the_local_engines_bytes(both_engines):
     assert json.loads(b["dataset.json"])["tool"]["engine"] == "beam"
 
 
+@needs_beam
 def test_beam_reports_and_rebalances_skipped_files(both_engines):
     _, _, beam_out, _, beam, _ = both_engines
     manifest = json.loads((beam_out / "dataset.json").read_text())
@@ -97,6 +100,7 @@ def test_beam_reports_and_rebalances_skipped_files(both_engines):
     assert not any(p.name.startswith(".") for p in beam_out.iterdir())  # staging, plan and outcomes gone
 
 
+@needs_beam
 def test_beam_keeps_the_terminal_quiet(both_engines):
     *_, beam, fd2 = both_engines
     ours = ("skipped: ", "Wrote ")
@@ -121,9 +125,9 @@ def test_missing_beam_is_a_usage_error_with_the_install_command(cli, tmp_path, m
     ("args", "message"),
     [
         (["--beam-options", "--runner=DirectRunner"], "add --engine beam"),
-        (["--engine", "beam", "--beam-options", "--runner='unclosed"], "No closing quotation"),
-        (["--engine", "beam", "--beam-options", "--runner=NoSuchRunner"], "NoSuchRunner"),
-        (["--engine", "beam", "--beam-options", "--runner=DataflowRunner --project=p"], "gs://"),
+        pytest.param(["--engine", "beam", "--beam-options", "--runner='unclosed"], "No closing quotation", marks=needs_beam),
+        pytest.param(["--engine", "beam", "--beam-options", "--runner=NoSuchRunner"], "NoSuchRunner", marks=needs_beam),
+        pytest.param(["--engine", "beam", "--beam-options", "--runner=DataflowRunner --project=p"], "gs://", marks=needs_beam),
     ],
 )
 def test_bad_beam_options_are_usage_errors(cli, tmp_path, args, message):
@@ -134,6 +138,7 @@ def test_bad_beam_options_are_usage_errors(cli, tmp_path, args, message):
     assert not (tmp_path / "out").exists()  # refused before anything was written
 
 
+@needs_beam
 def test_default_flags_fill_only_what_the_user_did_not_say():
     from img2tfrecord.beam_engine import pipeline_flags, unknown_options
 
@@ -148,6 +153,7 @@ def test_default_flags_fill_only_what_the_user_did_not_say():
     assert unknown_options(["--runner=DirectRunner", "--direct_num_worker=2"]) == ["--direct_num_worker=2 (did you mean --direct_num_workers?)"]
 
 
+@needs_beam
 def test_plan_lines_round_trip_undecodable_names():
     from img2tfrecord.beam_engine import shard_from_json, shard_to_json
     from img2tfrecord.writer import ShardTask
@@ -178,6 +184,7 @@ def ram_files(path: str) -> dict[str, bytes]:
     return {n: gfile.GFile(f"{path}/{n}", "rb").read() for n in sorted(gfile.listdir(path))}
 
 
+@needs_beam
 def test_remote_input_and_output_give_the_same_bytes(both_engines):
     """ram:// in, ram:// out (gfile listing in threads, staging, rename-publish): same dataset as on disk."""
     from img2tfrecord.pipeline import convert
@@ -193,6 +200,7 @@ def test_remote_input_and_output_give_the_same_bytes(both_engines):
     assert ram_files("ram://t1/out") == dataset_files(local_out)  # dataset.json included: engine local
 
 
+@needs_beam
 def test_beam_on_remote_paths_with_a_file_list(both_engines):
     """Beam (in-process runner, so ram:// is shared) + a remote --file-list: the folder walk's bytes again."""
     from img2tfrecord.pipeline import convert
@@ -218,6 +226,7 @@ def test_beam_on_remote_paths_with_a_file_list(both_engines):
     assert m_got == m_want
 
 
+@needs_beam
 def test_dataflow_refuses_local_images(tmp_path, monkeypatch):
     """Remote workers cannot read this machine's disk: said before anything runs."""
     from img2tfrecord import beam_engine

@@ -208,15 +208,18 @@ def run_beam(job: Job, staging: str, beam_options: str | list[str] | None, emit:
         _ = pipeline | "Shards" >> beam.Create(elements) | "EncodeAndWriteShard" >> beam.ParDo(fn)
     except Exception as e:  # unknown runner, options the runner rejects
         raise UsageError(f"bad --beam-options {' '.join(split_options(beam_options))!r}: {_last_line(e)}") from None
+    result = None
     with _captured_stderr(runner in LOCAL_RUNNERS) as log:
         try:
             result = pipeline.run()
             job_id = getattr(result, "job_id", None)
             if runner not in LOCAL_RUNNERS and callable(job_id):
-                emit("info", f"{runner} job {job_id()} is running; waiting for it to finish")
+                emit("note", f"{given_runner(flags)} job {job_id()} is running; waiting for it to finish")
             result.wait_until_finish()
             state = str(getattr(result, "state", "DONE"))
         except KeyboardInterrupt:
+            if result is not None and runner not in LOCAL_RUNNERS:
+                _cancel(result, emit)  # a cluster job would otherwise go on writing into staging
             raise
         except Exception as e:
             saved = _save_log(log, e)
@@ -228,6 +231,14 @@ def run_beam(job: Job, staging: str, beam_options: str | list[str] | None, emit:
         for s in o.skipped:
             emit("skipped", f"{s['path']}: {s['reason']}")
     return outcomes
+
+
+def _cancel(result: object, emit: EventSink) -> None:
+    try:
+        result.cancel()  # type: ignore[attr-defined]
+        emit("note", "the Beam job was cancelled")
+    except Exception as e:  # already finished, or the runner cannot cancel
+        emit("warning", f"could not cancel the Beam job ({_last_line(e)}); stop it in the runner's console")
 
 
 class WriteShardFn(_DoFn):  # type: ignore[misc, valid-type]
