@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import itertools
 import json
 import logging
 import os
 import shlex
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -40,6 +42,7 @@ from typing import TYPE_CHECKING
 from img2tfrecord import encoder, fs, writer
 from img2tfrecord.encoder import EncodeOptions
 from img2tfrecord.errors import DataError, UsageError
+from img2tfrecord.tf_import import tensorflow
 from img2tfrecord.writer import ShardInfo, ShardOutcome, ShardTask
 
 if TYPE_CHECKING:
@@ -52,6 +55,7 @@ LOCAL_RUNNERS = {"direct", "directrunner", "switchingdirectrunner", "bundlebased
 REMOTE_ONLY_RUNNERS = {"dataflow", "dataflowrunner", "testdataflowrunner"}  # workers on other machines, no shared disk
 QUIET_LOGGERS = ("apache_beam", "absl", "tensorflow")
 IO_THREADS = 32
+PREFETCH_BYTES = 64 * 1024 * 1024  # images a worker encodes ahead while TensorFlow imports
 
 
 def _quiet_loggers() -> None:
@@ -258,17 +262,27 @@ class WriteShardFn(_DoFn):  # type: ignore[misc, valid-type]
         self.index = index
 
     def setup(self) -> None:
-        """Quiet the worker's logging and pay TensorFlow's import once per worker, not per shard."""
+        """Quiet the worker's logging; import TensorFlow (~3 s, once per worker) in the background."""
         _quiet_loggers()
-        from img2tfrecord.tf_import import tensorflow  # noqa: PLC0415
-
-        tensorflow()
+        self._tf_thread = threading.Thread(target=tensorflow, name="import-tensorflow", daemon=True)
+        self._tf_thread.start()
 
     def process(self, element: tuple[int, int, int]) -> Iterator[str]:
         _, offset, length = element
         shard = shard_from_json(fs.read_range(self.plan_path, offset, length))
         results = (encoder.encode_task(t, self.opts) for t in shard.tasks)
-        outcome = writer.write_shard(shard, results, self.staging, compression=self.compression, index=self.index, strict=False)
+        head: list[encoder.Result] = []  # encoded while TensorFlow (needed to write) still imports
+        held = 0
+        tf_thread = getattr(self, "_tf_thread", None)
+        while tf_thread is not None and tf_thread.is_alive() and held < PREFETCH_BYTES:
+            r = next(results, None)
+            if r is None:
+                break
+            head.append(r)
+            held += len(r.payload or b"")
+        tensorflow()  # joins the import, or raises its error here
+        stream = itertools.chain(head, results)
+        outcome = writer.write_shard(shard, stream, self.staging, compression=self.compression, index=self.index, strict=False)
         fs.write_text(fs.join(self.staging, shard.name + OUTCOME_SUFFIX), outcome_to_json(outcome))
         if _beam is not None:
             counter = _beam.metrics.Metrics.counter
