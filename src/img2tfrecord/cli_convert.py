@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from img2tfrecord.errors import Img2TFRecordError
+from img2tfrecord.errors import Img2TFRecordError, Interrupted
 
 
 def _err(msg: str) -> None:
@@ -97,6 +97,7 @@ def _summary_text(s: dict[str, Any]) -> str:
 @click.option("--compression", type=click.Choice(["gzip", "zlib"]), help="Compress the shards (JPEG/PNG payloads barely shrink).")
 @click.option("--index", is_flag=True, help="Write a DALI index ({shard}.idx) next to each shard.")
 @click.option("--overwrite", is_flag=True, help="Replace the dataset in a non-empty OUTPUT_DIR.")
+@click.option("--resume", is_flag=True, help="Continue an interrupted run of the same command: finished shards (checked by sha256) are reused; the result is identical.")
 @click.option("--workers", type=click.IntRange(min=1), help="Encoding processes. Default: all CPUs. Output is identical for any value.")
 @click.option("--file-list", metavar="FILE", help="CSV/TSV of path,label_name (or path: CLASS/.../image below INPUT_DIR) to convert instead of walking INPUT_DIR; relative paths are joined to INPUT_DIR.")
 @click.option("--engine", type=click.Choice(["local", "beam"]), default="local", show_default=True, help="local: processes on this machine; beam: Apache Beam (DirectRunner, Dataflow, Flink, Spark), same bytes. Needs: pip install 'img2tfrecord[beam]'.")
@@ -140,9 +141,10 @@ def convert_command(input_dir: str, output_dir: str, labels_file: str | None, as
         progress.close()
         _err(f"error: {e}")
         sys.exit(e.exit_code)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         progress.close()
-        _err("interrupted: nothing was published; run the same command again to convert")
+        kept = f"{e.done} of {e.total} shards finished; " if isinstance(e, Interrupted) else ""
+        _err(f"interrupted: nothing was published ({kept}run the same command with --resume to continue)")
         sys.exit(143 if _terminated else 130)
     progress.close()
     if as_json:
@@ -155,7 +157,7 @@ _terminated = False
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
-    """SIGTERM unwinds like Ctrl-C (workers stopped, staging removed) but exits 143."""
+    """SIGTERM unwinds like Ctrl-C (workers stopped, partial files removed) but exits 143."""
     global _terminated
     _terminated = True
     raise KeyboardInterrupt

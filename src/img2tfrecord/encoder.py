@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import warnings
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -290,9 +291,14 @@ Task = tuple[str, str, str, int, str, int]  # (path, rel to input, filename, lab
 
 
 def init_worker(opts: EncodeOptions) -> None:
-    """Pool initializer: remember the options once instead of pickling them with every chunk."""
+    """Pool initializer: remember the options once instead of pickling them with every chunk.
+
+    Workers ignore Ctrl-C: the main process handles it, stops them and cleans up, so the user
+    sees one message instead of a traceback per worker.
+    """
     global _worker_opts
     _worker_opts = opts
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def encode_task(task: Task, opts: EncodeOptions, ship_bytes: bool = True) -> Result:

@@ -19,3 +19,12 @@ class DataError(Img2TFRecordError):
     """The data or the disk failed (--strict with bad inputs, I/O failure, corrupt shard). Exit 1."""
 
     exit_code = 1
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped a conversion; finished shards were kept for --resume."""
+
+    def __init__(self, done: int, total: int) -> None:
+        super().__init__(f"{done} of {total} shards finished")
+        self.done = done
+        self.total = total

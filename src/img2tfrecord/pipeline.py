@@ -24,7 +24,8 @@ from typing import Any
 
 from img2tfrecord import encoder, fs, writer
 from img2tfrecord.encoder import EncodeOptions, Result, Task
-from img2tfrecord.errors import DataError, UsageError
+from img2tfrecord.errors import DataError, Interrupted, UsageError
+from img2tfrecord.resume import JOURNAL, Journal, fingerprint, load_done, prune
 from img2tfrecord.manifest import LABELS_NAME, MANIFEST_NAME, build_manifest, labels_text, manifest_text
 from img2tfrecord.tf_import import tensorflow
 from img2tfrecord.walker import ImageItem, discover, discover_file_list, parse_split_spec, read_labels_file
@@ -205,9 +206,16 @@ class Timing:
     workers: int | None = None  # encoding processes actually used (local engine)
 
 
-def run_local(job: Job, staging: str, workers: int, emit: EventSink, progress: Callable[[int, int, int], None] | None, timing: Timing) -> list[ShardOutcome]:
-    """Execute the plan with local worker processes; the calling process writes every shard."""
-    all_tasks = [t for shard in job.plan for t in shard.tasks]
+def run_local(
+    job: Job, staging: str, workers: int, emit: EventSink, progress: Callable[[int, int, int], None] | None,
+    timing: Timing, journal: Journal,
+) -> list[ShardOutcome]:  # fmt: skip
+    """Execute the plan with local worker processes; the calling process writes every shard.
+
+    Shards already in `journal` (an interrupted run being resumed) are reused, not redone.
+    """
+    todo = [shard for shard in job.plan if shard.name not in journal.done]
+    all_tasks = [t for shard in todo for t in shard.tasks]
     enc = LocalEncoder(job.opts, max(1, min(workers, len(all_tasks) // CHUNK)))
     tf_thread = threading.Thread(target=tensorflow, name="import-tensorflow", daemon=True)
     tf_thread.start()
@@ -227,22 +235,46 @@ def run_local(job: Job, staging: str, workers: int, emit: EventSink, progress: C
         timing.prefetched_images = len(prefetched)
         timing.prefetched_bytes = sum(r.size for r in prefetched)
         stream = _chain(prefetched, results)
-        with ThreadPoolExecutor(1, thread_name_prefix="close-shard") as closer:
-            outcomes = [
-                writer.write_shard(
+        written: dict[str, ShardOutcome] = {}
+        closer = ThreadPoolExecutor(1, thread_name_prefix="close-shard")
+        try:
+            for shard in todo:
+                written[shard.name] = writer.write_shard(
                     shard, stream, staging, compression=job.compression, index=job.index, strict=job.strict,
-                    on_skip=lambda rel, why: emit("skipped", f"{rel}: {why}"), on_image=on_image, closer=closer,
+                    on_skip=lambda rel, why: emit("skipped", f"{rel}: {why}"), on_image=on_image,
+                    closer=closer, on_closed=journal.record,
                 )  # fmt: skip
-                for shard in job.plan
-            ]
-            for o in outcomes:
-                o.wait()
+        finally:
+            _drain(closer)  # finished shards must be complete (and journaled) before any cleanup
+        for o in written.values():
+            o.wait()  # re-raises a failed close (disk full, I/O error)
+        outcomes = [written.get(shard.name) or journal.done[shard.name] for shard in job.plan]
         enc.close()
     except BaseException:
         enc.close(terminate=True)
         raise
     timing.workers = enc.workers
     return outcomes
+
+
+def _drain(executor: ThreadPoolExecutor) -> None:
+    """Wait for the executor's queued work even if Ctrl-C/SIGTERM arrives meanwhile (then re-raise).
+
+    It waits on a sentinel future (one thread, FIFO: when it is done, so is all earlier work),
+    not on Thread.join: a join interrupted by KeyboardInterrupt can report a running thread as
+    finished on Python < 3.13, which would let cleanup race the last shard's close.
+    """
+    interrupted = False
+    sentinel = executor.submit(lambda: None)
+    while True:
+        try:
+            sentinel.result()
+            break
+        except KeyboardInterrupt:
+            interrupted = True
+    executor.shutdown(wait=False)
+    if interrupted:
+        raise KeyboardInterrupt
 
 
 def convert(
@@ -254,6 +286,7 @@ def convert(
     dry_run: bool = False,
     engine: str = "local",
     beam_options: str | list[str] | None = None,
+    resume: bool = False,
     on_event: EventSink | None = None,
     progress: Callable[[int, int, int], None] | None = None,
     **options: Any,
@@ -277,15 +310,23 @@ def convert(
         from img2tfrecord.beam_engine import preflight
 
         preflight(beam_options, input_dir, output_dir)
+    if resume and engine != "local":
+        raise UsageError("--resume works with the local engine; Beam runners retry failed work themselves")
     if not dry_run:
         writer.check_output(output_dir, overwrite)
+        if not resume and fs.exists(fs.join(output_dir, writer.STAGING_DIR, JOURNAL)):
+            emit("warning", f"discarding the unfinished run in {output_dir} (add --resume to continue it instead)")
     job = plan_job(input_dir, output_dir, **options)
     for w in job.warnings:
         emit("warning", w)
     if dry_run:
         return _plan_summary(job, timing)
 
-    staging = writer.prepare_output(output_dir, overwrite)
+    staging = writer.prepare_output(output_dir, overwrite, keep_staging=resume)
+    done = load_done(job, staging) if resume else {}
+    if done:
+        emit("note", f"resuming: {len(done)} of {len(job.plan)} shards were already finished and are reused")
+    journal = Journal(staging, fingerprint(job), done)
     try:
         if engine == "beam":
             from img2tfrecord.beam_engine import run_beam
@@ -293,8 +334,11 @@ def convert(
             outcomes = run_beam(job, staging, beam_options, emit, workers=workers)
             timing.ready = timing.start
         else:
-            outcomes = run_local(job, staging, workers, emit, progress, timing)
+            outcomes = run_local(job, staging, workers, emit, progress, timing, journal)
         return finalize(job, staging, outcomes, timing, emit, engine=engine)
+    except KeyboardInterrupt:
+        prune(staging, set(journal.done))  # keep finished shards for --resume, drop partial ones
+        raise Interrupted(len(journal.done), len(job.plan)) from None
     except BaseException:
         fs.rmtree(staging)
         if not fs.is_remote(output_dir):

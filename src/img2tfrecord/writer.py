@@ -18,7 +18,7 @@ import re
 from array import array
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from img2tfrecord import fs
@@ -170,6 +170,15 @@ class ShardOutcome:
     bytes_read: int = 0
     closing: Future | None = field(default=None, repr=False)  # set when the shard closes in the background
 
+    def to_dict(self) -> dict[str, Any]:
+        """The data of the outcome (not the in-process `closing` future), JSON-ready."""
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("closing", "info")}
+        return d | {"info": asdict(self.info)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ShardOutcome:
+        return cls(**(d | {"info": ShardInfo(**d["info"])}))
+
     def wait(self) -> ShardOutcome:
         """Block until the shard is closed (fsync, sha256, index written); re-raise its error."""
         if self.closing is not None:
@@ -189,11 +198,13 @@ def write_shard(
     on_skip: Callable[[str, str], None] | None = None,
     on_image: Callable[[int], None] | None = None,
     closer: Executor | None = None,
+    on_closed: Callable[[ShardOutcome], None] | None = None,
 ) -> ShardOutcome:
     """Write the encoded results of `shard.tasks` (same order) into staging/<shard name>.
 
     With `closer`, the shard's close (fsync + sha256 + index: ~0.1 s per 100 MB) runs there while
     the caller goes on with the next shard; call `outcome.wait()` before using `outcome.info`.
+    `on_closed(outcome)` runs once the shard is complete on disk (the resume journal uses it).
     """
     sw = ShardWriter(staging, shard.name, compression, index)
     out = ShardOutcome(shard.split, sw.info)
@@ -223,10 +234,16 @@ def write_shard(
                 raise DataError(f"--strict: {rel}: {reason}; nothing was published")
         if on_image:
             on_image(result.size)
-    if closer is None:
+
+    def close() -> None:
         sw.close()
+        if on_closed:
+            on_closed(out)
+
+    if closer is None:
+        close()
     else:
-        out.closing = closer.submit(sw.close)
+        out.closing = closer.submit(close)
     return out
 
 
@@ -270,13 +287,17 @@ def check_output(output_dir: str, overwrite: bool) -> None:
             raise UsageError(f"output {output_dir} is not empty ({len(existing)} entries): choose another folder or add --overwrite")
 
 
-def prepare_output(output_dir: str, overwrite: bool) -> str:
-    """Check the output directory and create a fresh staging folder inside it; return its path."""
+def prepare_output(output_dir: str, overwrite: bool, keep_staging: bool = False) -> str:
+    """Check the output directory and create the staging folder inside it; return its path.
+
+    The staging folder of an interrupted run is emptied, unless `keep_staging` (--resume).
+    """
     check_output(output_dir, overwrite)
     staging = fs.join(output_dir, STAGING_DIR)
     try:
         fs.makedirs(output_dir)
-        fs.rmtree(staging)
+        if not keep_staging:
+            fs.rmtree(staging)
         fs.makedirs(staging)
     except OSError as e:
         raise UsageError(f"cannot create output {output_dir}: {e.strerror or e}") from None

@@ -1,0 +1,148 @@
+"""Real `img2tfrecord` processes: what a terminal or a CI script sees (exit codes, stderr, signals).
+
+These pay TensorFlow's start-up (~3 s) per process, so they are few; everything else runs
+in-process with CliRunner.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import make_dataset, read_records
+
+ROOT = Path(__file__).resolve().parents[1]
+NOISE = ("I0000", "W0000", "E0000", "cuda", "oneDNN", "cpu_feature_guard", "absl", "WARNING: All log", "Traceback", "rebuild TensorFlow")
+
+
+def run(*args: str, **kw) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP")}  # the tool must quieten TF itself
+    return subprocess.run([sys.executable, "-m", "img2tfrecord", *map(str, args)], capture_output=True, text=True, env=env, timeout=300, **kw)
+
+
+def start(*args: str) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP")}
+    return subprocess.Popen([sys.executable, "-m", "img2tfrecord", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def shard_names(out: Path) -> list[str]:
+    return sorted(p.name for p in out.iterdir() if "-of-" in p.name) if out.exists() else []
+
+
+def digest(out: Path) -> dict[str, str]:
+    return {n: hashlib.sha256((out / n).read_bytes()).hexdigest() for n in shard_names(out) + ["dataset.json", "labels.txt"]}
+
+
+def test_sample_data_conversion_is_quiet_and_scriptable(tmp_path):
+    out = tmp_path / "out"
+    res = run("convert", ROOT / "sample_data", out, "--shards", "2", "--json")
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout)  # stdout is exactly one JSON object
+    assert summary["records"] == 30 and summary["skipped"] == 1
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert lines == ["skipped: triangle/triangle_broken.jpg: corrupt or truncated JPEG image: image file is truncated (50 bytes not processed)"]
+    assert not any(n in res.stderr for n in NOISE)
+    res = run("convert", ROOT / "sample_data", tmp_path / "out2", "--shards", "2")
+    assert res.returncode == 0 and res.stdout == ""
+    assert res.stderr.splitlines()[-1].startswith("Wrote 30 images") and not any(n in res.stderr for n in NOISE)
+    assert digest(out) == digest(tmp_path / "out2")
+
+
+def test_usage_error_is_one_line_exit_2(tmp_path):
+    res = run("convert", tmp_path / "nope", tmp_path / "out")
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0 and res.stderr.startswith("error: input") and "does not exist" in res.stderr
+    res = run("convert", ROOT / "sample_data", tmp_path / "out", "--shards", "many")
+    assert res.returncode == 2 and "--shards" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_help_does_not_import_tensorflow():
+    code = (
+        "import sys, time\nt = time.time()\nfrom img2tfrecord.cli import main\n"
+        "for args in (['--help'], ['convert', '--help'], ['inspect', '--help']):\n"
+        "    try:\n        main(args)\n    except SystemExit:\n        pass\n"
+        "print('tensorflow' in sys.modules, time.time() - t, file=sys.stderr)"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    imported, seconds = res.stderr.split()[-2:]
+    assert imported == "False" and float(seconds) < 2.0
+    assert "convert" in res.stdout and "--shards" in res.stdout
+
+
+@pytest.fixture(scope="module")
+def slow_input(tmp_path_factory) -> Path:
+    """Enough work (PNG re-encoding, 8 shards) that a run lasts a few seconds after start-up."""
+    root = tmp_path_factory.mktemp("slow")
+    make_dataset(root, {"a": 120, "b": 120}, size=(220, 160))
+    return root
+
+
+def _wait_for(predicate, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while not predicate():
+        assert proc.poll() is None, f"finished before the signal: {proc.communicate()}"
+        assert time.time() < deadline, "timed out waiting for the conversion to start"
+        time.sleep(0.05)
+
+
+def _finished_shards(out: Path) -> int:
+    journal = out / ".img2tfrecord-staging" / "journal.json"
+    try:
+        return len(json.loads(journal.read_text())["shards"])
+    except (OSError, ValueError):
+        return 0
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_publishes_nothing_and_says_how_to_resume(slow_input, tmp_path, sig, code):
+    out = tmp_path / "out"
+    proc = start("convert", slow_input, out, "--encoding", "png", "--shards", "8", "--workers", "2")
+    _wait_for(lambda: _finished_shards(out) >= 1, proc)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert "interrupted" in err and "--resume" in err and "Traceback" not in err
+    assert shard_names(out) == [] and not (out / "dataset.json").exists()
+    staging = out / ".img2tfrecord-staging"
+    journal = json.loads((staging / "journal.json").read_text())
+    leftovers = {p.name for p in staging.iterdir()} - {"journal.json"}
+    assert leftovers == set(journal["shards"])  # finished shards only: partial files are gone
+
+
+def test_resume_after_sigkill_is_byte_identical(slow_input, tmp_path, cli):
+    args = ["--encoding", "png", "--shards", "8", "--index"]
+    reference = tmp_path / "reference"
+    assert cli("convert", slow_input, reference, *args).exit_code == 0
+    out = tmp_path / "out"
+    proc = start("convert", slow_input, out, *args, "--workers", "2")
+    _wait_for(lambda: _finished_shards(out) >= 2, proc)
+    proc.kill()
+    proc.wait()
+    assert shard_names(out) == []  # nothing under a final name after SIGKILL
+    done_before = _finished_shards(out)
+    res = cli("convert", slow_input, out, *args, "--resume")
+    assert res.exit_code == 0, res.output
+    assert f"resuming: {done_before} of 8" in res.stderr or f"resuming: {done_before + 1} of 8" in res.stderr
+    assert digest(out) == digest(reference)
+    assert not (out / ".img2tfrecord-staging").exists()
+    assert len(read_records(out)) == 240
+
+
+def test_resume_refuses_changed_input(slow_input, tmp_path, cli):
+    out = tmp_path / "out"
+    proc = start("convert", slow_input, out, "--encoding", "png", "--shards", "8", "--workers", "2")
+    _wait_for(lambda: _finished_shards(out) >= 1, proc)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    res = cli("convert", slow_input, out, "--encoding", "png", "--shards", "8", "--quality", "50", "--resume")
+    assert res.exit_code == 2 and "different input or different options" in res.stderr
+    res = cli("convert", slow_input, out, "--encoding", "png", "--shards", "8")
+    assert res.exit_code == 0 and "discarding the unfinished run" in res.stderr
