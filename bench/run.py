@@ -1,0 +1,258 @@
+"""`make bench`: img2tfrecord's throughput against baselines measured in the same run.
+
+Every contender runs as its own process (so start-up and peak memory are real), the contenders
+alternate over several rounds, and medians are reported: this machine is noisy. Each process
+reports its own steady-state time (excluding interpreter and TensorFlow start-up); the harness
+measures the whole process and the peak memory of its process tree (RSS summed over workers, and
+PSS, which counts shared library pages once).
+
+The dataset is 4,000 generated images; the runs convert 12,000 (each image hard-linked three
+times under new names) so that steady state, which starts only after TensorFlow's ~3 s import,
+lasts long enough to measure.
+
+Usage: python bench/run.py [--images 12000] [--rounds 3] [--quick] [--out bench/results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dataset  # noqa: E402
+
+PY = sys.executable
+BIN = os.path.join(os.path.dirname(PY), "img2tfrecord")
+CORES = os.cpu_count() or 1
+
+COPY = """
+import json, os, sys, time
+t = time.perf_counter(); n = b = 0
+with open(sys.argv[2], "wb") as out:
+    for root, dirs, files in os.walk(sys.argv[1]):
+        dirs.sort()
+        for name in sorted(files):
+            if name.startswith("."):
+                continue
+            with open(os.path.join(root, name), "rb") as f:
+                data = f.read()
+            out.write(data); n += 1; b += len(data)
+print(json.dumps({"images": n, "bytes": b, "steady_seconds": time.perf_counter() - t}))
+"""
+
+# The cheapest decode that still reads the whole compressed stream: what default mode must do.
+DECODE = """
+import io, json, os, sys, time
+from PIL import Image
+t = time.perf_counter(); n = b = 0
+for root, dirs, files in os.walk(sys.argv[1]):
+    dirs.sort()
+    for name in sorted(files):
+        if name.startswith("."):
+            continue
+        with open(os.path.join(root, name), "rb") as f:
+            data = f.read()
+        im = Image.open(io.BytesIO(data))
+        if im.format == "JPEG":
+            im.draft(im.mode, (max(1, im.width // 8), max(1, im.height // 8)))
+        im.load(); n += 1; b += len(data)
+print(json.dumps({"images": n, "bytes": b, "steady_seconds": time.perf_counter() - t}))
+"""
+
+
+@dataclass
+class Contender:
+    name: str
+    argv: list[str]  # {data} and {out} are filled in
+    runs: list[dict] = field(default_factory=list)
+
+    def median(self, key: str) -> float:
+        return statistics.median(r[key] for r in self.runs)
+
+
+def _tree_memory(proc: psutil.Process) -> tuple[float, float]:
+    """(RSS, PSS) in MB summed over a process and its children."""
+    rss = pss = 0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            rss += p.memory_info().rss
+            with open(f"/proc/{p.pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        pss += int(line.split()[1]) * 1024
+                        break
+        except (psutil.Error, OSError):
+            pass
+    return rss / 1e6, pss / 1e6
+
+
+def run_once(argv: list[str]) -> dict:
+    """Run one contender; return its JSON report plus wall time and peak tree memory."""
+    start = time.perf_counter()
+    proc = psutil.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"})
+    peak_rss = peak_pss = 0.0
+    while proc.poll() is None:
+        rss, pss = _tree_memory(proc)
+        peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
+        time.sleep(0.05)
+    wall = time.perf_counter() - start
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}):\n{err.decode()[-2000:]}")
+    report = json.loads(out.decode().strip().splitlines()[-1])
+    images = report.get("images", 0)
+    nbytes = report.get("input_bytes", report.get("bytes", 0))
+    steady = report.get("steady_seconds", wall)
+    steady_images = report.get("steady_images_per_second", images / steady)
+    steady_mb = report.get("steady_mb_per_second", nbytes / 1e6 / steady)
+    return {
+        "wall_seconds": wall,
+        "images": images,
+        "images_per_second": images / wall,
+        "mb_per_second": nbytes / 1e6 / wall,
+        "steady_images_per_second": steady_images,
+        "steady_mb_per_second": steady_mb,
+        "peak_rss_mb": peak_rss,
+        "peak_pss_mb": peak_pss,
+    }
+
+
+def contenders(quick: bool) -> list[Contender]:
+    convert = [BIN, "convert", "{data}", "{out}", "--json", "--quiet"]
+    cs = [
+        Contender("copy limit (python read+append)", [PY, "-c", COPY, "{data}", "{out}/copy.bin"]),
+        Contender("decode floor (1 process, draft decode)", [PY, "-c", DECODE, "{data}"]),
+        Contender("baseline (tutorial, 1 process)", [PY, os.path.join(os.path.dirname(__file__), "baseline.py"), "{data}", "{out}/base.tfrecord"]),
+        Contender(f"ours default, {CORES} workers", convert + ["--workers", str(CORES)]),
+        Contender("ours default, 1 worker", convert + ["--workers", "1"]),
+        Contender(f"ours keep --no-validate, {CORES} workers", convert + ["--no-validate", "--workers", str(CORES)]),
+        Contender(f"ours jpeg --resize 256, {CORES} workers", convert + ["--encoding", "jpeg", "--resize", "256", "--workers", str(CORES)]),
+        Contender("ours jpeg --resize 256, 1 worker", convert + ["--encoding", "jpeg", "--resize", "256", "--workers", "1"]),
+    ]
+    if os.environ.get("BENCH_BEAM", "1") != "0":
+        try:
+            import apache_beam  # noqa: F401
+
+            cs.append(Contender(f"ours default, Beam DirectRunner {CORES} workers", convert + ["--engine", "beam", "--workers", str(CORES)]))
+        except ImportError:
+            pass
+    return [c for c in cs if not quick or "1 worker" not in c.name]
+
+
+def help_seconds(args: list[str]) -> tuple[float, bool]:
+    """Median wall time of `img2tfrecord ... --help`, and whether TensorFlow got imported."""
+    times = []
+    for _ in range(5):
+        t = time.perf_counter()
+        subprocess.run([BIN, *args], capture_output=True, check=True)
+        times.append(time.perf_counter() - t)
+    probe = (
+        "import sys; from img2tfrecord.cli import main\n"
+        f"try: main({args!r})\nexcept SystemExit: pass\n"
+        "print('tensorflow' in sys.modules, file=sys.stderr)"
+    )
+    r = subprocess.run([PY, "-c", probe], capture_output=True, text=True)
+    return statistics.median(times), r.stderr.strip().endswith("True")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--images", type=int, default=12000, help="a multiple of 4000")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="fewer contenders, no 16k-image memory check")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.json"))
+    args = ap.parse_args()
+
+    data = dataset.make(args.images)
+    work = tempfile.mkdtemp(prefix="img2tfrecord-bench-", dir=dataset.CACHE)
+    cs = contenders(args.quick)
+    try:
+        for r in range(args.rounds):
+            order = cs[r % len(cs) :] + cs[: r % len(cs)]  # rotate so no contender always runs first
+            for c in order:
+                out = os.path.join(work, "out")
+                shutil.rmtree(out, ignore_errors=True)
+                os.makedirs(out)
+                argv = [a.replace("{data}", data).replace("{out}", out) for a in c.argv]
+                if argv[:2] == [BIN, "convert"]:
+                    shutil.rmtree(out)  # convert wants a fresh output directory
+                c.runs.append(run_once(argv))
+                print(f"  round {r + 1}/{args.rounds}: {c.name}: {c.runs[-1]['steady_images_per_second']:.0f} img/s steady", file=sys.stderr)
+        memory = {}
+        if not args.quick:
+            for n in (4000, 16000):
+                out = os.path.join(work, f"mem{n}")
+                memory[n] = run_once([BIN, "convert", dataset.make(n), out, "--json", "--quiet", "--workers", str(CORES)])["peak_rss_mb"]
+                shutil.rmtree(out, ignore_errors=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    help_top, tf_top = help_seconds(["--help"])
+    help_convert, tf_convert = help_seconds(["convert", "--help"])
+    by = {c.name: c for c in cs}
+    rows = []
+    print(f"\nimg2tfrecord bench: {args.images} images ({sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(data) for f in fs) / 1e6:.0f} MB), "
+          f"{CORES} cores, {platform.processor() or platform.machine()}, medians of {args.rounds} rounds\n")
+    header = f"{'contender':46s} {'img/s':>7s} {'MB/s':>7s} {'steady img/s':>12s} {'steady MB/s':>11s} {'peak RSS MB':>11s} {'peak PSS MB':>11s}"
+    print(header)
+    print("-" * len(header))
+    for c in cs:
+        row = {k: c.median(k) for k in c.runs[0]}
+        rows.append({"name": c.name, **row, "runs": c.runs})
+        print(f"{c.name:46s} {row['images_per_second']:7.0f} {row['mb_per_second']:7.1f} {row['steady_images_per_second']:12.0f} "
+              f"{row['steady_mb_per_second']:11.1f} {row['peak_rss_mb']:11.0f} {row['peak_pss_mb']:11.0f}")
+
+    def m(name: str, key: str) -> float:
+        return by[name].median(key)
+
+    all_default, one_default = f"ours default, {CORES} workers", "ours default, 1 worker"
+    nv, jpeg_all, jpeg_one = f"ours keep --no-validate, {CORES} workers", f"ours jpeg --resize 256, {CORES} workers", "ours jpeg --resize 256, 1 worker"
+    ideal = CORES * m("decode floor (1 process, draft decode)", "steady_images_per_second")
+    ratios = {
+        "keep --no-validate / copy limit (steady MB/s)": (m(nv, "steady_mb_per_second") / m("copy limit (python read+append)", "steady_mb_per_second"), 0.5),
+        "default / ideal (cores x decode floor, steady img/s)": (m(all_default, "steady_images_per_second") / ideal, 0.9),
+        "default / baseline (whole process img/s)": (m(all_default, "images_per_second") / m("baseline (tutorial, 1 process)", "images_per_second"), 2.0),
+    }
+    if not args.quick:
+        ratios["default: all cores / 1 worker (steady img/s)"] = (m(all_default, "steady_images_per_second") / m(one_default, "steady_images_per_second"), 1.8)
+        ratios["jpeg --resize 256: all cores / 1 worker (steady img/s)"] = (m(jpeg_all, "steady_images_per_second") / m(jpeg_one, "steady_images_per_second"), 1.8)
+    beam = next((c.name for c in cs if "Beam" in c.name), None)
+    if beam:
+        ratios["Beam DirectRunner / local (whole process img/s)"] = (m(beam, "images_per_second") / m(all_default, "images_per_second"), None)
+    print()
+    for name, (value, target) in ratios.items():
+        verdict = "" if target is None else ("  ok" if value >= target else f"  MISSED (target >= {target})")
+        print(f"{name:58s} {value:6.2f}{verdict}")
+    print(f"{'peak memory, ' + all_default + ' (RSS sum, MB)':58s} {m(all_default, 'peak_rss_mb'):6.0f}{'  ok' if m(all_default, 'peak_rss_mb') <= 1200 else '  MISSED (target <= 1200)'}")
+    if memory:
+        diff = memory[16000] - memory[4000]
+        print(f"{'peak RSS 16,000 images - 4,000 images (MB)':58s} {diff:6.0f}{'  ok' if abs(diff) < 50 else '  MISSED (target < 50)'}")
+    print(f"{'img2tfrecord --help (s), imports TensorFlow':58s} {help_top:6.2f}  {tf_top}")
+    print(f"{'img2tfrecord convert --help (s), imports TensorFlow':58s} {help_convert:6.2f}  {tf_convert}")
+    result = {
+        "machine": {"cores": CORES, "processor": platform.processor(), "python": platform.python_version(), "memory_gb": round(psutil.virtual_memory().total / 2**30)},
+        "dataset": {"images": args.images, "path": data},
+        "rounds": args.rounds,
+        "contenders": rows,
+        "ratios": {k: v for k, (v, _) in ratios.items()},
+        "memory_by_dataset_size_mb": memory,
+        "help_seconds": {"top": help_top, "convert": help_convert, "imports_tensorflow": tf_top or tf_convert},
+    }
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=2)
+    print(f"\nresults: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
