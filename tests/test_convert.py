@@ -361,3 +361,29 @@ def test_skipped_images_do_not_unbalance_shards(cli, tmp_path):
         f"{c}/{p.name}".encode() for c in "ab" for p in (tmp_path / "in" / c).iterdir() if not p.name.startswith("broken")
     )
     assert not list(out.glob("*.rebalanced*"))
+
+
+def test_duplicates_are_reported_or_dropped(cli, tmp_path):
+    files = make_dataset(tmp_path / "in", {"cat": 6, "dog": 6})
+    (tmp_path / "in" / "cat" / "copy_of_cat0.png").write_bytes(files["cat"][0].read_bytes())  # same class
+    (tmp_path / "in" / "dog" / "really_a_cat.jpg").write_bytes(files["cat"][1].read_bytes())  # conflicting label
+    out = tmp_path / "report"
+    res = cli("convert", tmp_path / "in", out)
+    assert res.exit_code == 0 and "2 duplicate image(s) in 2 group(s)" in res.stderr and "1 with conflicting labels" in res.stderr
+    dup = json.loads((out / "dataset.json").read_text())["duplicates"]
+    assert sorted(sorted(g["files"]) for g in dup["groups"]) == [
+        ["cat/copy_of_cat0.png", "cat/img_000.png"],
+        ["cat/img_001.jpg", "dog/really_a_cat.jpg"],
+    ]
+    assert [g["conflicting_labels"] for g in sorted(dup["groups"], key=lambda g: g["files"][0])] in ([False, True], [True, False])
+    assert len(read_records(out)) == 14  # report mode writes everything
+    out = tmp_path / "drop"
+    res = cli("convert", tmp_path / "in", out, "--dedupe", "drop", "--split", "train=0.5,validation=0.5")
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((out / "dataset.json").read_text())
+    dropped = manifest["duplicates"]["dropped"]
+    assert len(dropped) == 2 and len(read_records(out)) == 12
+    kept = {r["filename"].decode() for r in read_records(out)}
+    for d in dropped:
+        assert d["path"] not in kept and d["duplicate_of"] in kept
+    assert manifest["skipped"] == []

@@ -96,6 +96,7 @@ def _summary_text(s: dict[str, Any]) -> str:
 @click.option("--strict", is_flag=True, help="Fail (exit 1, publish nothing) if any image is unusable.")
 @click.option("--compression", type=click.Choice(["gzip", "zlib"]), help="Compress the shards (JPEG/PNG payloads barely shrink).")
 @click.option("--index", is_flag=True, help="Write a DALI index ({shard}.idx) next to each shard.")
+@click.option("--dedupe", type=click.Choice(["report", "drop"]), default="report", show_default=True, help="Byte-identical images (within a class, across classes = conflicting labels, across splits = leakage): report them, or drop all but the first copy.")
 @click.option("--overwrite", is_flag=True, help="Replace the dataset in a non-empty OUTPUT_DIR.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run of the same command: finished shards (checked by sha256) are reused; the result is identical.")
 @click.option("--workers", type=click.IntRange(min=1), help="Encoding processes. Default: all CPUs. Output is identical for any value.")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
+import xxhash
 from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
 from img2tfrecord.schema import FORMAT_RAW, serialize_example, utf8_text
@@ -78,6 +79,7 @@ class Result(NamedTuple):
     orientation_ignored: bool = False  # keep mode left an EXIF rotation to the reader
     size: int = 0  # bytes read
     stamp: tuple[int, int] = (0, 0)  # (size, mtime_ns) when validated
+    digest: str = ""  # xxh3-128 of the file's bytes: finds byte-identical duplicates
 
 
 def encode_image(path: str, opts: EncodeOptions, ship_bytes: bool = True) -> Result:
@@ -97,7 +99,7 @@ def encode_image(path: str, opts: EncodeOptions, ship_bytes: bool = True) -> Res
             if kept is not None:
                 out_fmt, channels, orient = kept
                 payload = data if ship_bytes else None
-                return Result("keep", payload, out_fmt, height, width, channels, None, orient, len(data), stamp)
+                return Result("keep", payload, out_fmt, height, width, channels, None, orient, len(data), stamp, _digest(data))
         payload, out_fmt, (h, w, c) = _transcode(im, fmt, opts)
     except SkipImage:
         raise
@@ -105,7 +107,11 @@ def encode_image(path: str, opts: EncodeOptions, ship_bytes: bool = True) -> Res
         raise SkipImage(f"corrupt or truncated {fmt} image: {_describe(e)}") from None
     source = "CMYK JPEG" if fmt in ("JPEG", "MPO") and im.mode == "CMYK" else fmt
     transcoded = None if opts.reencodes else f"{source}->{out_fmt}"
-    return Result("encoded", payload, out_fmt, h, w, c, transcoded, False, len(data), stamp)
+    return Result("encoded", payload, out_fmt, h, w, c, transcoded, False, len(data), stamp, _digest(data))
+
+
+def _digest(data: bytes) -> str:
+    return xxhash.xxh3_128_hexdigest(data)
 
 
 def to_record(task: Task, result: Result) -> bytes:

@@ -27,6 +27,7 @@ def build_manifest(
     formats: dict[str, int],
     ignored_files: int,
     engine: str = "local",
+    duplicates: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     return {
         "format_version": FORMAT_VERSION,
@@ -40,6 +41,7 @@ def build_manifest(
         "transcoded": dict(sorted(transcoded.items())),
         "formats": dict(sorted(formats.items())),
         "ignored_files": ignored_files,
+        "duplicates": duplicates or {},
     }
 
 

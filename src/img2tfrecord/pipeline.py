@@ -22,7 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from img2tfrecord import encoder, fs, writer
+from img2tfrecord import dedupe, encoder, fs, writer
+from img2tfrecord.dedupe import MODES as DEDUPE_MODES, Deduper
 from img2tfrecord.encoder import EncodeOptions, Result, Task
 from img2tfrecord.errors import DataError, Interrupted, UsageError
 from img2tfrecord.resume import JOURNAL, Journal, fingerprint, load_done, prune
@@ -89,6 +90,7 @@ class Job:
     compression: str | None
     index: bool
     strict: bool
+    dedupe: str = "report"
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -115,6 +117,7 @@ def plan_job(
     compression: str | None = None,
     index: bool = False,
     file_list: str | None = None,
+    dedupe: str = "report",
 ) -> Job:
     """Check the options, walk the input (or read `file_list`) and cut it into shards. Raises UsageError."""
     if encoding not in encoder.ENCODINGS:
@@ -127,6 +130,8 @@ def plan_job(
         raise UsageError(f"bad --max-pixels {max_pixels}: must be positive")
     if compression not in writer.COMPRESSIONS:
         raise UsageError(f"bad --compression {compression!r}: choose gzip or zlib")
+    if dedupe not in DEDUPE_MODES:
+        raise UsageError(f"bad --dedupe {dedupe!r}: choose report or drop")
     if index and compression:
         raise UsageError("--index describes uncompressed shards (DALI cannot read compressed TFRecords): drop --compression or --index")
     opts = EncodeOptions(
@@ -152,12 +157,12 @@ def plan_job(
     options = asdict(opts) | {
         "resize": list(opts.resize) if isinstance(opts.resize, tuple) else opts.resize,
         "seed": seed, "label_offset": label_offset, "compression": compression, "index": index,
-        "split": fractions, "shards": dict(counts), "labels": class_list,
+        "split": fractions, "shards": dict(counts), "labels": class_list, "dedupe": dedupe,
     }  # fmt: skip
     return Job(
         input_dir=input_dir, output_dir=output_dir, opts=opts, classes=found.classes, label_offset=label_offset,
         options=options, plan=writer.make_plan(tasks, counts), split_names=list(found.splits),
-        ignored_files=found.ignored_files, compression=compression, index=index, strict=strict,
+        ignored_files=found.ignored_files, compression=compression, index=index, strict=strict, dedupe=dedupe,
         warnings=found.warnings + shard_warnings + empty,
     )  # fmt: skip
 
@@ -215,6 +220,12 @@ def run_local(
     Shards already in `journal` (an interrupted run being resumed) are reused, not redone.
     """
     todo = [shard for shard in job.plan if shard.name not in journal.done]
+    deduper = Deduper("drop") if job.dedupe == "drop" else None
+    if deduper and todo:  # drop decisions depend on every earlier shard: redo all after the first gap
+        first = job.plan.index(todo[0])
+        todo = job.plan[first:]
+        for shard in job.plan[:first]:
+            deduper.seen(journal.done[shard.name].digests)
     all_tasks = [t for shard in todo for t in shard.tasks]
     enc = LocalEncoder(job.opts, max(1, min(workers, len(all_tasks) // CHUNK)))
     tf_thread = threading.Thread(target=tensorflow, name="import-tensorflow", daemon=True)
@@ -242,7 +253,7 @@ def run_local(
                 written[shard.name] = writer.write_shard(
                     shard, stream, staging, compression=job.compression, index=job.index, strict=job.strict,
                     on_skip=lambda rel, why: emit("skipped", f"{rel}: {why}"), on_image=on_image,
-                    closer=closer, on_closed=journal.record,
+                    closer=closer, on_closed=journal.record, dedupe=deduper,
                 )  # fmt: skip
         finally:
             _drain(closer)  # finished shards must be complete (and journaled) before any cleanup
@@ -310,6 +321,8 @@ def convert(
         from img2tfrecord.beam_engine import preflight
 
         preflight(beam_options, input_dir, output_dir)
+    if engine != "local" and options.get("dedupe") == "drop":
+        raise UsageError("--dedupe drop needs the local engine (it decides in plan order); use --dedupe report with Beam")
     if resume and engine != "local":
         raise UsageError("--resume works with the local engine; Beam runners retry failed work themselves")
     if not dry_run:
@@ -377,6 +390,14 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
         }
     orient = sum(o.orientation_ignored for o in outcomes)
     warnings = list(job.warnings)
+    duplicates = dedupe.report(
+        job.dedupe,
+        ((d, rel, o.split, text) for o in outcomes for d, rel, text in o.digests),
+        [d for o in outcomes for d in o.dropped],
+    )
+    if line := dedupe.summary_line(duplicates):
+        warnings.append(line)
+        emit("warning", line)
     if orient:
         warnings.append(
             f"{orient} JPEG(s) carry an EXIF rotation that --encoding keep leaves to the reader "
@@ -387,6 +408,7 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
     manifest = build_manifest(
         classes=classes, label_offset=job.label_offset, options=job.options, splits=split_info, skipped=skipped,
         transcoded=merged["transcoded"], formats=merged["formats"], ignored_files=job.ignored_files, engine=engine,
+        duplicates=duplicates,
     )  # fmt: skip
     files = [sh["file"] for si in split_info.values() for sh in si["shards"]]
     files += [sh["index"] for si in split_info.values() for sh in si["shards"] if "index" in sh]
@@ -411,6 +433,7 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
         "input_bytes": bytes_read,
         "skipped": len(skipped),
         "skipped_files": skipped,
+        "duplicates": {k: v for k, v in duplicates.items() if k != "groups"} | {"groups": len(duplicates["groups"])},
         "ignored_files": job.ignored_files,
         "transcoded": manifest["transcoded"],
         "formats": manifest["formats"],

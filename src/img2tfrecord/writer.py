@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from img2tfrecord import fs
+from img2tfrecord.dedupe import Deduper
 from img2tfrecord.encoder import Result, SkipImage, Task, to_record
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.schema import utf8_text
@@ -168,6 +169,8 @@ class ShardOutcome:
     orientation_ignored: int = 0
     images: int = 0
     bytes_read: int = 0
+    digests: list[list[str]] = field(default_factory=list)  # [content digest, path, class] per record
+    dropped: list[dict[str, str]] = field(default_factory=list)  # duplicates left out (--dedupe drop)
     closing: Future | None = field(default=None, repr=False)  # set when the shard closes in the background
 
     def to_dict(self) -> dict[str, Any]:
@@ -199,6 +202,7 @@ def write_shard(
     on_image: Callable[[int], None] | None = None,
     closer: Executor | None = None,
     on_closed: Callable[[ShardOutcome], None] | None = None,
+    dedupe: Deduper | None = None,
 ) -> ShardOutcome:
     """Write the encoded results of `shard.tasks` (same order) into staging/<shard name>.
 
@@ -212,13 +216,19 @@ def write_shard(
         out.images += 1
         out.bytes_read += result.size
         reason = result.fmt
-        if result.kind != "skip":
+        kept_copy = dedupe.admit(result.digest, display(task[1])) if dedupe and result.kind != "skip" else None
+        if kept_copy is not None:
+            reason = ""
+            out.dropped.append({"path": display(task[1]), "split": shard.split, "class": display(task[4]),
+                                "digest": result.digest, "duplicate_of": kept_copy})  # fmt: skip
+        elif result.kind != "skip":
             try:
                 sw.write(to_record(task, result))
             except SkipImage as e:
                 reason = str(e)
             else:
                 text = display(task[4])
+                out.digests.append([result.digest, display(task[1]), text])
                 out.class_counts[text] = out.class_counts.get(text, 0) + 1
                 out.formats[result.fmt] = out.formats.get(result.fmt, 0) + 1
                 if result.transcoded:
