@@ -15,6 +15,7 @@ import collections
 import multiprocessing
 import os
 import re
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -91,6 +92,7 @@ class Job:
     index: bool
     strict: bool
     dedupe: str = "report"
+    estimated_bytes: int = 0  # output size estimate (exact-ish for --encoding keep)
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -141,10 +143,7 @@ def plan_job(
     shard_request = parse_shards(shards)
     fractions = parse_split_spec(split) if isinstance(split, str) else split
     class_list = read_labels_file(labels) if isinstance(labels, str) else labels
-    if not fs.is_remote(input_dir) and not fs.is_remote(output_dir):
-        in_abs, out_abs = os.path.realpath(input_dir), os.path.realpath(output_dir)
-        if out_abs == in_abs or out_abs.startswith(in_abs + os.sep):
-            raise UsageError(f"output {output_dir} is inside input {input_dir}: the tool would read its own output; choose another folder")
+    check_paths(input_dir, output_dir)
 
     if file_list:
         found = discover_file_list(input_dir, file_list, split=fractions, seed=seed, label_offset=label_offset, labels=class_list)
@@ -163,8 +162,16 @@ def plan_job(
         input_dir=input_dir, output_dir=output_dir, opts=opts, classes=found.classes, label_offset=label_offset,
         options=options, plan=writer.make_plan(tasks, counts), split_names=list(found.splits),
         ignored_files=found.ignored_files, compression=compression, index=index, strict=strict, dedupe=dedupe,
-        warnings=found.warnings + shard_warnings + empty,
+        warnings=found.warnings + shard_warnings + empty, estimated_bytes=sum(split_bytes.values()),
     )  # fmt: skip
+
+
+def check_paths(input_dir: str, output_dir: str) -> None:
+    """Refuse an output inside the input (or equal to it): the walk would read its own shards."""
+    if not fs.is_remote(input_dir) and not fs.is_remote(output_dir):
+        in_abs, out_abs = os.path.realpath(input_dir), os.path.realpath(output_dir)
+        if out_abs == in_abs or out_abs.startswith(in_abs + os.sep):
+            raise UsageError(f"output {output_dir} is inside input {input_dir}: the tool would read its own output; choose another folder")
 
 
 class LocalEncoder:
@@ -325,6 +332,7 @@ def convert(
         raise UsageError("--dedupe drop needs the local engine (it decides in plan order); use --dedupe report with Beam")
     if resume and engine != "local":
         raise UsageError("--resume works with the local engine; Beam runners retry failed work themselves")
+    check_paths(input_dir, output_dir)
     if not dry_run:
         writer.check_output(output_dir, overwrite)
         if not resume and fs.exists(fs.join(output_dir, writer.STAGING_DIR, JOURNAL)):
@@ -335,6 +343,7 @@ def convert(
     if dry_run:
         return _plan_summary(job, timing)
 
+    _check_space(job, emit)
     staging = writer.prepare_output(output_dir, overwrite, keep_staging=resume)
     done = load_done(job, staging) if resume else {}
     if done:
@@ -352,14 +361,65 @@ def convert(
     except KeyboardInterrupt:
         prune(staging, set(journal.done))  # keep finished shards for --resume, drop partial ones
         raise Interrupted(len(journal.done), len(job.plan)) from None
+    except Exception as e:
+        if not isinstance(e, OSError) and not type(e).__module__.startswith("tensorflow"):
+            raise
+        _cleanup(staging, output_dir)
+        raise DataError(f"writing the dataset in {output_dir} failed: {_describe_io(e)}; {_space_note(job)}") from None
     except BaseException:
-        fs.rmtree(staging)
-        if not fs.is_remote(output_dir):
-            try:
-                os.rmdir(output_dir)  # only if we created it and it is still empty
-            except OSError:
-                pass
+        _cleanup(staging, output_dir)
         raise
+
+
+def _cleanup(staging: str, output_dir: str) -> None:
+    fs.rmtree(staging)
+    if not fs.is_remote(output_dir):
+        try:
+            os.rmdir(output_dir)  # only if we created it and it is still empty
+        except OSError:
+            pass
+
+
+def _free_bytes(output_dir: str) -> int | None:
+    if fs.is_remote(output_dir):
+        return None
+    path = os.path.abspath(output_dir)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("bytes", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def _space_note(job: Job) -> str:
+    free = _free_bytes(job.output_dir)
+    note = f"the dataset needs about {human_bytes(job.estimated_bytes)}"
+    return note + (f" and {human_bytes(free)} are free there" if free is not None else "")
+
+
+def _describe_io(e: BaseException) -> str:
+    msg = getattr(e, "message", None) or getattr(e, "strerror", None) or str(e)
+    return msg.strip().splitlines()[0] if msg.strip() else type(e).__name__
+
+
+def _check_space(job: Job, emit: EventSink) -> None:
+    """Fail before any work when the output disk clearly cannot hold the dataset."""
+    free = _free_bytes(job.output_dir)
+    if free is None or job.estimated_bytes <= free:
+        return
+    if job.opts.reencodes:  # a rough estimate: say so, but let the user try
+        emit("warning", f"the output may not fit: {_space_note(job)}")
+        return
+    raise DataError(f"not enough space in {job.output_dir}: {_space_note(job)}; free some space or choose another disk")
 
 
 def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timing, emit: EventSink, engine: str = "local") -> dict[str, Any]:
