@@ -200,6 +200,7 @@ def test_bad_files_are_skipped_with_reasons(cli, tmp_path):
     (bad / "page.jpg").write_text("<html><body>404</body></html>")
     (bad / "bomb.png").write_bytes(_png_with_size(20000, 20000))
     save(natural_image(30, 20, 10), bad / "really_png.jpg", "PNG")  # misnamed but fine: included as PNG
+    save(natural_image(30, 20, 11), bad / "really_webp.jpg", "WEBP", lossless=True)  # included, as PNG
     out = tmp_path / "out"
     res = cli("convert", tmp_path / "in", out)
     assert res.exit_code == 0, res.output
@@ -213,9 +214,10 @@ def test_bad_files_are_skipped_with_reasons(cli, tmp_path):
     for path in reasons:
         assert path in res.stderr
     recs = read_records(out)
-    assert len(recs) == 5
-    misnamed = next(r for r in recs if r["filename"] == b"bad/really_png.jpg")
-    assert misnamed["format"] == b"PNG" and decode(misnamed).shape == (20, 30, 3)
+    assert len(recs) == 6
+    for name in (b"bad/really_png.jpg", b"bad/really_webp.jpg"):
+        misnamed = next(r for r in recs if r["filename"] == name)
+        assert misnamed["format"] == b"PNG" and decode(misnamed).shape == (20, 30, 3)
     # --strict: exit 1, nothing published
     out2 = tmp_path / "strict"
     res = cli("convert", tmp_path / "in", out2, "--strict")
@@ -387,3 +389,25 @@ def test_duplicates_are_reported_or_dropped(cli, tmp_path):
     for d in dropped:
         assert d["path"] not in kept and d["duplicate_of"] in kept
     assert manifest["skipped"] == []
+
+
+def test_default_shard_counts_aim_at_100_to_200_mb():
+    from img2tfrecord.writer import auto_shard_counts
+
+    mb = 1024 * 1024
+    counts, _ = auto_shard_counts({"train": 450 * mb, "validation": 50 * mb}, {"train": 4500, "validation": 500}, None)
+    assert counts == {"train": 3, "validation": 1}  # 150 MB and 50 MB shards
+    counts, _ = auto_shard_counts({"train": 800 * mb, "validation": 200 * mb}, {"train": 8000, "validation": 2000}, 10)
+    assert counts == {"train": 8, "validation": 2}  # N in total, in proportion
+    counts, _ = auto_shard_counts({"train": 800 * mb, "validation": 200 * mb}, {"train": 8000, "validation": 2000}, {"train": 16})
+    assert counts == {"train": 16, "validation": 4}  # unnamed splits: in proportion to the named ones
+    counts, warnings = auto_shard_counts({"train": 1000}, {"train": 3}, 8)
+    assert counts == {"train": 3} and "using 3" in warnings[0]  # never more shards than images
+
+
+def test_empty_class_folder_keeps_its_label(cli, tmp_path):
+    make_dataset(tmp_path / "in", {"a": 2, "c": 2})
+    (tmp_path / "in" / "b").mkdir()
+    res = cli("convert", tmp_path / "in", tmp_path / "out")
+    assert res.exit_code == 0 and "class 'b' has no images" in res.stderr
+    assert {(r["text"], r["label"]) for r in read_records(tmp_path / "out")} == {(b"a", 0), (b"c", 2)}
