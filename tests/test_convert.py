@@ -411,3 +411,11 @@ def test_empty_class_folder_keeps_its_label(cli, tmp_path):
     res = cli("convert", tmp_path / "in", tmp_path / "out")
     assert res.exit_code == 0 and "class 'b' has no images" in res.stderr
     assert {(r["text"], r["label"]) for r in read_records(tmp_path / "out")} == {(b"a", 0), (b"c", 2)}
+
+
+def test_dedupe_off_reports_nothing(cli, tmp_path):
+    files = make_dataset(tmp_path / "in", {"a": 2})
+    (tmp_path / "in" / "a" / "copy.png").write_bytes(files["a"][0].read_bytes())
+    res = cli("convert", tmp_path / "in", tmp_path / "out", "--dedupe", "off")
+    assert res.exit_code == 0 and "duplicate" not in res.stderr
+    assert json.loads((tmp_path / "out" / "dataset.json").read_text())["duplicates"] == {"mode": "off"}

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-MODES = ("report", "drop")
+MODES = ("report", "drop", "off")
 
 
 class Deduper:
@@ -65,7 +65,7 @@ def report(mode: str, written: Iterable[tuple[str, str, str, str]], dropped: lis
 
 def summary_line(rep: dict[str, Any]) -> str | None:
     """One warning line for the terminal, or None when there are no duplicates."""
-    if not rep["groups"]:
+    if not rep.get("groups"):
         return None
     line = (
         f"{rep['duplicate_files']} duplicate image(s) in {len(rep['groups'])} group(s) of byte-identical files: "

@@ -133,7 +133,7 @@ def plan_job(
     if compression not in writer.COMPRESSIONS:
         raise UsageError(f"bad --compression {compression!r}: choose gzip or zlib")
     if dedupe not in DEDUPE_MODES:
-        raise UsageError(f"bad --dedupe {dedupe!r}: choose report or drop")
+        raise UsageError(f"bad --dedupe {dedupe!r}: choose report, drop or off")
     if index and compression:
         raise UsageError("--index describes uncompressed shards (DALI cannot read compressed TFRecords): drop --compression or --index")
     opts = EncodeOptions(
@@ -262,7 +262,7 @@ def run_local(
                 written[shard.name] = writer.write_shard(
                     shard, stream, staging, compression=job.compression, index=job.index, strict=job.strict,
                     on_skip=lambda rel, why: emit("skipped", f"{rel}: {why}"), on_image=on_image,
-                    closer=closer, on_closed=journal.record, dedupe=deduper,
+                    closer=closer, on_closed=journal.record, dedupe=deduper, no_digests=job.dedupe == "off",
                 )  # fmt: skip
         finally:
             _drain(closer)  # finished shards must be complete (and journaled) before any cleanup
@@ -361,6 +361,9 @@ def convert(
             outcomes = run_local(job, staging, workers, emit, progress, timing, journal)
         return finalize(job, staging, outcomes, timing, emit, engine=engine)
     except KeyboardInterrupt:
+        if engine != "local":  # Beam runners retry work themselves; there is nothing to resume
+            _cleanup(staging, output_dir)
+            raise
         prune(staging, set(journal.done))  # keep finished shards for --resume, drop partial ones
         raise Interrupted(len(journal.done), len(job.plan)) from None
     except BaseException as e:
@@ -453,7 +456,7 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
         job.dedupe,
         ((d, rel, o.split, text) for o in outcomes for d, rel, text in o.digests),
         [d for o in outcomes for d in o.dropped],
-    )
+    ) if job.dedupe != "off" else {"mode": "off"}  # fmt: skip
     if line := dedupe.summary_line(duplicates):
         warnings.append(line)
         emit("warning", line)
@@ -492,7 +495,7 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
         "input_bytes": bytes_read,
         "skipped": len(skipped),
         "skipped_files": skipped,
-        "duplicates": {k: v for k, v in duplicates.items() if k != "groups"} | {"groups": len(duplicates["groups"])},
+        "duplicates": {k: v for k, v in duplicates.items() if k != "groups"} | {"groups": len(duplicates.get("groups", []))},
         "ignored_files": job.ignored_files,
         "transcoded": manifest["transcoded"],
         "formats": manifest["formats"],

@@ -203,6 +203,7 @@ def write_shard(
     closer: Executor | None = None,
     on_closed: Callable[[ShardOutcome], None] | None = None,
     dedupe: Deduper | None = None,
+    no_digests: bool = False,
 ) -> ShardOutcome:
     """Write the encoded results of `shard.tasks` (same order) into staging/<shard name>.
 
@@ -228,7 +229,8 @@ def write_shard(
                 reason = str(e)
             else:
                 text = display(task[4])
-                out.digests.append([result.digest, display(task[1]), text])
+                if not no_digests:
+                    out.digests.append([result.digest, display(task[1]), text])
                 out.class_counts[text] = out.class_counts.get(text, 0) + 1
                 out.formats[result.fmt] = out.formats.get(result.fmt, 0) + 1
                 if result.transcoded:
