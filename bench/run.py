@@ -36,38 +36,39 @@ PY = sys.executable
 BIN = os.path.join(os.path.dirname(PY), "img2tfrecord")
 CORES = os.cpu_count() or 1
 
-COPY = """
-import json, os, sys, time
+# Both in-process contenders walk the dataset the same way (sorted, hidden files skipped).
+_WALK = """
+import io, json, os, sys, time
+def files(root):
+    for dirpath, dirs, names in os.walk(root):
+        dirs.sort()
+        yield from (os.path.join(dirpath, n) for n in sorted(names) if not n.startswith("."))
+def report(n, b, t):
+    print(json.dumps({"images": n, "bytes": b, "steady_seconds": time.perf_counter() - t}))
+"""
+
+COPY = _WALK + """
 t = time.perf_counter(); n = b = 0
 with open(sys.argv[2], "wb") as out:
-    for root, dirs, files in os.walk(sys.argv[1]):
-        dirs.sort()
-        for name in sorted(files):
-            if name.startswith("."):
-                continue
-            with open(os.path.join(root, name), "rb") as f:
-                data = f.read()
-            out.write(data); n += 1; b += len(data)
-print(json.dumps({"images": n, "bytes": b, "steady_seconds": time.perf_counter() - t}))
+    for path in files(sys.argv[1]):
+        with open(path, "rb") as f:
+            data = f.read()
+        out.write(data); n += 1; b += len(data)
+report(n, b, t)
 """
 
 # The cheapest decode that still reads the whole compressed stream: what default mode must do.
-DECODE = """
-import io, json, os, sys, time
+DECODE = _WALK + """
 from PIL import Image
 t = time.perf_counter(); n = b = 0
-for root, dirs, files in os.walk(sys.argv[1]):
-    dirs.sort()
-    for name in sorted(files):
-        if name.startswith("."):
-            continue
-        with open(os.path.join(root, name), "rb") as f:
-            data = f.read()
-        im = Image.open(io.BytesIO(data))
-        if im.format == "JPEG":
-            im.draft(im.mode, (max(1, im.width // 8), max(1, im.height // 8)))
-        im.load(); n += 1; b += len(data)
-print(json.dumps({"images": n, "bytes": b, "steady_seconds": time.perf_counter() - t}))
+for path in files(sys.argv[1]):
+    with open(path, "rb") as f:
+        data = f.read()
+    im = Image.open(io.BytesIO(data))
+    if im.format == "JPEG":
+        im.draft(im.mode, (max(1, im.width // 8), max(1, im.height // 8)))
+    im.load(); n += 1; b += len(data)
+report(n, b, t)
 """
 
 
