@@ -6,6 +6,7 @@ Nothing here imports TensorFlow (only `--verify` does, inside the library), so `
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import Any
 
@@ -15,6 +16,20 @@ from img2tfrecord.errors import Img2TFRecordError, UsageError
 
 BAR_WIDTH = 40
 MAX_LABEL_ROWS = 50
+CELL_WIDTH = 60
+# Control characters (newlines, terminal escapes) and bidi overrides, from records: shown escaped.
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _safe(text: str) -> str:
+    """Text from a record made harmless for a terminal: one line, no escape sequences."""
+    return _UNSAFE.sub(lambda m: m[0].encode("unicode_escape").decode("ascii"), text)
+
+
+def _cell(text: str | None, width: int = CELL_WIDTH) -> str:
+    """A table cell from record content: safe, and cut to `width` characters."""
+    t = _safe(text or "")
+    return t if len(t) <= width else t[: width - 3] + "..."
 
 
 def _human(n: int) -> str:
@@ -51,7 +66,7 @@ def _details(s: dict[str, Any], title: str) -> list[str]:
         rows = []
         for key, f in s["features"].items():
             note = "" if f["records"] == s["examples"] else f"in {f['records']:,} of {s['examples']:,} records"
-            rows.append([key, "|".join(f["types"]), _count_values(f), note])
+            rows.append([_cell(key), "|".join(f["types"]), _count_values(f), note])
         out += _table(rows, "    ")
     if s["labels"]:
         out.append("  labels:")
@@ -60,14 +75,14 @@ def _details(s: dict[str, Any], title: str) -> list[str]:
         rows = []
         for x in s["labels"][:MAX_LABEL_ROWS]:
             bar = ch * max(1, round(BAR_WIDTH * x["count"] / top))
-            rows.append([str(x["label"]), x["name"] or "", bar, f"{x['count']:,}"])
+            rows.append([str(x["label"]), _cell(x["name"]), bar, f"{x['count']:,}"])
         out += _table(rows, "    ")
         if len(s["labels"]) > MAX_LABEL_ROWS:
             out.append(f"    ... and {len(s['labels']) - MAX_LABEL_ROWS} more labels (see --json)")
     if s["unlabelled"]:
         out.append(f"  records without a label: {s['unlabelled']:,}")
     if s["formats"]:
-        out.append("  formats:  " + ", ".join(f"{k} {v:,}" for k, v in s["formats"].items()))
+        out.append("  formats:  " + ", ".join(f"{_cell(k)} {v:,}" for k, v in s["formats"].items()))
     for dim in ("height", "width"):
         r = s[dim]
         if r:
@@ -82,7 +97,7 @@ def _details(s: dict[str, Any], title: str) -> list[str]:
         for r in s["first_records"]:
             shape = "x".join("?" if r[k] is None else str(r[k]) for k in ("height", "width", "channels"))
             enc = "" if r["encoded_bytes"] is None else f"{r['encoded_bytes']:,}"
-            rows.append([str(r["index"]), r["filename"] or "", "" if r["label"] is None else str(r["label"]), r["text"] or "", shape, r["format"] or "", enc]
+            rows.append([str(r["index"]), _cell(r["filename"]), "" if r["label"] is None else str(r["label"]), _cell(r["text"]), shape, _cell(r["format"]), enc]
                         + ([r.get("file") or ""] if len(sources) > 1 else []))
         out += _table(rows, "    ")
     return out
@@ -106,7 +121,12 @@ def format_report(rep: dict[str, Any], per_file: bool = False) -> str:
         lines += ["", f"extracted {e['images']:,} images to {e['dir']}" + (f" ({e['skipped']} records had no usable image)" if e["skipped"] else "")]
     if rep["contact_sheet"]:
         c = rep["contact_sheet"]
-        lines += ["", f"contact sheet: {c['file']} ({c['width']}x{c['height']}, {c['rows']} rows)"]
+        notes = [f"{c['width']}x{c['height']}", f"{c['rows']} rows"]
+        if c["unreadable"]:
+            notes.append(f"{c['unreadable']} images not drawn (crossed out: undecodable or too large)")
+        if c["omitted"]:
+            notes.append(f"{c['omitted']} images of labels past the first {c['rows']} left out")
+        lines += ["", f"contact sheet: {c['file']} ({', '.join(notes)})"]
     n = len(rep["problems"]) + rep["problems_omitted"]
     if n:
         compressed = {f["path"] for f in files if f["compression"] not in (None, "none")}
@@ -125,7 +145,7 @@ def _problem(p: dict[str, Any], compressed: bool = False) -> str:
         where += f": record {p['record']}"
     if p["offset"] is not None:
         where += f" at byte {p['offset']:,}" + (" (decompressed)" if compressed else "")
-    return f"{where}: {p['message']}"
+    return f"{where}: {_safe(p['message'])}"
 
 
 @click.command(

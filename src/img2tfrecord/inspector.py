@@ -19,31 +19,42 @@ import io
 import os
 import re
 import struct
+import warnings
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, Iterable, Iterator, Sequence
 
+import google_crc32c
 from google.protobuf.message import DecodeError
 
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.reader import (
+    FOOTER_BYTES,
+    HEADER_BYTES,
     LABELS,
     MANIFEST,
     SHARD_RE,
+    HeaderError,
     Manifest,
     ShardRef,
     detect_compression,
+    mask_crc,
     masked_crc,
+    record_length,
     resolve_paths,
 )
 from img2tfrecord.schema import COLORSPACES, FEATURE_TYPES, FORMAT_RAW, Example
 
 JSON_FORMAT_VERSION = 1
-HEADER_BYTES = 12  # uint64 length + uint32 masked CRC of the length
-FOOTER_BYTES = 4  # uint32 masked CRC of the data
 _CHUNK = 1 << 22  # reads from streams of unknown size grow by at most 4 MiB at a time
+# A bigger record is CRC-checked while streaming past it but never held in memory: a gzip file of
+# a few MB can hold a record of gigabytes (valid CRC and all), and no image record is this big.
+MAX_RECORD_BYTES = 256 << 20
+# Images whose header (or image/height x image/width) claims more pixels are not decoded: a 1 MB
+# PNG can decode to gigabytes. convert's default --max-pixels; a dataset.json's own value wins.
+MAX_PIXELS = 100_000_000
 MAX_PROBLEMS_PER_FILE = 50
 OUR_FORMATS = ("JPEG", "PNG", "BMP", FORMAT_RAW)
 
@@ -62,12 +73,26 @@ class FramingError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class RawRecord:
-    """One framed record. `offset` is where its header starts (in the decompressed stream)."""
+    """One framed record. `offset` is where its header starts (in the decompressed stream).
+
+    A record longer than the reader's `max_record_bytes` comes with empty `data` and its length
+    in `skipped_length` (its CRC was still checked, so `crc_ok` holds).
+    """
 
     index: int
     offset: int
     data: bytes
     crc_ok: bool
+    skipped_length: int | None = None
+
+    @property
+    def oversize(self) -> bool:
+        return self.skipped_length is not None
+
+    @property
+    def length(self) -> int:
+        """The data length from the header (not len(data) when oversize)."""
+        return len(self.data) if self.skipped_length is None else self.skipped_length
 
 
 class _CountingReader:
@@ -133,29 +158,47 @@ def _read_exact(stream: Any, n: int) -> bytes:
     return b"".join(parts)
 
 
-def _iter_framed(stream: Any, size: int | None) -> Iterator[RawRecord]:
-    """Records from a (decompressed) stream; `size` is the total when known, to bound lengths."""
+def _skip(stream: Any, n: int) -> tuple[int, int]:
+    """Read up to `n` bytes in bounded chunks, keeping none: (bytes read, their unmasked CRC-32C)."""
+    got = crc = 0
+    while got < n:
+        b = stream.read(min(_CHUNK, n - got))
+        if not b:
+            break
+        crc = google_crc32c.extend(crc, b)
+        got += len(b)
+    return got, crc
+
+
+def _iter_framed(stream: Any, size: int | None, max_record: int = MAX_RECORD_BYTES) -> Iterator[RawRecord]:
+    """Records from a (decompressed) stream; `size` is the total when known, to bound lengths.
+
+    Memory: one record of at most `max_record` bytes. Each step consumes at least 16 bytes or
+    ends, so any input ends.
+    """
     index = offset = 0
     while True:
         head = stream.read(HEADER_BYTES)
         if not head:
             return
-        if len(head) < HEADER_BYTES:
-            raise FramingError(index, offset, f"truncated record header: {len(head)} of {HEADER_BYTES} bytes (file cut short?)")
-        length, length_crc = struct.unpack("<QI", head)
-        if masked_crc(head[:8]) != length_crc:
-            raise FramingError(index, offset, "corrupt record header: the length's CRC does not match; cannot read on")
-        if size is not None and length + HEADER_BYTES + FOOTER_BYTES > size - offset:
-            left = max(0, size - offset - HEADER_BYTES)
-            raise FramingError(index, offset, f"truncated record: it claims {length:,} data bytes but the file holds {left:,} more")
-        data = _read_exact(stream, length)
-        if len(data) < length:
-            raise FramingError(index, offset, f"truncated record: {len(data):,} of {length:,} data bytes")
+        try:
+            length = record_length(head, None if size is None else size - offset)
+        except HeaderError as e:
+            raise FramingError(index, offset, str(e)) from None
+        if length > max_record:
+            got, crc = _skip(stream, length)
+            data = b""
+        else:
+            data = _read_exact(stream, length)
+            got, crc = len(data), None
+        if got < length:
+            raise FramingError(index, offset, f"truncated record: {got:,} of {length:,} data bytes")
         foot = stream.read(FOOTER_BYTES)
         if len(foot) < FOOTER_BYTES:
             raise FramingError(index, offset, "truncated record: its data CRC is missing")
         (data_crc,) = struct.unpack("<I", foot)
-        yield RawRecord(index, offset, data, masked_crc(data) == data_crc)
+        ok = (masked_crc(data) if crc is None else mask_crc(crc)) == data_crc
+        yield RawRecord(index, offset, data, ok, None if crc is None else length)
         offset += HEADER_BYTES + length + FOOTER_BYTES
         index += 1
 
@@ -167,10 +210,13 @@ class TFRecordFile:
     stays intact); damage that makes the rest unreadable raises `FramingError`.
     """
 
-    def __init__(self, path: str | os.PathLike[str], compression: str = "auto", *, sha256: bool = False) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], compression: str = "auto", *, sha256: bool = False, max_record_bytes: int | None = None
+    ) -> None:
         self.path = Path(path)
         self.size = self.path.stat().st_size
         self.compression = detect_compression(self.path) if compression == "auto" else compression
+        self.max_record_bytes = MAX_RECORD_BYTES if max_record_bytes is None else max_record_bytes
         self._want_sha = sha256
         self._raw: _CountingReader | None = None
 
@@ -194,7 +240,7 @@ class TFRecordFile:
                 stream = _ZlibReader(raw)
             else:
                 stream = raw
-            it = _iter_framed(stream, self.size if self.compression == "none" else None)
+            it = _iter_framed(stream, self.size if self.compression == "none" else None, self.max_record_bytes)
             index = offset = 0
             while True:
                 try:
@@ -209,18 +255,24 @@ class TFRecordFile:
                     if self.compression == "none":
                         raise FramingError(index, offset, f"read error: {e}") from e
                     raise FramingError(index, offset, f"{self.compression} stream is damaged: {e}") from e
-                index, offset = rec.index + 1, rec.offset + HEADER_BYTES + len(rec.data) + FOOTER_BYTES
+                index, offset = rec.index + 1, rec.offset + HEADER_BYTES + rec.length + FOOTER_BYTES
                 yield rec
             raw.drain()
 
 
-def read_records(path: str | os.PathLike[str], compression: str = "auto") -> Iterator[bytes]:
-    """The serialized records of a TFRecord file, without TensorFlow; raises DataError on damage."""
-    f = TFRecordFile(path, compression)
+def read_records(path: str | os.PathLike[str], compression: str = "auto", max_record_bytes: int | None = None) -> Iterator[bytes]:
+    """The serialized records of a TFRecord file, without TensorFlow; raises DataError on damage.
+
+    A record longer than `max_record_bytes` (default MAX_RECORD_BYTES) is a DataError too:
+    raise the limit to read it.
+    """
+    f = TFRecordFile(path, compression, max_record_bytes=max_record_bytes)
     try:
         for rec in f:
             if not rec.crc_ok:
                 raise DataError(f"{path}: record {rec.index} at byte {rec.offset}: data CRC mismatch")
+            if rec.oversize:
+                raise DataError(f"{path}: record {rec.index} at byte {rec.offset}: {rec.length:,} data bytes, more than max_record_bytes={f.max_record_bytes:,}")
             yield rec.data
     except FramingError as e:
         raise DataError(f"{path}: record {e.index} at byte {e.offset}: {e.message}") from e
@@ -336,7 +388,7 @@ def parse_record(rec: RawRecord) -> RecordInfo:
                     break
     info.format = text("format")
     if info.format is not None:
-        info.format = info.format.upper()
+        info.format = info.format[:64].upper()  # a name; a longer value is garbage, keep it small
         if info.format == "JPG":
             info.format = "JPEG"
     elif info.image is not None:
@@ -359,7 +411,8 @@ def _fill_size_from_header(info: RecordInfo) -> None:
     from PIL import Image  # noqa: PLC0415
 
     try:
-        with Image.open(io.BytesIO(info.image or b"")) as im:
+        with warnings.catch_warnings(), Image.open(io.BytesIO(info.image or b"")) as im:
+            warnings.simplefilter("ignore")  # DecompressionBombWarning: only the header is read
             w, h = im.size
             c = _MODE_CHANNELS.get(im.mode)
             if im.mode == "P":
@@ -547,6 +600,50 @@ def _tf_message(e: Exception) -> str:
     return msg.strip().splitlines()[0] if msg.strip() else type(e).__name__
 
 
+def _header_pixels(data: bytes) -> tuple[int, str] | None:
+    """(pixels, " (WxH)" or "") from an image's header, read by Pillow without decoding; None if unreadable."""
+    from PIL import Image  # noqa: PLC0415
+
+    try:
+        with warnings.catch_warnings(), Image.open(io.BytesIO(data)) as im:
+            warnings.simplefilter("ignore")  # DecompressionBombWarning: we judge the size ourselves
+            w, h = im.size
+            return w * h, f" ({w:,}x{h:,})"
+    except Image.DecompressionBombError as e:  # Pillow's own limit, unless convert lifted it
+        m = re.search(r"\((\d+) pixels\)", str(e))
+        return (int(m[1]) if m else 1 << 62), ""
+    except Exception:  # noqa: BLE001 - no readable header: the decoder will say what is wrong
+        return None
+
+
+def image_problem(image: bytes, fmt: str | None, h: int | None, w: int | None, c: int | None, max_pixels: int = MAX_PIXELS) -> str | None:
+    """Why an image must not be decoded (impossible RAW shape, too many pixels), from sizes and header only.
+
+    Decoders allocate what the header says before reading pixel data, so a small record can
+    claim gigabytes (a PNG of 50000x50000 zeros is 2 MB); this check costs no decoding.
+    """
+    if fmt == FORMAT_RAW:
+        if h is None or w is None or c is None:
+            return "RAW image without image/height, image/width and image/channels"
+        if not 1 <= c <= 4 or h <= 0 or w <= 0:
+            return f"RAW image with impossible shape {h}x{w}x{c}"
+        if len(image) != h * w * c:
+            return f"RAW image holds {len(image):,} bytes, but {h}x{w}x{c} needs {h * w * c:,}"
+        return None
+    if h is not None and w is not None and h > 0 and w > 0 and h * w > max_pixels:
+        return f"image/height x image/width claim {h:,}x{w:,} = {h * w:,} pixels, more than the {max_pixels:,} decoded; not decoded"
+    head = _header_pixels(image)
+    if head is not None and head[0] > max_pixels:
+        return f"image header claims {head[0]:,} pixels{head[1]}, more than the {max_pixels:,} decoded; not decoded (decompression bomb?)"
+    return None
+
+
+def pixel_limit(man: Manifest | None) -> int:
+    """The most pixels an image may have to be decoded: dataset.json's --max-pixels, else MAX_PIXELS."""
+    opt = ((man.data.get("options") or {}) if man is not None else {}).get("max_pixels")
+    return opt if isinstance(opt, int) and not isinstance(opt, bool) and opt > 0 else MAX_PIXELS
+
+
 class _ImageChecker:
     """Decodes every image the way training will (TensorFlow) and compares the stored shape."""
 
@@ -555,21 +652,17 @@ class _ImageChecker:
 
         self.tf = tensorflow()
 
-    def check(self, info: RecordInfo) -> Iterator[str]:
+    def check(self, info: RecordInfo, max_pixels: int = MAX_PIXELS) -> Iterator[str]:
         if info.image is None:
             return
-        declared = (info.height, info.width, info.channels)
-        if info.format == FORMAT_RAW:
-            if None in declared:
-                yield "RAW image without image/height, image/width and image/channels"
-                return
-            h, w, c = declared  # type: ignore[misc]
-            if not 1 <= c <= 4 or h <= 0 or w <= 0:
-                yield f"RAW image with impossible shape {h}x{w}x{c}"
-            elif len(info.image) != h * w * c:
-                yield f"RAW image holds {len(info.image):,} bytes, but {h}x{w}x{c} needs {h * w * c:,}"
-            return
         if info.format is None:  # not an image we know (e.g. a serialized tensor): nothing to decode
+            return
+        declared = (info.height, info.width, info.channels)
+        problem = image_problem(info.image, info.format, *declared, max_pixels=max_pixels)
+        if problem is not None:
+            yield problem
+            return
+        if info.format == FORMAT_RAW:
             return
         try:
             shape = tuple(int(d) for d in self.tf.io.decode_image(info.image, channels=0, expand_animations=False).shape)
@@ -585,6 +678,12 @@ class _ImageChecker:
             yield f"stored shape {got} but the image decodes to {shape[0]}x{shape[1]}x{shape[2]}"
 
 
+def _show(value: str, limit: int = 80) -> str:
+    """repr() of a value from a record, cut short: messages stay one readable line."""
+    r = repr(value[: limit + 1])
+    return r if len(value) <= limit else r[:-1] + "..." + r[-1]
+
+
 def _schema_problems(info: RecordInfo, man: Manifest) -> Iterator[str]:
     """Checks that only hold for our own datasets (README "Record schema")."""
     for key, kind in FEATURE_TYPES.items():
@@ -594,19 +693,22 @@ def _schema_problems(info: RecordInfo, man: Manifest) -> Iterator[str]:
         elif got != (kind, 1):
             yield f"{key}: expected one {kind} value, found {got[1]} of type {got[0] or 'none'}"
     if info.format is not None and info.format not in OUR_FORMATS:
-        yield f"image/format {info.format!r} is not one of {', '.join(OUR_FORMATS)}"
+        yield f"image/format {_show(info.format)} is not one of {', '.join(OUR_FORMATS)}"
     if info.channels is not None and info.colorspace is not None and COLORSPACES.get(info.channels) != info.colorspace:
-        yield f"image/colorspace {info.colorspace} does not fit {info.channels} channels"
+        yield f"image/colorspace {_show(info.colorspace)} does not fit {info.channels} channels"
     if info.label is not None and man.classes:
         name = man.class_name(info.label)
         if name is None:
             yield f"label {info.label} is outside dataset.json's classes (offset {man.label_offset}, {len(man.classes)} classes)"
         elif info.text is not None and info.text != name:
-            yield f"label {info.label} is {name!r} in dataset.json but image/class/text says {info.text!r}"
+            yield f"label {info.label} is {_show(name)} in dataset.json but image/class/text says {_show(info.text)}"
     if info.filename is not None:
         parts = PurePosixPath(info.filename).parts
         if not info.filename or info.filename.startswith("/") or ".." in parts or "\\" in info.filename:
-            yield f"image/filename {info.filename!r} is not a relative /-separated path"
+            yield f"image/filename {_show(info.filename)} is not a relative /-separated path"
+
+
+_IDX_LINE = 64  # "offset size\n" is at most 42 characters; a longer line is read in pieces
 
 
 class _IndexChecker:
@@ -621,15 +723,15 @@ class _IndexChecker:
         self.bad = 0
 
     def record(self, rec: RawRecord) -> None:
-        want = f"{rec.offset} {HEADER_BYTES + len(rec.data) + FOOTER_BYTES}"
-        got = self.f.readline().strip()
+        want = f"{rec.offset} {HEADER_BYTES + rec.length + FOOTER_BYTES}"
+        got = self.f.readline(_IDX_LINE).strip()
         self.line += 1
         if got != want and self.bad < 3:
             self.bad += 1
-            self.problems.add(rec.index, rec.offset, f"{self.name} line {self.line} says {got!r}, the record is {want!r}")
+            self.problems.add(rec.index, rec.offset, f"{self.name} line {self.line} says {_show(got)}, the record is {want!r}")
 
     def finish(self) -> None:
-        extra = sum(1 for line in self.f if line.strip())
+        extra = sum(1 for line in iter(lambda: self.f.readline(_IDX_LINE), "") if line.strip())
         self.f.close()
         if extra:
             self.problems.add(None, None, f"{self.name} lists {extra} more records than the shard holds")
@@ -638,17 +740,32 @@ class _IndexChecker:
 # --------------------------------------------------------------------------- extract
 
 
+_MAX_NAME_BYTES = 200  # file systems allow 255 per component; leave room for "~k" and ".png"
+
+
+def _clip_name(part: str) -> str:
+    """A path component short enough for any file system, kept unique by a hash of the original."""
+    raw = part.encode("utf-8", "surrogateescape")
+    if len(raw) <= _MAX_NAME_BYTES:
+        return part
+    stem, dot, ext = part.rpartition(".")
+    ext = "." + ext if dot and 0 < len(ext) <= 8 else ""
+    digest = hashlib.sha1(raw).hexdigest()[:10]
+    keep = raw[: _MAX_NAME_BYTES - len(ext) - 11].decode("utf-8", "ignore")
+    return f"{keep}~{digest}{ext}"
+
+
 def _safe_parts(name: str) -> list[str]:
     """Path components of a record's filename that cannot escape the extraction directory."""
     parts = [p for p in re.split(r"[\\/]+", name) if p not in ("", ".")]
     if any(p == ".." or ":" in p for p in parts):
         parts = parts[-1:] if parts and parts[-1] != ".." else []
-    return [p.replace("\x00", "_") for p in parts]
+    return [_clip_name(p.replace("\x00", "_")) for p in parts]
 
 
 def _safe_name(name: str) -> str:
     name = re.sub(r"[\\/\x00]", "_", name).strip()
-    return name if name not in ("", ".", "..") else "_"
+    return _clip_name(name) if name not in ("", ".", "..") else "_"
 
 
 class Extractor:
@@ -686,7 +803,7 @@ class Extractor:
             return
         folder = _safe_name(class_name if class_name is not None else f"label_{info.label}" if info.label is not None else "unlabelled")
         parts = _safe_parts(info.filename or "") or [f"record-{info.index:08d}"]
-        if parts[0] != folder:
+        if len(parts) < 2 or parts[0] != folder:  # files go inside class folders, never beside them
             parts = [folder, *parts]
         data = info.image
         content = sniff_image_format(data[:16])
@@ -696,19 +813,35 @@ class Extractor:
                 self.skipped += 1
                 return
             content = "PNG"
+        ext = _EXTENSIONS[content][0] if content in _EXTENSIONS else ""
         rel = "/".join(parts)
-        if content in _EXTENSIONS and not rel.lower().endswith(_EXTENSIONS[content]):
-            rel += _EXTENSIONS[content][0]
+        if ext and not rel.lower().endswith(_EXTENSIONS[content]):
+            rel += ext
+        try:
+            self._write(self._unique(rel), data)
+        except OSError:  # a name the file system refuses (too long, a file where a folder must go)
+            fallback = self._unique(f"{folder}/record-{info.index:08d}{ext}")
+            try:
+                self._write(fallback, data)
+            except OSError as e:
+                raise DataError(f"{self.dir / fallback}: cannot write: {e.strerror or e}") from e
+        self.written += 1
+
+    def _unique(self, rel: str) -> str:
+        """`rel`, or `rel` with ~1, ~2... before its extension if an earlier image (or folder) took the name."""
         base, k = rel, 1
-        while rel.lower() in self._used:
+        while rel.lower() in self._used or (self.dir / rel).exists():
             stem, dot, ext = base.rpartition(".")
             rel = f"{stem}~{k}.{ext}" if dot and "/" not in ext else f"{base}~{k}"
             k += 1
         self._used.add(rel.lower())
+        return rel
+
+    def _write(self, rel: str, data: bytes) -> None:
         target = self.dir / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-        self.written += 1
+        with open(target, "xb") as f:  # never overwrite, never follow a planted link
+            f.write(data)
 
 
 def _raw_to_png(info: RecordInfo) -> bytes | None:
@@ -717,7 +850,7 @@ def _raw_to_png(info: RecordInfo) -> bytes | None:
     from PIL import Image  # noqa: PLC0415
 
     h, w, c = info.height, info.width, info.channels
-    if None in (h, w, c) or not 1 <= c <= 4 or len(info.image or b"") != h * w * c:  # type: ignore[operator]
+    if image_problem(info.image or b"", FORMAT_RAW, h, w, c) is not None:
         return None
     arr = np.frombuffer(info.image, np.uint8).reshape(h, w, c)  # type: ignore[arg-type]
     mode = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}[c]  # type: ignore[index]
@@ -739,10 +872,11 @@ def contact_sheet_size(rows: int, per_row: int) -> tuple[int, int]:
     return LABEL_WIDTH + per_row * (THUMB + GAP) + GAP, max(1, rows) * (THUMB + GAP) + GAP
 
 
-def _thumbnail(info: RecordInfo) -> Any:
+def _thumbnail(info: RecordInfo, max_pixels: int = MAX_PIXELS) -> Any:
     """An RGB thumbnail of the pixels as stored (no EXIF rotation: what TensorFlow decodes).
 
     Small images are scaled up to the cell, so a 32x32 dataset is as easy to judge as a photo one.
+    None when the image must not be decoded (`image_problem`).
     """
     from PIL import Image, ImageOps  # noqa: PLC0415
 
@@ -752,7 +886,11 @@ def _thumbnail(info: RecordInfo) -> Any:
             return None
         img = Image.open(io.BytesIO(png))
     else:
-        img = Image.open(io.BytesIO(info.image or b""))
+        if image_problem(info.image or b"", info.format, info.height, info.width, info.channels, max_pixels) is not None:
+            return None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # DecompressionBombWarning: the size was checked above
+            img = Image.open(io.BytesIO(info.image or b""))
         img.draft("RGB", (THUMB, THUMB))  # JPEG: decode at reduced scale
     img.load()
     if img.mode not in ("L", "LA", "RGB", "RGBA"):
@@ -765,8 +903,24 @@ def _thumbnail(info: RecordInfo) -> Any:
     return img.convert("RGB")
 
 
+# A sheet is for eyeballing: past these, labels are left out, so a file inventing a million labels
+# cannot make the sheet (4 bytes a pixel in Pillow) or the thumbnails waiting for it take gigabytes.
+MAX_SHEET_ROWS = 200
+MAX_SHEET_CELLS = 1000  # rows x thumbnails per row: at most ~15 Mpixel, ~60 MB
+
+
+def _label_text(text: str, limit: int = 60) -> str:
+    """One short line of drawable text: control characters (newlines too) become spaces."""
+    text = "".join(" " if ch < " " or "\x7f" <= ch <= "\x9f" else ch for ch in text[: limit + 1])
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 class ContactSheet:
-    """A grid of thumbnails, one row per class (label and name), up to `per_class` each."""
+    """A grid of thumbnails, one row per class (label and name), up to `per_class` each.
+
+    Rows and cells are capped (MAX_SHEET_ROWS, MAX_SHEET_CELLS); images of labels past the cap
+    are counted in `omitted`.
+    """
 
     def __init__(self, path: str | os.PathLike[str], per_class: int) -> None:
         self.path = Path(path)
@@ -776,26 +930,37 @@ class ContactSheet:
             raise UsageError(f"{self.path}: its directory does not exist")
         if self.path.is_dir():
             raise UsageError(f"{self.path}: is a directory; give a .png file name")
-        self.per_class = per_class
+        self.per_class = min(per_class, MAX_SHEET_CELLS)
+        self.max_rows = max(1, min(MAX_SHEET_ROWS, MAX_SHEET_CELLS // self.per_class))
         self.rows: dict[int | None, list[Any]] = {}
         self.names: dict[int | None, str | None] = {}
         self.broken = 0
+        self.omitted = 0  # images whose label did not get a row
+
+    def _row(self, label: int | None) -> list[Any] | None:
+        row = self.rows.get(label)
+        if row is None and len(self.rows) < self.max_rows:
+            row = self.rows[label] = []
+        return row
 
     def add_classes(self, man: Manifest) -> None:
         for i, name in enumerate(man.classes):
-            self.rows.setdefault(i + man.label_offset, [])
-            self.names.setdefault(i + man.label_offset, name)
+            if self._row(i + man.label_offset) is not None:
+                self.names.setdefault(i + man.label_offset, name)
 
-    def add(self, info: RecordInfo, class_name: str | None) -> None:
+    def add(self, info: RecordInfo, class_name: str | None, max_pixels: int = MAX_PIXELS) -> None:
         if info.image is None:
             return
-        cells = self.rows.setdefault(info.label, [])
+        cells = self._row(info.label)
+        if cells is None:
+            self.omitted += 1
+            return
         if self.names.get(info.label) is None:
             self.names[info.label] = class_name
         if len(cells) >= self.per_class:
             return
         try:
-            thumb = _thumbnail(info)
+            thumb = _thumbnail(info, max_pixels)
         except Exception:  # noqa: BLE001 - an undecodable image gets a marked cell, not a crash
             thumb = None
         if thumb is None:
@@ -816,7 +981,7 @@ class ContactSheet:
         for r, key in enumerate(keys):
             y = GAP + r * (THUMB + GAP)
             name = self.names.get(key)
-            label = ("no label" if key is None else f"{key}") + (f"  {name}" if name else "")
+            label = _label_text(("no label" if key is None else f"{key}") + (f"  {name}" if name else ""))
             while draw.textlength(label, font=font) > LABEL_WIDTH - 2 * GAP and len(label) > 2:
                 label = label[:-2] + "…"
             draw.text((GAP, y + THUMB // 2), label, fill=(0, 0, 0), font=font, anchor="lm")
@@ -831,7 +996,10 @@ class ContactSheet:
                     continue
                 sheet.paste(thumb, (x + (THUMB - thumb.width) // 2, y + (THUMB - thumb.height) // 2))
         sheet.save(self.path, "PNG")
-        return {"file": str(self.path), "width": width, "height": height, "rows": len(keys), "per_row": self.per_class}
+        return {
+            "file": str(self.path), "width": width, "height": height, "rows": len(keys), "per_row": self.per_class,
+            "unreadable": self.broken, "omitted": self.omitted,
+        }  # fmt: skip
 
 
 # --------------------------------------------------------------------------- the whole run
@@ -1009,6 +1177,7 @@ def _scan_file(
     index_file = ref.path.with_name(str((ref.entry or {}).get("index") or ref.path.name + ".idx"))
     idx = _IndexChecker(index_file, probs) if verify and f.compression == "none" and index_file.is_file() else None
     counts = class_counts.setdefault((id(man), ref.split), Counter()) if man is not None and ref.split else None
+    max_pixels = pixel_limit(man)
     first_non_example: tuple[int, int, str] | None = None
     last = 0
     try:
@@ -1020,6 +1189,9 @@ def _scan_file(
                 idx.record(rec)
             if not rec.crc_ok:
                 probs.add(rec.index, rec.offset, "data CRC mismatch: the record's bytes are corrupt")
+                continue
+            if rec.oversize:
+                probs.add(rec.index, rec.offset, f"{rec.length:,} data bytes, more than the {f.max_record_bytes:,} inspect holds in memory: CRC checked, content not read")
                 continue
             try:
                 info = parse_record(rec)
@@ -1033,7 +1205,7 @@ def _scan_file(
             if counts is not None and name is not None:
                 counts[name] += 1
             if checker is not None:
-                for msg in checker.check(info):
+                for msg in checker.check(info, max_pixels):
                     probs.add(rec.index, rec.offset, msg)
             if verify and man is not None:
                 for msg in _schema_problems(info, man):
@@ -1041,14 +1213,14 @@ def _scan_file(
             if extractor is not None:
                 extractor.add(info, name)
             if sheet is not None:
-                sheet.add(info, name)
+                sheet.add(info, name, max_pixels)
     except FramingError as e:
         probs.add(e.index, e.offset, e.message)
     if first_non_example is not None:
         i, off, msg = first_non_example
         n = stats.non_examples
         what = "the record is" if stats.records == 1 else f"{n} of {stats.records} records are" if n > 1 else f"1 of {stats.records} records is"
-        probs.add(i, off, f"{what} not tf.train.Example ({msg.removeprefix('not a tf.train.Example ')})")
+        probs.add(i, off, f"{what} not tf.train.Example {msg.removeprefix('not a tf.train.Example ')}")
     if idx is not None:
         idx.finish()
     bar.update(f.size - last)

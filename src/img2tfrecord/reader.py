@@ -12,14 +12,16 @@ import os
 import re
 import struct
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import google_crc32c
+from google.protobuf.message import DecodeError
 
 from img2tfrecord.errors import DataError, UsageError
-from img2tfrecord.schema import FEATURE_TYPES, FORMAT_RAW
+from img2tfrecord.schema import FEATURE_TYPES, FORMAT_RAW, serialize_example
 from img2tfrecord.tf_import import tensorflow
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,10 +40,18 @@ COMPRESSIONS = ("none", "gzip", "zlib")
 # --------------------------------------------------------------------------- framing and sniffing
 
 
-def masked_crc(data: bytes | bytearray | memoryview) -> int:
-    """TFRecord's masked CRC-32C (record_writer.h): rotate right by 15 and add a constant."""
-    crc = google_crc32c.value(bytes(data) if isinstance(data, memoryview) else data)
+HEADER_BYTES = 12  # uint64 length + uint32 masked CRC of the length
+FOOTER_BYTES = 4  # uint32 masked CRC of the data
+
+
+def mask_crc(crc: int) -> int:
+    """TFRecord's CRC mask (record_writer.h): rotate right by 15 and add a constant."""
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def masked_crc(data: bytes | bytearray | memoryview) -> int:
+    """TFRecord's masked CRC-32C of `data`."""
+    return mask_crc(google_crc32c.value(bytes(data) if isinstance(data, memoryview) else data))
 
 
 def is_record_header(head: bytes) -> bool:
@@ -50,6 +60,59 @@ def is_record_header(head: bytes) -> bool:
         return False
     (crc,) = struct.unpack_from("<I", head, 8)
     return masked_crc(head[:8]) == crc
+
+
+class HeaderError(ValueError):
+    """A record header that cannot be used; the message says why (no file or offset in it)."""
+
+
+def record_length(head: bytes, left: int | None) -> int:
+    """The data length a record header announces, or HeaderError.
+
+    `left` is how many bytes the file holds from this header on, when known. A length the file
+    cannot hold is refused here, before anyone allocates it: its CRC may well be valid (a broken
+    or malicious writer), and TensorFlow's reader reserves the claimed length up front.
+    """
+    if len(head) < HEADER_BYTES:
+        raise HeaderError(f"truncated record header: {len(head)} of {HEADER_BYTES} bytes (file cut short?)")
+    if not is_record_header(head):
+        raise HeaderError("corrupt record header: the length's CRC does not match; cannot read on")
+    (length,) = struct.unpack_from("<Q", head)
+    if left is not None and length + HEADER_BYTES + FOOTER_BYTES > left:
+        more = max(0, left - HEADER_BYTES)
+        if more >= length:
+            raise HeaderError(f"truncated record: its {length:,} data bytes are there but its data CRC is cut short")
+        raise HeaderError(f"truncated record: it claims {length:,} data bytes but the file holds {more:,} more")
+    return length
+
+
+def check_framing(path: str | os.PathLike[str]) -> int:
+    """Walk the record headers of an uncompressed TFRecord file; return its record count.
+
+    Reads 12 bytes per record and seeks over the data, so it costs about 2 us a record. Raises
+    DataError naming the record and byte offset of a truncated file, a corrupt header or a length
+    the file cannot hold (which makes TensorFlow allocate that length, or crash the process).
+    Data CRCs are not checked: that needs every byte (`inspect --verify`).
+    """
+    with open(path, "rb", buffering=0) as f:
+        size = os.fstat(f.fileno()).st_size
+        index = offset = 0
+        while offset < size:
+            f.seek(offset)
+            head = f.read(HEADER_BYTES)
+            try:
+                length = record_length(head, size - offset)
+            except HeaderError as e:
+                msg = str(e)
+                if index == 0 and msg.startswith("corrupt"):
+                    try:  # a better word for a file that is no (uncompressed) TFRecord at all
+                        msg = f"a {detect_compression(path)}-compressed file, read as uncompressed"
+                    except DataError as de:
+                        msg = str(de).removeprefix(f"{path}: ")
+                raise DataError(f"{path}: record {index} at byte {offset:,}: {msg}") from None
+            offset += HEADER_BYTES + length + FOOTER_BYTES
+            index += 1
+    return index
 
 
 _MAGIC_NAMES: list[tuple[bytes, str]] = [
@@ -351,6 +414,127 @@ def decode_image(encoded: Any, image_format: Any, height: Any, width: Any, store
     return _to_channels(tf, img, channels)
 
 
+VERIFY_LEVELS = ("none", "framing", "full")
+# Ends each shard in `_read_shard`: any Example that parses with `features_spec()` would do.
+_BLANK_EXAMPLE = serialize_example(encoded=b"", image_format=FORMAT_RAW, height=0, width=0, channels=1, label=0, text=b"", filename=b"")
+
+
+def _check_shards(files: list[str], comp: str, verify: str, man: Manifest | None, split: str) -> list[int | None]:
+    """`load`'s checks before TensorFlow sees the files (see `verify`); raises DataError.
+
+    Returns each file's record count where known (counted here, else from dataset.json).
+    """
+    listed = {os.fspath(r.path): (r.entry or {}).get("records") for r in man.shards(split)} if man else {}
+
+    def one(f: str) -> int | None:
+        want = listed.get(f)
+        want = want if isinstance(want, int) and not isinstance(want, bool) else None
+        try:
+            if verify == "full":
+                n = _verify_records(f, comp, man)
+            elif verify == "framing" and comp == "none":
+                n = check_framing(f)
+            else:  # TensorFlow streams compressed files without reserving the claimed length
+                return want
+        except OSError as e:
+            raise DataError(f"{f}: cannot read: {e.strerror or e}") from e
+        if want is not None and want != n:
+            raise DataError(f"{f}: holds {n:,} records, {MANIFEST} says {want:,}")
+        return n
+
+    if len(files) == 1:
+        return [one(files[0])]
+    with ThreadPoolExecutor(min(8, len(files))) as pool:  # file reads release the GIL
+        return list(pool.map(one, files))  # raises the first file's error, in file order
+
+
+def _read_shard(tf: Any, file: Any, count: Any, compression_type: str, spec: dict[str, Any]) -> Any:
+    """One shard's parsed Examples; a record that cannot be read or parsed fails naming file and index.
+
+    TensorFlow's own errors name neither: `DataLossError: corrupted record at 1234`, or `Could not
+    parse example input, value: '<the raw bytes>'` (which, when those bytes are not UTF-8, even
+    surfaces as a UnicodeDecodeError). So errors are dropped where they happen (`ignore_errors`:
+    an unreadable record ends the file, an unparsable one leaves a gap in the numbering), and a
+    check that knows the file's record count reports the first missing record by its index.
+    """
+    end = tf.data.Dataset.from_tensors((tf.constant(_BLANK_EXAMPLE), True))  # parses; its index = records read
+    read = tf.data.TFRecordDataset(file, compression_type=compression_type).ignore_errors()
+    read = read.map(lambda r: (r, False)).concatenate(end).enumerate()
+    parsed = read.map(
+        lambda i, item: (i, tf.io.parse_single_example(item[0], spec), item[1]),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,  # the numbering is checked in order
+    ).ignore_errors()
+
+    def fail(i: Any, j: Any) -> Any:  # the message is built only when something is wrong
+        name = tf.strings.join([file, ": record ", tf.strings.as_string(j)])  # the first one missing
+        msg = tf.where(
+            tf.not_equal(i, j),
+            tf.strings.join([name, " is not a tf.train.Example with the img2tfrecord features; `img2tfrecord inspect` shows what it holds"]),
+            tf.where(
+                i < count,
+                tf.strings.join([name, " cannot be read (corrupt or cut short); `img2tfrecord inspect` shows why"]),
+                tf.strings.join([file, ": holds more than the ", tf.strings.as_string(count), f" records {MANIFEST} lists"]),
+            ),
+        )
+        with tf.control_dependencies([tf.debugging.Assert(False, [msg])]):
+            return tf.constant(False)
+
+    def keep(j: Any, item: Any) -> Any:
+        i, _, last = item  # i: index among the records read; j: among those that parsed
+        ok = tf.equal(i, j) & (tf.logical_not(last) | tf.equal(i, count))
+        checked = tf.cond(ok, lambda: tf.constant(True), lambda: fail(i, j))
+        with tf.control_dependencies([checked]):
+            return tf.logical_not(last)
+
+    return parsed.enumerate().filter(keep).map(lambda j, item: item[1])
+
+
+def _verify_records(path: str, comp: str, man: Manifest | None) -> int:
+    """Read every record of one shard in Python and check what TensorFlow would fail on; return the count.
+
+    TensorFlow's errors (`corrupted record at 1234`, `Could not parse example input`) name
+    neither the file nor the record, so `load(verify="full")` finds them first.
+    """
+    from img2tfrecord.inspector import FramingError, TFRecordFile, image_problem, pixel_limit  # noqa: PLC0415 - cycle
+    from img2tfrecord.schema import Example  # noqa: PLC0415
+
+    n = 0
+    max_pixels = pixel_limit(man)
+    unzipped = "" if comp == "none" else " (decompressed)"
+    try:
+        for rec in TFRecordFile(path, comp):
+            where = f"{path}: record {rec.index} at byte {rec.offset:,}{unzipped}"
+            if rec.oversize:
+                raise DataError(f"{where}: {rec.length:,} data bytes, more than verify='full' reads into memory")
+            if not rec.crc_ok:
+                raise DataError(f"{where}: data CRC mismatch: the record's bytes are corrupt")
+            ex = Example()
+            try:
+                ex.ParseFromString(rec.data)
+            except DecodeError:
+                raise DataError(f"{where}: not a tf.train.Example") from None
+            fm = ex.features.feature
+            for key, kind in FEATURE_TYPES.items():
+                got = fm[key].WhichOneof("kind") if key in fm else None
+                if got != kind + "_list" or len(getattr(fm[key], got).value) != 1:
+                    raise DataError(f"{where}: feature {key} is not one {kind} value")
+            problem = image_problem(
+                fm["image/encoded"].bytes_list.value[0],
+                fm["image/format"].bytes_list.value[0].decode("ascii", "replace"),  # load() compares it exactly
+                fm["image/height"].int64_list.value[0],
+                fm["image/width"].int64_list.value[0],
+                fm["image/channels"].int64_list.value[0],
+                max_pixels,
+            )
+            if problem:
+                raise DataError(f"{where}: {problem}")
+            n += 1
+    except FramingError as e:
+        raise DataError(f"{path}: record {e.index} at byte {e.offset:,}{unzipped}: {e.message}") from None
+    return n
+
+
 def load(
     path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     split: str = "train",
@@ -364,6 +548,7 @@ def load(
     resize_method: str = "bilinear",
     cycle_length: int | None = None,
     deterministic: bool | None = None,
+    verify: str = "framing",
 ) -> "tf.data.Dataset":
     """A `tf.data.Dataset` of `(image, label)` from an img2tfrecord output directory (or shard files).
 
@@ -380,6 +565,12 @@ def load(
       compression: "auto" (dataset.json, else sniffed from the first file), "none", "gzip", "zlib".
       cycle_length: shards read in parallel (default: all, at most 16).
       deterministic: passed to `interleave`/`map`; default keeps order unless `shuffle_files`.
+      verify: what is checked in Python before TensorFlow reads the shards (a problem raises
+        DataError naming file, record and byte offset). "framing" (default): the record headers
+        of uncompressed shards, 12 bytes a record, because TensorFlow allocates whatever length a
+        header claims and can crash on a malicious one; and each shard's record count against
+        dataset.json. "full": every record too (data CRC, our schema, RAW sizes, image headers
+        within dataset.json's max_pixels), costing a read of the whole split. "none": nothing.
 
     The dataset knows its length when dataset.json gives the split's record count, so
     `len(ds)` works and a short read fails loudly instead of silently training on less.
@@ -401,24 +592,33 @@ def load(
             comp = kinds.pop()
     if comp not in COMPRESSIONS:
         raise UsageError(f"load: compression must be auto, none, gzip or zlib, not {compression!r}")
+    if verify not in VERIFY_LEVELS:
+        raise UsageError(f"load: verify must be {', '.join(VERIFY_LEVELS)}, not {verify!r}")
+    counts = _check_shards(files, comp, verify, man, split) if verify != "none" else [None] * len(files)
     compression_type = "" if comp == "none" else comp.upper()
     if deterministic is None:
         deterministic = not shuffle_files
     autotune = tf.data.AUTOTUNE
-    ds = tf.data.Dataset.from_tensor_slices(files)
+    spec = features_spec()
+    if None in counts:  # no count to hold TensorFlow's reads against: its own errors it is
+        ds = tf.data.Dataset.from_tensor_slices(files)
+        read = lambda f: tf.data.TFRecordDataset(f, compression_type=compression_type)  # noqa: E731
+    else:
+        ds = tf.data.Dataset.from_tensor_slices((files, tf.constant(counts, tf.int64)))
+        read = lambda f, n: _read_shard(tf, f, n, compression_type, spec)  # noqa: E731
     if shuffle_files:
         ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
     ds = ds.interleave(
-        lambda f: tf.data.TFRecordDataset(f, compression_type=compression_type),
+        read,
         cycle_length=cycle_length or min(len(files), 16),
         block_length=1,
         num_parallel_calls=autotune,
         deterministic=deterministic,
     )
-    spec = features_spec()
 
-    def parse(serialized: Any) -> Any:
-        ex = tf.io.parse_single_example(serialized, spec)
+    def to_image(ex: Any) -> Any:
+        if not isinstance(ex, dict):  # serialized, from the plain path
+            ex = tf.io.parse_single_example(ex, spec)
         img = decode_image(
             ex["image/encoded"], ex["image/format"], ex["image/height"], ex["image/width"], ex["image/channels"], channels
         )
@@ -429,7 +629,7 @@ def load(
             return {**ex, "image": img, "label": label}
         return img, label
 
-    ds = ds.map(parse, num_parallel_calls=autotune, deterministic=deterministic)
+    ds = ds.map(to_image, num_parallel_calls=autotune, deterministic=deterministic)
     if records is not None:
         ds = ds.apply(tf.data.experimental.assert_cardinality(records))
     ds = ds.prefetch(autotune)
