@@ -419,3 +419,17 @@ def test_dedupe_off_reports_nothing(cli, tmp_path):
     res = cli("convert", tmp_path / "in", tmp_path / "out", "--dedupe", "off")
     assert res.exit_code == 0 and "duplicate" not in res.stderr
     assert json.loads((tmp_path / "out" / "dataset.json").read_text())["duplicates"] == {"mode": "off"}
+
+
+def test_progress_bar_only_on_a_terminal(cli, tree, tmp_path, monkeypatch):
+    import img2tfrecord.cli_convert as cc
+
+    root, _ = tree
+    res = cli("convert", root, tmp_path / "plain")
+    assert "img/s" not in res.stderr  # not a terminal: no bar, just the summary
+    monkeypatch.setattr(cc, "_stderr_is_terminal", lambda: True)
+    res = cli("convert", root, tmp_path / "tty")
+    bar = [part for part in res.stderr.replace("\r", "\n").splitlines() if "27/27" in part]
+    assert res.exit_code == 0 and bar and "img/s" in bar[-1] and "MB/s" in bar[-1]
+    res = cli("convert", root, tmp_path / "quiet", "--quiet")
+    assert res.stderr == ""

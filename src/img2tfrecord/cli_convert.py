@@ -22,7 +22,6 @@ class _Progress:
     def __init__(self, enabled: bool) -> None:
         self.bar = None
         self.enabled = enabled
-        self._bytes = 0
 
     def start(self, total: int) -> None:
         if self.enabled:
@@ -33,11 +32,11 @@ class _Progress:
     def update(self, images: int, bytes_read: int) -> None:
         if self.bar is None:
             return
-        self.bar.update(images - self.bar.n)
-        rate = self.bar.format_dict.get("rate")
-        if images % 64 == 0 and rate:
+        last = images == self.bar.total
+        if images % 64 == 0 or last:  # MB/s next to tqdm's images/s, refreshed now and then
             elapsed = self.bar.format_dict["elapsed"] or 1e-9
             self.bar.set_postfix_str(f"{bytes_read / 1e6 / elapsed:.1f} MB/s", refresh=False)
+        self.bar.update(images - self.bar.n)
 
     def write(self, msg: str) -> None:
         if self.bar is not None:
@@ -49,6 +48,10 @@ class _Progress:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+def _stderr_is_terminal() -> bool:
+    return sys.stderr.isatty()
 
 
 def _summary_text(s: dict[str, Any]) -> str:
@@ -122,7 +125,7 @@ def convert_command(input_dir: str, output_dir: str, labels_file: str | None, as
     if kw.get("beam_options") and kw.get("engine") != "beam":
         _err("error: --beam-options configures the Beam engine: add --engine beam")
         sys.exit(2)
-    progress = _Progress(enabled=not quiet and not as_json and sys.stderr.isatty() and not kw["dry_run"])
+    progress = _Progress(enabled=not quiet and not as_json and _stderr_is_terminal() and not kw["dry_run"])
 
     def on_event(kind: str, msg: str) -> None:
         progress.write(f"{kind}: {msg}")

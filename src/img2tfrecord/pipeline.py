@@ -211,13 +211,21 @@ class LocalEncoder:
 
 @dataclass
 class Timing:
-    """When the run started, when it reached steady state, and what was done before that."""
+    """When the run started, and when steady state began with how much already done.
+
+    Steady state is the second half of the images: by then the interpreter, the worker pool and
+    TensorFlow's ~3 s import are behind, and so is the backlog encoded while TensorFlow imported.
+    """
 
     start: float = field(default_factory=time.perf_counter)
-    ready: float = 0.0
-    prefetched_images: int = 0
-    prefetched_bytes: int = 0
+    steady_from: float = 0.0
+    images_before: int = 0
+    bytes_before: int = 0
     workers: int | None = None  # encoding processes actually used (local engine)
+
+    def image_done(self, images: int, nbytes: int, total: int) -> None:
+        if not self.steady_from and images >= total // 2 and images < total:
+            self.steady_from, self.images_before, self.bytes_before = time.perf_counter(), images, nbytes
 
 
 def run_local(
@@ -244,6 +252,7 @@ def run_local(
     def on_image(size: int) -> None:
         seen[0] += 1
         seen[1] += size
+        timing.image_done(seen[0], seen[1], len(all_tasks))
         if progress:
             progress(seen[0], seen[1], len(all_tasks))
 
@@ -251,9 +260,6 @@ def run_local(
         results = enc.map(all_tasks)
         prefetched = _prefetch(results, tf_thread)
         tensorflow()  # joins the import (or raises its error here)
-        timing.ready = time.perf_counter()
-        timing.prefetched_images = len(prefetched)
-        timing.prefetched_bytes = sum(r.size for r in prefetched)
         stream = _chain(prefetched, results)
         written: dict[str, ShardOutcome] = {}
         closer = ThreadPoolExecutor(1, thread_name_prefix="close-shard")
@@ -356,7 +362,6 @@ def convert(
             from img2tfrecord.beam_engine import run_beam
 
             outcomes = run_beam(job, staging, beam_options, emit, workers=workers)
-            timing.ready = timing.start
         else:
             outcomes = run_local(job, staging, workers, emit, progress, timing, journal)
         return finalize(job, staging, outcomes, timing, emit, engine=engine)
@@ -482,7 +487,7 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
     images = sum(o.images for o in outcomes)
     bytes_read = sum(o.bytes_read for o in outcomes)
     elapsed = max(t_end - timing.start, 1e-9)
-    steady = max(t_end - (timing.ready or timing.start), 1e-9)
+    steady = max(t_end - (timing.steady_from or timing.start), 1e-9)
     return {
         "input": job.input_dir,
         "output": job.output_dir,
@@ -509,8 +514,8 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
         "images_per_second": round(images / elapsed, 1),
         "mb_per_second": round(bytes_read / 1e6 / elapsed, 2),
         "steady_seconds": round(steady, 3),
-        "steady_images_per_second": round((images - timing.prefetched_images) / steady, 1),
-        "steady_mb_per_second": round((bytes_read - timing.prefetched_bytes) / 1e6 / steady, 2),
+        "steady_images_per_second": round((images - timing.images_before) / steady, 1),
+        "steady_mb_per_second": round((bytes_read - timing.bytes_before) / 1e6 / steady, 2),
     }
 
 
