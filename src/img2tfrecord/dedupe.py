@@ -41,7 +41,7 @@ def report(mode: str, written: Iterable[tuple[str, str, str, str]], dropped: lis
     for d in dropped:
         groups.setdefault(d["digest"], []).append((d["path"], d["split"], d["class"]))
     out = []
-    for digest, members in groups.items():
+    for members in groups.values():
         if len(members) < 2:
             continue
         classes = sorted({m[2] for m in members})
