@@ -43,7 +43,7 @@ from img2tfrecord import encoder, fs, writer
 from img2tfrecord.encoder import EncodeOptions
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.tf_import import tensorflow
-from img2tfrecord.writer import ShardInfo, ShardOutcome, ShardTask
+from img2tfrecord.writer import ShardOutcome, ShardTask
 
 if TYPE_CHECKING:
     from img2tfrecord.pipeline import EventSink, Job
@@ -286,7 +286,7 @@ class WriteShardFn(_DoFn):  # type: ignore[misc, valid-type]
         outcome = writer.write_shard(
             shard, stream, self.staging, compression=self.compression, index=self.index, strict=False, no_digests=self.no_digests
         )
-        fs.write_text(fs.join(self.staging, shard.name + OUTCOME_SUFFIX), outcome_to_json(outcome))
+        fs.write_text(fs.join(self.staging, shard.name + OUTCOME_SUFFIX), json.dumps(outcome.to_dict()))
         if _beam is not None:
             counter = _beam.metrics.Metrics.counter
             counter("img2tfrecord", "images").inc(outcome.images)
@@ -303,16 +303,6 @@ def shard_to_json(shard: ShardTask) -> bytes:
 def shard_from_json(data: bytes) -> ShardTask:
     d = json.loads(data)
     return ShardTask(d["split"], d["index"], d["count"], tuple(tuple(t) for t in d["tasks"]))
-
-
-def outcome_to_json(outcome: ShardOutcome) -> str:
-    """The data fields of a written shard's outcome (not the in-process `closing` future)."""
-    return json.dumps({f.name: getattr(outcome, f.name) for f in dataclasses.fields(outcome) if f.name != "closing"} | {"info": dataclasses.asdict(outcome.info)})
-
-
-def outcome_from_json(text: str | bytes) -> ShardOutcome:
-    d = json.loads(text)
-    return ShardOutcome(**(d | {"info": ShardInfo(**d["info"])}))
 
 
 def write_plan(plan: list[ShardTask], path: str) -> list[tuple[int, int, int]]:
@@ -334,7 +324,7 @@ def read_outcomes(plan: list[ShardTask], staging: str) -> list[ShardOutcome]:
     def read(shard: ShardTask) -> ShardOutcome:
         path = fs.join(staging, shard.name + OUTCOME_SUFFIX)
         try:
-            return outcome_from_json(fs.read_bytes(path))
+            return ShardOutcome.from_dict(json.loads(fs.read_bytes(path)))
         except Exception:
             raise DataError(f"the Beam pipeline finished but shard {shard.name} left no result ({path}); nothing was published") from None
 

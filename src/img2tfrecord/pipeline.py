@@ -2,8 +2,9 @@
 
 The plan (which images, in which order, in which shard) is made once, from the walk and the
 options only; an engine executes it. The local engine uses one process that owns TensorFlow and
-the TFRecordWriters and worker processes that only read, validate and serialize images (Pillow +
-protobuf, ~60 MB each instead of ~600 MB with TensorFlow). Work goes out in small chunks in plan
+the TFRecordWriters, and worker processes that only read, validate and (when asked) transcode
+images (Pillow, ~50 MB each instead of ~600 MB with TensorFlow); a kept image's bytes never cross
+a pipe, the writer re-reads them from the page cache. Work goes out in small chunks in plan
 order and comes back in that order through a bounded window, so memory stays flat whatever the
 dataset size and the output is byte-identical for any number of workers. TensorFlow is imported
 in a background thread while the first chunks are encoded, so its start-up overlaps useful work.
