@@ -22,7 +22,7 @@ test: $(STAMP)
 demo: $(STAMP)
 	rm -rf out
 	$(BIN)/img2tfrecord convert sample_data out --split train=0.8,validation=0.2 --shards train=2,validation=1 --index
-	$(BIN)/img2tfrecord inspect out
+	$(BIN)/img2tfrecord inspect out --verify --contact-sheet out/contact-sheet.png
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
