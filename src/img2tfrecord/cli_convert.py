@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from img2tfrecord.errors import Img2TFRecordError, Interrupted
+from img2tfrecord.schema import DEFAULT_MAX_PIXELS
 
 
 def _err(msg: str) -> None:
@@ -94,7 +95,7 @@ def _summary_text(s: dict[str, Any]) -> str:
 @click.option("--quality", type=click.IntRange(1, 100), default=95, show_default=True, help="JPEG quality for --encoding jpeg.")
 @click.option("--resize", metavar="N|WxH", help="Resize: shorter side to N (aspect kept), or exactly WxH. Implies re-encoding.")
 @click.option("--channels", type=click.Choice(["keep", "1", "3"]), default="keep", show_default=True, help="Convert every image to 1 (grayscale) or 3 (RGB) channels.")
-@click.option("--max-pixels", type=click.IntRange(min=1), default=100_000_000, show_default=True, help="Skip images with more pixels than this, before decoding them.")
+@click.option("--max-pixels", type=click.IntRange(min=1), default=DEFAULT_MAX_PIXELS, show_default=True, help="Skip images with more pixels than this, before decoding them.")
 @click.option("--validate/--no-validate", default=True, show_default=True, help="Fully decode every image so corrupt files are skipped, not written.")
 @click.option("--strict", is_flag=True, help="Fail (exit 1, publish nothing) if any image is unusable.")
 @click.option("--compression", type=click.Choice(["gzip", "zlib"]), help="Compress the shards (JPEG/PNG payloads barely shrink).")

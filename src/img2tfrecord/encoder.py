@@ -25,7 +25,7 @@ import numpy as np
 import xxhash
 from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
-from img2tfrecord.schema import FORMAT_RAW, serialize_example, utf8_text
+from img2tfrecord.schema import DEFAULT_MAX_PIXELS, FORMAT_RAW, serialize_example, utf8_text
 
 # We enforce our own --max-pixels before decoding; Pillow's global limit would raise at open().
 Image.MAX_IMAGE_PIXELS = None
@@ -35,8 +35,6 @@ warnings.filterwarnings("ignore", module="PIL")
 ENCODINGS = ("keep", "jpeg", "png", "raw")
 CHANNEL_CHOICES = ("keep", "1", "3")
 
-# Formats whose original bytes tf.io.decode_image returns as a 3-D image (others are transcoded).
-_KEEPABLE = {"JPEG", "MPO", "PNG", "BMP"}
 _MODE_CHANNELS = {"1": 1, "L": 1, "I;16": 1, "I;16B": 1, "I;16L": 1, "I": 1, "F": 1, "LA": 2, "RGB": 3, "RGBA": 4}
 
 
@@ -52,7 +50,7 @@ class EncodeOptions:
     quality: int = 95
     resize: tuple[int, int] | int | None = None  # N: shorter side to N; (W, H): exact size
     channels: str = "keep"
-    max_pixels: int = 100_000_000
+    max_pixels: int = DEFAULT_MAX_PIXELS
     validate: bool = True
 
     @property
@@ -194,7 +192,7 @@ def _png_channels(im: Image.Image) -> int | None:
 def _keep(im: Image.Image, data: bytes, fmt: str, validate: bool) -> tuple[str, int, bool] | None:
     """(format, channels, orientation_ignored) when the original bytes can be stored; None to transcode."""
     if fmt in ("JPEG", "MPO") and im.mode in ("L", "RGB"):
-        orient = b"Exif" in data[:65536] and im.getexif().get(0x0112, 1) not in (1, None)
+        orient = data.find(b"Exif", 0, 65536) >= 0 and im.getexif().get(0x0112, 1) not in (1, None)
         if validate:
             w, h = im.size
             im.draft(im.mode, (max(1, w // 8), max(1, h // 8)))

@@ -45,7 +45,7 @@ from img2tfrecord.reader import (
     record_length,
     resolve_paths,
 )
-from img2tfrecord.schema import COLORSPACES, FEATURE_TYPES, FORMAT_RAW, Example
+from img2tfrecord.schema import COLORSPACES, DEFAULT_MAX_PIXELS, FEATURE_TYPES, FORMAT_RAW, Example
 
 JSON_FORMAT_VERSION = 1
 _CHUNK = 1 << 22  # reads from streams of unknown size grow by at most 4 MiB at a time
@@ -54,7 +54,7 @@ _CHUNK = 1 << 22  # reads from streams of unknown size grow by at most 4 MiB at 
 MAX_RECORD_BYTES = 256 << 20
 # Images whose header (or image/height x image/width) claims more pixels are not decoded: a 1 MB
 # PNG can decode to gigabytes. convert's default --max-pixels; a dataset.json's own value wins.
-MAX_PIXELS = 100_000_000
+MAX_PIXELS = DEFAULT_MAX_PIXELS
 MAX_PROBLEMS_PER_FILE = 50
 OUR_FORMATS = ("JPEG", "PNG", "BMP", FORMAT_RAW)
 

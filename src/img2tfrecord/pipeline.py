@@ -3,7 +3,7 @@
 The plan (which images, in which order, in which shard) is made once, from the walk and the
 options only; an engine executes it. The local engine uses one process that owns TensorFlow and
 the TFRecordWriters, and worker processes that only read, validate and (when asked) transcode
-images (Pillow, ~50 MB each instead of ~600 MB with TensorFlow); a kept image's bytes never cross
+images (Pillow, ~40 MB each instead of ~600 MB with TensorFlow); a kept image's bytes never cross
 a pipe, the writer re-reads them from the page cache. Work goes out in small chunks in plan
 order and comes back in that order through a bounded window, so memory stays flat whatever the
 dataset size and the output is byte-identical for any number of workers. TensorFlow is imported
@@ -32,7 +32,8 @@ from img2tfrecord.resume import JOURNAL, Journal, fingerprint, load_done, prune
 from img2tfrecord.manifest import LABELS_NAME, MANIFEST_NAME, build_manifest, labels_text, manifest_text
 from img2tfrecord.tf_import import tensorflow
 from img2tfrecord.walker import ImageItem, discover, discover_file_list, parse_split_spec, read_labels_file
-from img2tfrecord.writer import ShardOutcome, ShardTask, display
+from img2tfrecord.schema import DEFAULT_MAX_PIXELS, utf8_text
+from img2tfrecord.writer import ShardOutcome, ShardTask
 
 CHUNK = 32  # images per task: amortizes IPC and task-queue overhead (~1 ms per task)
 WINDOW_PER_WORKER = 4  # chunks in flight per worker
@@ -114,7 +115,7 @@ def plan_job(
     quality: int = 95,
     resize: str | int | tuple[int, int] | None = None,
     channels: str = "keep",
-    max_pixels: int = 100_000_000,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
     validate: bool = True,
     strict: bool = False,
     compression: str | None = None,
@@ -438,7 +439,7 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
         raise DataError(f"--strict: {len(skipped)} unusable image(s), e.g. {first['path']}: {first['reason']}; nothing was published")
     merged: dict[str, dict[str, int]] = {"formats": {}, "transcoded": {}}
     split_info: dict[str, dict[str, Any]] = {}
-    classes = [display(c) for c in job.classes]
+    classes = [utf8_text(c) for c in job.classes]
     for s in job.split_names:
         mine = [o for o in outcomes if o.split == s]
         if not mine:
@@ -523,16 +524,16 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
 def _plan_summary(job: Job, timing: Timing) -> dict[str, Any]:
     splits: dict[str, Any] = {}
     for shard in job.plan:
-        sp = splits.setdefault(shard.split, {"images": 0, "class_counts": dict.fromkeys(map(display, job.classes), 0), "shards": []})
+        sp = splits.setdefault(shard.split, {"images": 0, "class_counts": dict.fromkeys(map(utf8_text, job.classes), 0), "shards": []})
         sp["images"] += len(shard.tasks)
         sp["shards"].append({"file": shard.name, "images": len(shard.tasks)})
         for t in shard.tasks:
-            sp["class_counts"][display(t[4])] += 1
+            sp["class_counts"][utf8_text(t[4])] += 1
     return {
         "input": job.input_dir,
         "output": job.output_dir,
         "dry_run": True,
-        "classes": [display(c) for c in job.classes],
+        "classes": [utf8_text(c) for c in job.classes],
         "images": job.tasks,
         "splits": splits,
         "ignored_files": job.ignored_files,

@@ -21,14 +21,14 @@ import google_crc32c
 from google.protobuf.message import DecodeError
 
 from img2tfrecord.errors import DataError, UsageError
+from img2tfrecord.manifest import LABELS_NAME, MANIFEST_NAME
 from img2tfrecord.schema import FEATURE_TYPES, FORMAT_RAW, serialize_example
 from img2tfrecord.tf_import import tensorflow
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
 
-MANIFEST = "dataset.json"
-LABELS = "labels.txt"
+MANIFEST, LABELS = MANIFEST_NAME, LABELS_NAME  # the names convert writes
 # {split}-{i:05d}-of-{n:05d}, no extension even when compressed (README "Output layout").
 SHARD_RE = re.compile(r"^(?P<split>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})$")
 # Files that sit beside shards but are never shards: a glob or prefix never selects them.

@@ -34,6 +34,9 @@ COLORSPACES: dict[int, str] = {1: "GRAYSCALE", 2: "GRAYSCALE_ALPHA", 3: "RGB", 4
 # Values of image/format.
 FORMAT_RAW = "RAW"
 
+# Images with more pixels are refused before decoding (convert --max-pixels, inspect's decoders).
+DEFAULT_MAX_PIXELS = 100_000_000
+
 
 def _build_classes() -> tuple[Any, Any, Any]:
     """Declare tensorflow.Example & co. in a private pool (no clash with TensorFlow's own)."""

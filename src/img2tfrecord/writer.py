@@ -14,7 +14,6 @@ runs the same `write_shard`, so the bytes do not depend on the engine.
 from __future__ import annotations
 
 import math
-import re
 from array import array
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future
@@ -25,13 +24,13 @@ from img2tfrecord import fs
 from img2tfrecord.dedupe import Deduper
 from img2tfrecord.encoder import Result, SkipImage, Task, to_record
 from img2tfrecord.errors import DataError, UsageError
+from img2tfrecord.reader import SHARD_RE
 from img2tfrecord.schema import utf8_text
 from img2tfrecord.tf_import import tensorflow
 
 TARGET_SHARD_BYTES = 200 * 1024 * 1024  # ceil(total / 200 MiB) shards -> each in (100, 200] MiB
 STAGING_DIR = ".img2tfrecord-staging"
 COMPRESSIONS = {None: "", "gzip": "GZIP", "zlib": "ZLIB"}
-SHARD_NAME_RE = re.compile(r"^.+-\d{5}-of-\d{5}(\.idx)?$")
 RECORD_OVERHEAD = 16  # uint64 length + uint32 crc + uint32 crc (record_writer.h)
 
 
@@ -217,10 +216,11 @@ def write_shard(
         out.images += 1
         out.bytes_read += result.size
         reason = result.fmt
-        kept_copy = dedupe.admit(result.digest, display(task[1])) if dedupe and result.kind != "skip" else None
+        rel = utf8_text(task[1])  # names in the manifest are written exactly as in the records
+        kept_copy = dedupe.admit(result.digest, rel) if dedupe and result.kind != "skip" else None
         if kept_copy is not None:
             reason = ""
-            out.dropped.append({"path": display(task[1]), "split": shard.split, "class": display(task[4]),
+            out.dropped.append({"path": rel, "split": shard.split, "class": utf8_text(task[4]),
                                 "digest": result.digest, "duplicate_of": kept_copy})  # fmt: skip
         elif result.kind != "skip":
             try:
@@ -228,9 +228,9 @@ def write_shard(
             except SkipImage as e:
                 reason = str(e)
             else:
-                text = display(task[4])
+                text = utf8_text(task[4])
                 if not no_digests:
-                    out.digests.append([result.digest, display(task[1]), text])
+                    out.digests.append([result.digest, rel, text])
                 out.class_counts[text] = out.class_counts.get(text, 0) + 1
                 out.formats[result.fmt] = out.formats.get(result.fmt, 0) + 1
                 if result.transcoded:
@@ -238,7 +238,6 @@ def write_shard(
                 out.orientation_ignored += result.orientation_ignored
                 reason = ""
         if reason:
-            rel = display(task[1])
             out.skipped.append({"path": rel, "split": shard.split, "reason": reason})
             if on_skip:
                 on_skip(rel, reason)
@@ -259,7 +258,6 @@ def write_shard(
     return out
 
 
-display = utf8_text  # names in the manifest are written exactly as in the records
 
 
 def rebalance(staging: str, infos: list[ShardInfo], compression: str | None, index: bool) -> list[ShardInfo]:
@@ -324,7 +322,7 @@ def publish(staging: str, output_dir: str, files: list[str], metadata: dict[str,
     """
     keep = set(files)
     for name in fs.listdir(output_dir):
-        if name in metadata or (SHARD_NAME_RE.match(name) and name not in keep):
+        if name in metadata or (SHARD_RE.match(name.removesuffix(".idx")) and name not in keep):
             fs.remove(fs.join(output_dir, name))
     for name in files:
         fs.rename(fs.join(staging, name), fs.join(output_dir, name))
