@@ -271,18 +271,11 @@ class WriteShardFn(_DoFn):  # type: ignore[misc, valid-type]
     def process(self, element: tuple[int, int, int]) -> Iterator[str]:
         _, offset, length = element
         shard = shard_from_json(fs.read_range(self.plan_path, offset, length))
-        results = (encoder.encode_task(t, self.opts) for t in shard.tasks)
-        head: list[encoder.Result] = []  # encoded while TensorFlow (needed to write) still imports
-        held = 0
         tf_thread = getattr(self, "_tf_thread", None)
-        while tf_thread is not None and tf_thread.is_alive() and held < PREFETCH_BYTES:
-            r = next(results, None)
-            if r is None:
-                break
-            head.append(r)
-            held += len(r.payload or b"")
+        stream = encoder.encode_shard(shard.tasks, self.opts, tf_thread.is_alive if tf_thread else None, PREFETCH_BYTES)
+        first = next(stream, None)  # encodes ahead while TensorFlow (needed to write) still imports
         tensorflow()  # joins the import, or raises its error here
-        stream = itertools.chain(head, results)
+        stream = itertools.chain([first] if first is not None else [], stream)
         outcome = writer.write_shard(
             shard, stream, self.staging, compression=self.compression, index=self.index, strict=False, no_digests=self.no_digests
         )

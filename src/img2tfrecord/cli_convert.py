@@ -103,7 +103,7 @@ def _summary_text(s: dict[str, Any]) -> str:
 @click.option("--dedupe", type=click.Choice(["report", "drop", "off"]), default="report", show_default=True, help="Byte-identical images (within a class, across classes = conflicting labels, across splits = leakage): report them, drop all but the first copy, or don't look (saves ~50 bytes of memory per image).")
 @click.option("--overwrite", is_flag=True, help="Replace the dataset in a non-empty OUTPUT_DIR.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run of the same command: finished shards (checked by sha256) are reused; the result is identical.")
-@click.option("--workers", type=click.IntRange(min=1), help="Encoding processes. Default: all CPUs. Output is identical for any value.")
+@click.option("--workers", type=click.IntRange(min=1), help="Worker processes (each encodes and writes whole shards). Default: all CPUs, fewer for small jobs. Output is identical for any value.")
 @click.option("--file-list", metavar="FILE", help="CSV/TSV of path,label_name (or path: CLASS/.../image below INPUT_DIR) to convert instead of walking INPUT_DIR; relative paths are joined to INPUT_DIR.")
 @click.option("--engine", type=click.Choice(["local", "beam"]), default="local", show_default=True, help="local: processes on this machine; beam: Apache Beam (DirectRunner, Dataflow, Flink, Spark), same bytes. Needs: pip install 'img2tfrecord[beam]'.")
 @click.option("--beam-options", metavar="'--runner=... ...'", help="Beam pipeline options, as one quoted string. Default: --runner=DirectRunner --direct_running_mode=multi_processing --direct_num_workers=<--workers>.")

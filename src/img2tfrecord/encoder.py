@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import io
 import os
-import signal
 import warnings
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -59,12 +59,11 @@ class EncodeOptions:
 
 
 class Result(NamedTuple):
-    """What a worker sends back for one image: small, except for re-encoded payloads.
+    """How one image is stored. The process that validates an image also writes it, so the bytes
+    that were checked are exactly the bytes stored (no second read, no pipe).
 
-    kind "keep": the file's own bytes are the payload. Workers leave `payload` None so that ~100 KB
-    per image does not cross a process pipe; the writer re-reads the file (page cache) and checks
-    that its size and mtime (`stamp`) did not change since validation.
-    kind "encoded": `payload` is the new encoding (PNG/JPEG/RAW). kind "skip": `fmt` is the reason.
+    kind "keep": `payload` is the file's own bytes. kind "encoded": `payload` is the new encoding
+    (PNG/JPEG/RAW). kind "skip": `payload` is None and `fmt` is the reason.
     """
 
     kind: str
@@ -76,13 +75,12 @@ class Result(NamedTuple):
     transcoded: str | None = None  # e.g. "GIF->PNG" in keep mode
     orientation_ignored: bool = False  # keep mode left an EXIF rotation to the reader
     size: int = 0  # bytes read
-    stamp: tuple[int, int] = (0, 0)  # (size, mtime_ns) when validated
     digest: str = ""  # xxh3-128 of the file's bytes: finds byte-identical duplicates
 
 
-def encode_image(path: str, opts: EncodeOptions, ship_bytes: bool = True) -> Result:
+def encode_image(path: str, opts: EncodeOptions) -> Result:
     """Read and check one file; return how to store it, or raise SkipImage."""
-    data, stamp = _read(path)
+    data = _read(path)
     im = _open(data)
     fmt = im.format or "unknown"
     width, height = im.size
@@ -96,8 +94,7 @@ def encode_image(path: str, opts: EncodeOptions, ship_bytes: bool = True) -> Res
             kept = _keep(im, data, fmt, opts.validate)
             if kept is not None:
                 out_fmt, channels, orient = kept
-                payload = data if ship_bytes else None
-                return Result("keep", payload, out_fmt, height, width, channels, None, orient, len(data), stamp, _digest(data))
+                return Result("keep", data, out_fmt, height, width, channels, None, orient, len(data), _digest(data))
         payload, out_fmt, (h, w, c) = _transcode(im, fmt, opts)
     except SkipImage:
         raise
@@ -105,7 +102,7 @@ def encode_image(path: str, opts: EncodeOptions, ship_bytes: bool = True) -> Res
         raise SkipImage(f"corrupt or truncated {fmt} image: {_describe(e)}") from None
     source = "CMYK JPEG" if fmt in ("JPEG", "MPO") and im.mode == "CMYK" else fmt
     transcoded = None if opts.reencodes else f"{source}->{out_fmt}"
-    return Result("encoded", payload, out_fmt, h, w, c, transcoded, False, len(data), stamp, _digest(data))
+    return Result("encoded", payload, out_fmt, h, w, c, transcoded, False, len(data), _digest(data))
 
 
 def _digest(data: bytes) -> str:
@@ -113,28 +110,23 @@ def _digest(data: bytes) -> str:
 
 
 def to_record(task: Task, result: Result) -> bytes:
-    """The serialized Example of a non-skipped result; re-reads kept files (raises SkipImage)."""
-    path, _rel, filename, label, text, _size = task
-    payload = result.payload
-    if payload is None:
-        payload, stamp = _read(path)
-        if stamp != result.stamp:
-            raise SkipImage("file changed while it was being converted; run again")
+    """The serialized Example of a non-skipped result."""
+    _path, _rel, filename, label, text, _size = task
+    assert result.payload is not None, "a skipped image has no record"
     return serialize_example(
-        encoded=payload, image_format=result.fmt, height=result.height, width=result.width,
+        encoded=result.payload, image_format=result.fmt, height=result.height, width=result.width,
         channels=result.channels, label=label, text=utf8_text(text).encode("utf-8"),
         filename=utf8_text(filename).encode("utf-8"),
     )  # fmt: skip
 
 
-def _read(path: str) -> tuple[bytes, tuple[int, int]]:
-    """The file's bytes and its (size, mtime_ns) stamp, read through one open file descriptor."""
+def _read(path: str) -> bytes:
+    """The file's bytes, read through one open file descriptor (one fstat, one read)."""
     try:
         if "://" in path:
             from img2tfrecord import fs  # remote input: tf.io.gfile (imports TensorFlow in this worker)
 
             data = fs.read_bytes(path)
-            stamp = (len(data), 0)
         else:
             fd = os.open(path, os.O_RDONLY)
             try:  # one fstat + one read: no buffered-reader overhead on the hot path
@@ -146,7 +138,6 @@ def _read(path: str) -> tuple[bytes, tuple[int, int]]:
                 os.close(fd)
             if len(data) != st.st_size:
                 raise SkipImage("file changed while it was being read; run again")
-            stamp = (st.st_size, st.st_mtime_ns)
     except FileNotFoundError:
         raise SkipImage("file vanished (or is a broken symlink) before it could be read") from None
     except PermissionError:
@@ -159,7 +150,7 @@ def _read(path: str) -> tuple[bytes, tuple[int, int]]:
         raise SkipImage(f"cannot read: {_describe(e)}") from None
     if not data:
         raise SkipImage("empty file (0 bytes)")
-    return data, stamp
+    return data
 
 
 def _open(data: bytes) -> Image.Image:
@@ -287,33 +278,46 @@ def _transcode(im: Image.Image, fmt: str, opts: EncodeOptions) -> tuple[bytes, s
     return buf.getvalue(), target, (h, w, channels)
 
 
-# ---- worker-process entry points (multiprocessing pickles these by name) ----
-
-_worker_opts: EncodeOptions | None = None
+# ---- per task ----
 
 Task = tuple[str, str, str, int, str, int]  # (path, rel to input, filename, label, text, size)
 
 
-def init_worker(opts: EncodeOptions) -> None:
-    """Pool initializer: remember the options once instead of pickling them with every chunk.
-
-    Workers ignore Ctrl-C: the main process handles it, stops them and cleans up, so the user
-    sees one message instead of a traceback per worker.
-    """
-    global _worker_opts
-    _worker_opts = opts
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def encode_task(task: Task, opts: EncodeOptions, ship_bytes: bool = True) -> Result:
+def encode_task(task: Task, opts: EncodeOptions) -> Result:
     """Encode one candidate; a bad image becomes a "skip" result, never an exception."""
     try:
-        return encode_image(task[0], opts, ship_bytes)
+        return encode_image(task[0], opts)
     except SkipImage as e:
         return Result("skip", None, str(e), size=task[5])
 
 
-def encode_chunk(tasks: list[Task]) -> list[Result]:
-    """Worker entry point: kept images come back without their bytes (see Result)."""
-    assert _worker_opts is not None, "init_worker was not called"
-    return [encode_task(t, _worker_opts, ship_bytes=False) for t in tasks]
+DROPPED = "dropped"  # Result.kind of a duplicate left out by --dedupe drop (never read)
+
+
+def encode_shard(tasks: Iterable[Task], opts: EncodeOptions, warming: Callable[[], bool] | None = None,
+                 hold_bytes: int = 64 * 1024 * 1024, drop: Container[str] = ()) -> Iterator[Result]:
+    """Encode `tasks` in order; tasks whose rel path is in `drop` are not read at all.
+
+    While `warming()` is true (TensorFlow still importing in the background), encode ahead and
+    hold up to `hold_bytes` of results, so the import overlaps useful work.
+    """
+    results = (Result(DROPPED, None, "", size=t[5]) if t[1] in drop else encode_task(t, opts) for t in tasks)
+    head: list[Result] = []
+    held = 0
+    while warming is not None and warming() and held < hold_bytes:
+        r = next(results, None)
+        if r is None:
+            break
+        head.append(r)
+        held += len(r.payload or b"") + 256
+    yield from head
+    head.clear()
+    yield from results
+
+
+def digest_file(path: str) -> str | None:
+    """xxh3-128 of a file's bytes (the --dedupe drop pre-pass); None if it cannot be read."""
+    try:
+        return _digest(_read(path))
+    except SkipImage:
+        return None

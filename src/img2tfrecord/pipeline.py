@@ -1,44 +1,33 @@
 """convert(): walk -> plan -> encode and write (an engine) -> rebalance -> publish.
 
 The plan (which images, in which order, in which shard) is made once, from the walk and the
-options only; an engine executes it. The local engine uses one process that owns TensorFlow and
-the TFRecordWriters, and worker processes that only read, validate and (when asked) transcode
-images (Pillow, ~40 MB each instead of ~600 MB with TensorFlow); a kept image's bytes never cross
-a pipe, the writer re-reads them from the page cache. Work goes out in small chunks in plan
-order and comes back in that order through a bounded window, so memory stays flat whatever the
-dataset size and the output is byte-identical for any number of workers. TensorFlow is imported
-in a background thread while the first chunks are encoded, so its start-up overlaps useful work.
+options only; an engine executes it, shard by shard: the local engine with worker processes
+that each encode and write whole shards (`local_engine`), the Beam engine with Beam workers
+that do the same (`beam_engine`). A shard's bytes depend only on the plan, so the output is
+byte-identical for any engine and any number of workers; `finalize` then rebalances after
+skipped images, writes the manifest and publishes atomically.
 """
 
 from __future__ import annotations
 
-import collections
-import multiprocessing
 import os
 import re
 import shutil
-import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from img2tfrecord import dedupe, encoder, fs, writer
-from img2tfrecord.dedupe import MODES as DEDUPE_MODES, Deduper
-from img2tfrecord.encoder import EncodeOptions, Result, Task
+from img2tfrecord.dedupe import MODES as DEDUPE_MODES
+from img2tfrecord.encoder import EncodeOptions
 from img2tfrecord.errors import DataError, Interrupted, UsageError
 from img2tfrecord.resume import JOURNAL, Journal, fingerprint, load_done, prune
 from img2tfrecord.manifest import LABELS_NAME, MANIFEST_NAME, build_manifest, labels_text, manifest_text
-from img2tfrecord.tf_import import tensorflow
 from img2tfrecord.walker import ImageItem, discover, discover_file_list, parse_split_spec, read_labels_file
 from img2tfrecord.schema import DEFAULT_MAX_PIXELS, utf8_text
 from img2tfrecord.writer import ShardOutcome, ShardTask
 
-CHUNK = 32  # images per task: amortizes IPC and task-queue overhead (~1 ms per task)
-WINDOW_PER_WORKER = 4  # chunks in flight per worker
-PREFETCH_BYTES = 128 * 1024 * 1024  # results held while TensorFlow is still importing
-PREFETCH_RESULTS = 100_000
 UNKNOWN_IMAGE_BYTES = 110_000  # assumed size of a file listed without one (remote walk): an ImageNet JPEG
 ENGINES = ("local", "beam")
 
@@ -176,41 +165,6 @@ def check_paths(input_dir: str, output_dir: str) -> None:
             raise UsageError(f"output {output_dir} is inside input {input_dir}: the tool would read its own output; choose another folder")
 
 
-class LocalEncoder:
-    """Ordered, bounded parallel map of `encode_chunk` over the plan (in-process when workers=1)."""
-
-    def __init__(self, opts: EncodeOptions, workers: int) -> None:
-        self.opts = opts
-        self.workers = workers
-        self.pool = None
-        if workers > 1:
-            ctx = multiprocessing.get_context("spawn")  # never fork a process that runs TensorFlow threads
-            self.pool = ctx.Pool(workers, initializer=encoder.init_worker, initargs=(opts,))
-
-    def map(self, tasks: list[Task]) -> Iterator[Result]:
-        # small inputs get small chunks so that every worker has some
-        size = max(1, min(CHUNK, -(-len(tasks) // (self.workers * WINDOW_PER_WORKER))))
-        chunks = (tasks[i : i + size] for i in range(0, len(tasks), size))
-        if self.pool is None:
-            for chunk in chunks:
-                yield from (encoder.encode_task(t, self.opts) for t in chunk)
-            return
-        window: collections.deque = collections.deque()
-        limit = self.workers * WINDOW_PER_WORKER
-        for chunk in chunks:
-            window.append(self.pool.apply_async(encoder.encode_chunk, (chunk,)))
-            if len(window) >= limit:
-                yield from window.popleft().get()
-        while window:
-            yield from window.popleft().get()
-
-    def close(self, terminate: bool = False) -> None:
-        if self.pool is not None:
-            (self.pool.terminate if terminate else self.pool.close)()
-            self.pool.join()
-            self.pool = None
-
-
 @dataclass
 class Timing:
     """When the run started, and when steady state began with how much already done.
@@ -223,86 +177,11 @@ class Timing:
     steady_from: float = 0.0
     images_before: int = 0
     bytes_before: int = 0
-    workers: int | None = None  # encoding processes actually used (local engine)
+    workers: int | None = None  # worker processes actually used (local engine)
 
     def image_done(self, images: int, nbytes: int, total: int) -> None:
         if not self.steady_from and images >= total // 2 and images < total:
             self.steady_from, self.images_before, self.bytes_before = time.perf_counter(), images, nbytes
-
-
-def run_local(
-    job: Job, staging: str, workers: int, emit: EventSink, progress: Callable[[int, int, int], None] | None,
-    timing: Timing, journal: Journal,
-) -> list[ShardOutcome]:  # fmt: skip
-    """Execute the plan with local worker processes; the calling process writes every shard.
-
-    Shards already in `journal` (an interrupted run being resumed) are reused, not redone.
-    """
-    todo = [shard for shard in job.plan if shard.name not in journal.done]
-    deduper = Deduper("drop") if job.dedupe == "drop" else None
-    if deduper and todo:  # drop decisions depend on every earlier shard: redo all after the first gap
-        first = job.plan.index(todo[0])
-        todo = job.plan[first:]
-        for shard in job.plan[:first]:
-            deduper.seen(journal.done[shard.name].digests)
-    all_tasks = [t for shard in todo for t in shard.tasks]
-    enc = LocalEncoder(job.opts, max(1, min(workers, len(all_tasks) // 2)))
-    tf_thread = threading.Thread(target=tensorflow, name="import-tensorflow", daemon=True)
-    tf_thread.start()
-    seen = [0, 0]
-
-    def on_image(size: int) -> None:
-        seen[0] += 1
-        seen[1] += size
-        timing.image_done(seen[0], seen[1], len(all_tasks))
-        if progress:
-            progress(seen[0], seen[1], len(all_tasks))
-
-    try:
-        results = enc.map(all_tasks)
-        prefetched = _prefetch(results, tf_thread)
-        tensorflow()  # joins the import (or raises its error here)
-        stream = _chain(prefetched, results)
-        written: dict[str, ShardOutcome] = {}
-        closer = ThreadPoolExecutor(1, thread_name_prefix="close-shard")
-        try:
-            for shard in todo:
-                written[shard.name] = writer.write_shard(
-                    shard, stream, staging, compression=job.compression, index=job.index, strict=job.strict,
-                    on_skip=lambda rel, why: emit("skipped", f"{rel}: {why}"), on_image=on_image,
-                    closer=closer, on_closed=journal.record, dedupe=deduper, no_digests=job.dedupe == "off",
-                )  # fmt: skip
-        finally:
-            _drain(closer)  # finished shards must be complete (and journaled) before any cleanup
-        for o in written.values():
-            o.wait()  # re-raises a failed close (disk full, I/O error)
-        outcomes = [written.get(shard.name) or journal.done[shard.name] for shard in job.plan]
-        enc.close()
-    except BaseException:
-        enc.close(terminate=True)
-        raise
-    timing.workers = enc.workers
-    return outcomes
-
-
-def _drain(executor: ThreadPoolExecutor) -> None:
-    """Wait for the executor's queued work even if Ctrl-C/SIGTERM arrives meanwhile (then re-raise).
-
-    It waits on a sentinel future (one thread, FIFO: when it is done, so is all earlier work),
-    not on Thread.join: a join interrupted by KeyboardInterrupt can report a running thread as
-    finished on Python < 3.13, which would let cleanup race the last shard's close.
-    """
-    interrupted = False
-    sentinel = executor.submit(lambda: None)
-    while True:
-        try:
-            sentinel.result()
-            break
-        except KeyboardInterrupt:
-            interrupted = True
-    executor.shutdown(wait=False)
-    if interrupted:
-        raise KeyboardInterrupt
 
 
 def convert(
@@ -329,8 +208,7 @@ def convert(
     """
     timing = Timing()
     emit = on_event or (lambda kind, msg: None)
-    workers = workers or os.cpu_count() or 1
-    if workers < 1:
+    if workers is not None and workers < 1:
         raise UsageError(f"bad --workers {workers}: must be >= 1")
     if engine not in ENGINES:
         raise UsageError(f"bad --engine {engine!r}: choose local or beam")
@@ -363,8 +241,10 @@ def convert(
         if engine == "beam":
             from img2tfrecord.beam_engine import run_beam
 
-            outcomes = run_beam(job, staging, beam_options, emit, workers=workers)
+            outcomes = run_beam(job, staging, beam_options, emit, workers=workers or os.cpu_count() or 1)
         else:
+            from img2tfrecord.local_engine import run_local
+
             outcomes = run_local(job, staging, workers, emit, progress, timing, journal)
         return finalize(job, staging, outcomes, timing, emit, engine=engine)
     except KeyboardInterrupt:
@@ -541,28 +421,6 @@ def _plan_summary(job: Job, timing: Timing) -> dict[str, Any]:
         "options": job.options,
         "elapsed_seconds": round(time.perf_counter() - timing.start, 3),
     }
-
-
-def _prefetch(results: Iterator[Result], tf_thread: threading.Thread) -> list[Result]:
-    """Collect results while TensorFlow imports, up to PREFETCH_BYTES, so workers are not idle."""
-    out: list[Result] = []
-    held = 0
-    while tf_thread.is_alive() and held < PREFETCH_BYTES and len(out) < PREFETCH_RESULTS:
-        try:
-            r = next(results)
-        except StopIteration:
-            break
-        out.append(r)
-        held += len(r.payload or b"") + 256  # kept images travel without their bytes
-    return out
-
-
-def _chain(first: list[Result], rest: Iterator[Result]) -> Iterator[Result]:
-    held = collections.deque(first)
-    first.clear()
-    while held:  # hand the prefetched results out and let go of them one by one
-        yield held.popleft()
-    yield from rest
 
 
 def _estimate_bytes(items: list[ImageItem], opts: EncodeOptions) -> int:

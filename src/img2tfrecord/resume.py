@@ -39,6 +39,7 @@ class Journal:
     """Append-only record of finished shards; safe to call from the shard-closing thread."""
 
     def __init__(self, staging: str, job_fingerprint: str, done: dict[str, ShardOutcome] | None = None) -> None:
+        self.staging = staging
         self.path = fs.join(staging, JOURNAL)
         self.fingerprint = job_fingerprint
         self.done: dict[str, ShardOutcome] = dict(done or {})

@@ -13,16 +13,18 @@ runs the same `write_shard`, so the bytes do not depend on the engine.
 
 from __future__ import annotations
 
+import itertools
 import math
+import os
+import struct
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor, Future
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, BinaryIO
 
 from img2tfrecord import fs
-from img2tfrecord.dedupe import Deduper
-from img2tfrecord.encoder import Result, SkipImage, Task, to_record
+from img2tfrecord.encoder import DROPPED, Result, SkipImage, Task, to_record
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.reader import SHARD_RE
 from img2tfrecord.schema import utf8_text
@@ -140,19 +142,26 @@ class ShardWriter:
         self._sizes.append(len(record) + RECORD_OVERHEAD)
         self.info.records += 1
 
-    def close(self) -> ShardInfo:
+    def close(self, durable: bool = True) -> ShardInfo:
+        """Close, measure, checksum and index the shard; `durable=False` leaves the fsync to the caller."""
         self._writer.close()
-        fs.fsync(self.path)
-        self.info.bytes = fs.getsize(self.path)
-        self.info.sha256 = fs.sha256(self.path)
-        if self.index:
-            self.info.index = self.info.file + ".idx"
-            lines, pos = [], 0
-            for size in self._sizes:
-                lines.append(f"{pos} {size}\n")
-                pos += size
-            fs.write_text(self.path + ".idx", "".join(lines))
-        return self.info
+        return seal(self.path, self.info, self._sizes, self.index, durable)
+
+
+def seal(path: str, info: ShardInfo, sizes: Iterable[int], index: bool, durable: bool = True) -> ShardInfo:
+    """Fill in a finished shard's size and checksum and write its DALI index (offset, size per record)."""
+    if durable:
+        fs.fsync(path)
+    info.bytes = fs.getsize(path)
+    info.sha256 = fs.sha256(path)
+    if index:
+        info.index = info.file + ".idx"
+        lines, pos = [], 0
+        for size in sizes:
+            lines.append(f"{pos} {size}\n")
+            pos += size
+        fs.write_text(path + ".idx", "".join(lines))
+    return info
 
 
 @dataclass
@@ -201,14 +210,17 @@ def write_shard(
     on_image: Callable[[int], None] | None = None,
     closer: Executor | None = None,
     on_closed: Callable[[ShardOutcome], None] | None = None,
-    dedupe: Deduper | None = None,
+    drop: Mapping[str, tuple[str, str]] | None = None,
     no_digests: bool = False,
+    durable: bool = True,
 ) -> ShardOutcome:
     """Write the encoded results of `shard.tasks` (same order) into staging/<shard name>.
 
-    With `closer`, the shard's close (fsync + sha256 + index: ~0.1 s per 100 MB) runs there while
+    With `closer`, the shard's close (fsync + checksum + index: ~0.1 s per 100 MB) runs there while
     the caller goes on with the next shard; call `outcome.wait()` before using `outcome.info`.
     `on_closed(outcome)` runs once the shard is complete on disk (the resume journal uses it).
+    `drop` maps the rel path of each duplicate to leave out to (its digest, the kept copy's path);
+    their results are `encoder.DROPPED`. `durable=False` skips the fsync (the caller does it).
     """
     sw = ShardWriter(staging, shard.name, compression, index)
     out = ShardOutcome(shard.split, sw.info)
@@ -217,11 +229,12 @@ def write_shard(
         out.bytes_read += result.size
         reason = result.fmt
         rel = utf8_text(task[1])  # names in the manifest are written exactly as in the records
-        kept_copy = dedupe.admit(result.digest, rel) if dedupe and result.kind != "skip" else None
-        if kept_copy is not None:
+        if result.kind == DROPPED:
+            assert drop is not None
+            digest, kept_copy = drop[task[1]]
             reason = ""
             out.dropped.append({"path": rel, "split": shard.split, "class": utf8_text(task[4]),
-                                "digest": result.digest, "duplicate_of": kept_copy})  # fmt: skip
+                                "digest": digest, "duplicate_of": utf8_text(kept_copy)})  # fmt: skip
         elif result.kind != "skip":
             try:
                 sw.write(to_record(task, result))
@@ -247,7 +260,7 @@ def write_shard(
             on_image(result.size)
 
     def close() -> None:
-        sw.close()
+        sw.close(durable)
         if on_closed:
             on_closed(out)
 
@@ -263,28 +276,85 @@ def write_shard(
 def rebalance(staging: str, infos: list[ShardInfo], compression: str | None, index: bool) -> list[ShardInfo]:
     """Re-cut one split's shards so record counts differ by at most one (after skipped images).
 
-    Records are streamed in order from the old shards into new ones: the global record order is
-    unchanged and nothing is decoded, so the result is what the plan would have produced had the
-    skipped files never been there.
+    Records move in order from the old shards into new ones: the global record order is unchanged
+    and nothing is decoded, so the result is what the plan would have produced had the skipped
+    files never been there. Uncompressed local shards are re-cut as byte ranges (each TFRecord
+    record is self-framed), in the kernel and without TensorFlow; compressed or remote ones are
+    re-read and re-written through TensorFlow.
     """
     counts = [i.records for i in infos]
     if max(counts) - min(counts) <= 1:
         return infos
+    cut = _recut_bytes if not compression and not fs.is_remote(staging) else _recut_tf
+    new = cut(staging, infos, shard_bounds(sum(counts), len(infos)), compression, index)
+    for info in new:
+        fs.rename(fs.join(staging, info.file + ".rebalanced"), fs.join(staging, info.file))
+        if index:
+            fs.rename(fs.join(staging, info.file + ".rebalanced.idx"), fs.join(staging, info.index))
+    return new
+
+
+def _recut_tf(staging: str, infos: list[ShardInfo], bounds: list[tuple[int, int]], compression: str | None, index: bool) -> list[ShardInfo]:
     tf = tensorflow()
     old = [fs.join(staging, i.file) for i in infos]
     records = iter(tf.data.TFRecordDataset(old, compression_type=COMPRESSIONS[compression]).as_numpy_iterator())
     new = []
-    for info, (a, b) in zip(infos, shard_bounds(sum(counts), len(infos))):
+    for info, (a, b) in zip(infos, bounds):
         sw = ShardWriter(staging, info.file + ".rebalanced", compression, index, final_name=info.file)
         for _ in range(b - a):
             sw.write(next(records))
         new.append(sw)
-    infos = [sw.close() for sw in new]
+    return [sw.close() for sw in new]
+
+
+def record_sizes(path: str) -> list[int]:
+    """Framed size of every record of an uncompressed TFRecord file, from the length headers only."""
+    sizes = []
+    with open(path, "rb") as f:
+        end = os.fstat(f.fileno()).st_size
+        pos = 0
+        while pos < end:
+            f.seek(pos)
+            (length,) = struct.unpack("<Q", f.read(8))
+            sizes.append(length + RECORD_OVERHEAD)
+            pos += sizes[-1]
+    return sizes
+
+
+def _recut_bytes(staging: str, infos: list[ShardInfo], bounds: list[tuple[int, int]], compression: str | None, index: bool) -> list[ShardInfo]:
+    spans = []  # (old file, offset, framed size) of every record, in order
     for info in infos:
-        fs.rename(fs.join(staging, info.file + ".rebalanced"), fs.join(staging, info.file))
-        if index:
-            fs.rename(fs.join(staging, info.file + ".rebalanced.idx"), fs.join(staging, info.index))
-    return infos
+        path, pos = fs.join(staging, info.file), 0
+        for size in record_sizes(path):
+            spans.append((path, pos, size))
+            pos += size
+    new = []
+    for info, (a, b) in zip(infos, bounds):
+        out = ShardInfo(info.file, records=b - a)
+        path = fs.join(staging, info.file + ".rebalanced")
+        with open(path, "wb") as dst:
+            for src_path, group in itertools.groupby(spans[a:b], key=lambda s: s[0]):
+                group = list(group)
+                _copy_range(src_path, group[0][1], sum(s[2] for s in group), dst)
+        new.append(seal(path, out, (s[2] for s in spans[a:b]), index))
+    return new
+
+
+def _copy_range(src_path: str, offset: int, length: int, dst: BinaryIO) -> None:
+    """Append `length` bytes of `src_path` from `offset` to `dst` (copy_file_range: no user-space copy)."""
+    with open(src_path, "rb") as src:
+        while length > 0:
+            try:
+                n = os.copy_file_range(src.fileno(), dst.fileno(), length, offset)
+            except (AttributeError, OSError):  # not Linux, or a filesystem that refuses it
+                src.seek(offset)
+                n = len(chunk := src.read(min(length, 1 << 24)))
+                dst.write(chunk)
+                dst.flush()
+            if n <= 0:
+                raise OSError(f"{src_path} ended early while re-cutting shards")
+            offset += n
+            length -= n
 
 
 def check_output(output_dir: str, overwrite: bool) -> None:
