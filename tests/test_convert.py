@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import xxhash
 from PIL import Image
 
 from conftest import decode, make_dataset, natural_image, pillow_pixels, read_records, save
@@ -17,6 +18,10 @@ from conftest import decode, make_dataset, natural_image, pillow_pixels, read_re
 
 def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def xxh3(path: Path) -> str:
+    return xxhash.xxh3_128_hexdigest(path.read_bytes())
 
 
 def shard_files(out: Path) -> list[Path]:
@@ -54,7 +59,7 @@ def test_keep_mode_round_trip(cli, tree, tmp_path):
     assert manifest["ignored_files"] == 1  # notes.txt; hidden and AppleDouble files are not even counted
     assert manifest["splits"]["train"]["class_counts"] == {"cat": 9, "dog": 12, "fox": 6}
     for sh in manifest["splits"]["train"]["shards"]:
-        assert sha(out / sh["file"]) == sh["sha256"] and (out / sh["file"]).stat().st_size == sh["bytes"]
+        assert xxh3(out / sh["file"]) == sh["xxh3_128"] and (out / sh["file"]).stat().st_size == sh["bytes"]
     assert not any(p.name.startswith(".") for p in out.iterdir())  # staging folder gone
 
 
@@ -170,6 +175,11 @@ def test_jpeg_resize_channels_and_exif_orientation(cli, tmp_path):
     assert (rot["height"], rot["width"], rot["channels"]) == (40, 20, 1)  # rotated: 40x80 -> short side 20
     assert (tall["height"], tall["width"]) == (40, 20)
     assert rot["format"] == b"JPEG" and decode(rot).shape == (40, 20, 1)
+    keep = cli("convert", tmp_path / "in", tmp_path / "keep")  # keeps the bytes: the rotation is the reader's job
+    assert keep.exit_code == 0 and "1 JPEG(s) carry an EXIF rotation" in keep.output
+    kept = {r["filename"]: r for r in read_records(tmp_path / "keep")}[b"a/rotated.jpg"]
+    assert (kept["height"], kept["width"]) == (40, 80)  # the stored pixels, as tf.io.decode_jpeg gives them
+    assert "EXIF" not in cli("convert", tmp_path / "in", tmp_path / "k2", "--encoding", "jpeg").output
     out2 = tmp_path / "out2"
     assert cli("convert", tmp_path / "in", out2, "--resize", "16x12", "--encoding", "raw").exit_code == 0
     for r in read_records(out2):
@@ -348,7 +358,7 @@ def test_skipped_images_do_not_unbalance_shards(cli, tmp_path):
     for i in range(6):  # six truncated files: some shards lose more records than others
         (tmp_path / "in" / "b" / f"broken_{i}.jpg").write_bytes(good[: len(good) // 3])
     out = tmp_path / "out"
-    res = cli("convert", tmp_path / "in", out, "--shards", "5", "--index", "--json")
+    res = cli("convert", tmp_path / "in", out, "--shards", "5", "--index", "--json", "--checksum", "sha256")
     assert res.exit_code == 0, res.output
     manifest = json.loads((out / "dataset.json").read_text())
     shards = manifest["splits"]["train"]["shards"]
@@ -433,3 +443,23 @@ def test_progress_bar_only_on_a_terminal(cli, tree, tmp_path, monkeypatch):
     assert res.exit_code == 0 and bar and "img/s" in bar[-1] and "MB/s" in bar[-1]
     res = cli("convert", root, tmp_path / "quiet", "--quiet")
     assert res.stderr == ""
+
+
+def test_shard_checksums_are_recorded_and_verified(cli, tmp_path):
+    """xxh3_128 by default, sha256 or none on request; inspect --verify recomputes what was recorded."""
+    make_dataset(tmp_path / "in", {"a": 3, "b": 3})
+    for algorithm in ("xxh3_128", "sha256", "none"):
+        out = tmp_path / algorithm
+        assert cli("convert", tmp_path / "in", out, "--checksum", algorithm).exit_code == 0
+        shard = json.loads((out / "dataset.json").read_text())["splits"]["train"]["shards"][0]
+        digest = {"xxh3_128": xxh3, "sha256": sha}.get(algorithm)
+        assert set(shard) - {"file", "records", "bytes"} == ({algorithm} if digest else set())
+        if digest:
+            assert shard[algorithm] == digest(out / shard["file"])
+        assert cli("inspect", out, "--verify").exit_code == 0
+    manifest = json.loads((tmp_path / "xxh3_128" / "dataset.json").read_text())
+    manifest["splits"]["train"]["shards"][0]["xxh3_128"] = "0" * 32  # a shard swapped for another one
+    (tmp_path / "xxh3_128" / "dataset.json").write_text(json.dumps(manifest))
+    res = cli("inspect", tmp_path / "xxh3_128", "--verify")
+    assert res.exit_code == 1 and "xxh3_128" in res.output and "differs from dataset.json" in res.output
+    assert cli("convert", tmp_path / "in", tmp_path / "bad", "--checksum", "md5").exit_code == 2

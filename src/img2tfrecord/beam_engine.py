@@ -206,7 +206,7 @@ def run_beam(job: Job, staging: str, beam_options: str | list[str] | None, emit:
         if local:
             raise UsageError(f"--runner={given_runner(flags)}: workers cannot read the local file {local}; put the images in a bucket (gs://...)")
     elements = write_plan(job.plan, fs.join(staging, PLAN_NAME))
-    fn = WriteShardFn(staging, fs.join(staging, PLAN_NAME), job.opts, job.compression, job.index, job.dedupe == "off")
+    fn = WriteShardFn(staging, fs.join(staging, PLAN_NAME), job.opts, job.compression, job.index, job.dedupe == "off", job.checksum)
     try:
         pipeline = beam.Pipeline(options=PipelineOptions(flags))
         _ = pipeline | "Shards" >> beam.Create(elements) | "EncodeAndWriteShard" >> beam.ParDo(fn)
@@ -253,7 +253,8 @@ class WriteShardFn(_DoFn):  # type: ignore[misc, valid-type]
     `strict` is not applied here: a worker cannot stop the others, so `finalize` enforces it.
     """
 
-    def __init__(self, staging: str, plan_path: str, opts: EncodeOptions, compression: str | None, index: bool, no_digests: bool = False) -> None:
+    def __init__(self, staging: str, plan_path: str, opts: EncodeOptions, compression: str | None, index: bool, no_digests: bool = False,
+                 checksum: str = writer.DEFAULT_CHECKSUM) -> None:  # fmt: skip
         super().__init__()
         self.staging = staging
         self.plan_path = plan_path
@@ -261,6 +262,7 @@ class WriteShardFn(_DoFn):  # type: ignore[misc, valid-type]
         self.compression = compression
         self.index = index
         self.no_digests = no_digests
+        self.checksum = checksum
 
     def setup(self) -> None:
         """Quiet the worker's logging; import TensorFlow (~3 s, once per worker) in the background."""
@@ -277,7 +279,8 @@ class WriteShardFn(_DoFn):  # type: ignore[misc, valid-type]
         tensorflow()  # joins the import, or raises its error here
         stream = itertools.chain([first] if first is not None else [], stream)
         outcome = writer.write_shard(
-            shard, stream, self.staging, compression=self.compression, index=self.index, strict=False, no_digests=self.no_digests
+            shard, stream, self.staging, compression=self.compression, index=self.index, strict=False, no_digests=self.no_digests,
+            checksum=self.checksum,
         )
         fs.write_text(fs.join(self.staging, shard.name + OUTCOME_SUFFIX), json.dumps(outcome.to_dict()))
         if _beam is not None:

@@ -158,7 +158,7 @@ def _problem(p: dict[str, Any], compressed: bool = False) -> str:
               help="Records to show in the table; images for --extract; thumbnails per class for --contact-sheet.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object (keys in the README).")
 @click.option("--verify", is_flag=True,
-              help="Also decode every image and check shapes, schema, dataset.json counts/sizes/sha256 and .idx files.")
+              help="Also decode every image and check shapes, schema, dataset.json counts/sizes/checksums and .idx files.")
 @click.option("--extract", "extract_dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Write the first -n images to DIR/<class>/<filename> (RAW as PNG); `convert DIR` rebuilds them.")
 @click.option("--all", "extract_all", is_flag=True, help="With --extract: every image, not just -n.")

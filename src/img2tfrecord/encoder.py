@@ -183,7 +183,7 @@ def _png_channels(im: Image.Image) -> int | None:
 def _keep(im: Image.Image, data: bytes, fmt: str, validate: bool) -> tuple[str, int, bool] | None:
     """(format, channels, orientation_ignored) when the original bytes can be stored; None to transcode."""
     if fmt in ("JPEG", "MPO") and im.mode in ("L", "RGB"):
-        orient = data.find(b"Exif", 0, 65536) >= 0 and im.getexif().get(0x0112, 1) not in (1, None)
+        orient = "exif" in im.info and im.getexif().get(0x0112, 1) not in (1, None)  # APP1 parsed at open
         if validate:
             w, h = im.size
             im.draft(im.mode, (max(1, w // 8), max(1, h // 8)))

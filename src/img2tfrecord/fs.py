@@ -11,6 +11,8 @@ import hashlib
 import os
 import posixpath
 import shutil
+
+import xxhash
 from typing import Any
 
 from img2tfrecord.tf_import import tensorflow
@@ -105,8 +107,21 @@ def getsize(path: str) -> int:
     return gfile().stat(path).length if is_remote(path) else os.path.getsize(path)
 
 
-def sha256(path: str) -> str:
-    h = hashlib.sha256()
+CHECKSUMS = ("xxh3_128", "sha256", "none")  # of whole shard files, recorded in dataset.json
+
+
+def hasher(name: str) -> Any:
+    """A hashlib-style object for a checksum name: xxh3_128 (~10 GB/s here) or sha256 (~1.8 GB/s)."""
+    if name == "xxh3_128":
+        return xxhash.xxh3_128()
+    if name == "sha256":
+        return hashlib.sha256()
+    raise ValueError(f"unknown checksum {name!r}")
+
+
+def checksum(path: str, name: str) -> str:
+    """Hex digest of a whole file (`xxhsum -H2` prints the same xxh3_128; `sha256sum` the sha256)."""
+    h = hasher(name)
     opener = gfile().GFile if is_remote(path) else open
     with opener(path, "rb") as f:
         while chunk := f.read(1 << 20):

@@ -29,6 +29,7 @@ from typing import Any, BinaryIO, Iterable, Iterator, Sequence
 import google_crc32c
 from google.protobuf.message import DecodeError
 
+from img2tfrecord.fs import CHECKSUMS, hasher
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.reader import (
     FOOTER_BYTES,
@@ -98,13 +99,13 @@ class RawRecord:
 class _CountingReader:
     """The raw file as it is read: counts (and optionally hashes) every byte.
 
-    Sitting under the decompressor, it gives the sha256 of the file on disk and the progress in
+    Sitting under the decompressor, it gives the checksum of the file on disk and the progress in
     on-disk bytes from the same single pass that reads the records.
     """
 
-    def __init__(self, f: BinaryIO, sha256: bool) -> None:
+    def __init__(self, f: BinaryIO, checksum: str | None) -> None:
         self._f = f
-        self._hash = hashlib.sha256() if sha256 else None
+        self._hash = hasher(checksum) if checksum else None
         self.pos = 0
         self.mode = "rb"
 
@@ -211,13 +212,13 @@ class TFRecordFile:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], compression: str = "auto", *, sha256: bool = False, max_record_bytes: int | None = None
+        self, path: str | os.PathLike[str], compression: str = "auto", *, checksum: str | None = None, max_record_bytes: int | None = None
     ) -> None:
         self.path = Path(path)
         self.size = self.path.stat().st_size
         self.compression = detect_compression(self.path) if compression == "auto" else compression
         self.max_record_bytes = MAX_RECORD_BYTES if max_record_bytes is None else max_record_bytes
-        self._want_sha = sha256
+        self._checksum = checksum
         self._raw: _CountingReader | None = None
 
     @property
@@ -226,13 +227,13 @@ class TFRecordFile:
         return self._raw.pos if self._raw else 0
 
     @property
-    def sha256(self) -> str | None:
-        """Hex sha256 of the whole file (when asked for), once iteration has ended."""
+    def checksum(self) -> str | None:
+        """Hex digest of the whole file (with the algorithm asked for), once iteration has ended."""
         return self._raw.hexdigest() if self._raw else None
 
     def __iter__(self) -> Iterator[RawRecord]:
         with open(self.path, "rb") as f:
-            self._raw = raw = _CountingReader(f, self._want_sha)
+            self._raw = raw = _CountingReader(f, self._checksum)
             stream: Any
             if self.compression == "gzip":
                 stream = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[arg-type]
@@ -1012,11 +1013,11 @@ class FileReport:
     ref: ShardRef
     stats: Stats
     exists: bool = True
-    sha256: str | None = None
+    checksum: dict[str, str] | None = None  # algorithm -> hex digest, when checked
     problems: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": str(self.ref.path), "split": self.ref.split, "exists": self.exists, "sha256": self.sha256, "problems": self.problems, **self.stats.to_dict()}
+        return {"path": str(self.ref.path), "split": self.ref.split, "exists": self.exists, "checksum": self.checksum, "problems": self.problems, **self.stats.to_dict()}
 
 
 @dataclass
@@ -1162,7 +1163,8 @@ def _scan_file(
         return fr, probs
     man = ref.manifest
     try:
-        f = TFRecordFile(ref.path, sha256=verify and bool(ref.entry and ref.entry.get("sha256")))
+        algorithm = next((a for a in CHECKSUMS if verify and ref.entry and ref.entry.get(a)), None)  # the one dataset.json recorded
+        f = TFRecordFile(ref.path, checksum=algorithm)
     except DataError as e:
         probs.add(None, None, str(e).removeprefix(f"{ref.path}: "))
         stats.bytes = ref.path.stat().st_size
@@ -1224,15 +1226,15 @@ def _scan_file(
     if idx is not None:
         idx.finish()
     bar.update(f.size - last)
-    fr.sha256 = f.sha256
+    fr.checksum = {algorithm: f.checksum} if algorithm and f.checksum else None
     if verify and ref.entry is not None:
         entry = ref.entry
         if isinstance(entry.get("records"), int) and entry["records"] != stats.records:
             probs.add(None, None, f"holds {stats.records} records, dataset.json says {entry['records']}")
         if isinstance(entry.get("bytes"), int) and entry["bytes"] != f.size:
             probs.add(None, None, f"is {f.size:,} bytes, dataset.json says {entry['bytes']:,}")
-        if entry.get("sha256") and f.sha256 and entry["sha256"] != f.sha256:
-            probs.add(None, None, f"sha256 {f.sha256[:16]}... differs from dataset.json's {str(entry['sha256'])[:16]}...")
+        if algorithm and f.checksum and entry[algorithm] != f.checksum:
+            probs.add(None, None, f"{algorithm} {f.checksum[:16]}... differs from dataset.json's {str(entry[algorithm])[:16]}...")
     fr.problems = probs.count
     return fr, probs
 

@@ -52,6 +52,7 @@ class WorkerConfig:
     index: bool
     strict: bool
     no_digests: bool
+    checksum: str
 
 
 def run_local(
@@ -73,7 +74,7 @@ def run_local(
         if progress:
             progress(seen[0], seen[1], total)
 
-    cfg = WorkerConfig(job.opts, staging, job.compression, job.index, job.strict, job.dedupe == "off")
+    cfg = WorkerConfig(job.opts, staging, job.compression, job.index, job.strict, job.dedupe == "off", job.checksum)
     n = worker_count(workers, len(todo), total)
     timing.workers = n
     closer = ThreadPoolExecutor(1, thread_name_prefix="close-shard")  # fsync + journal, as shards finish
@@ -126,6 +127,7 @@ def _write(shard: ShardTask, cfg: WorkerConfig, drop: Mapping[str, tuple[str, st
     outcome = writer.write_shard(
         shard, stream, cfg.staging, compression=cfg.compression, index=cfg.index, strict=cfg.strict,
         on_skip=on_skip, on_image=batch.add, drop=drop, no_digests=cfg.no_digests, durable=False,
+        checksum=cfg.checksum,
     )  # fmt: skip
     batch.flush()
     return outcome

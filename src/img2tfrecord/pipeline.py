@@ -83,6 +83,7 @@ class Job:
     index: bool
     strict: bool
     dedupe: str = "report"
+    checksum: str = writer.DEFAULT_CHECKSUM
     estimated_bytes: int = 0  # output size estimate (exact-ish for --encoding keep)
     warnings: list[str] = field(default_factory=list)
 
@@ -111,6 +112,7 @@ def plan_job(
     index: bool = False,
     file_list: str | None = None,
     dedupe: str = "report",
+    checksum: str = writer.DEFAULT_CHECKSUM,
 ) -> Job:
     """Check the options, walk the input (or read `file_list`) and cut it into shards. Raises UsageError."""
     if encoding not in encoder.ENCODINGS:
@@ -123,6 +125,8 @@ def plan_job(
         raise UsageError(f"bad --max-pixels {max_pixels}: must be positive")
     if compression not in writer.COMPRESSIONS:
         raise UsageError(f"bad --compression {compression!r}: choose gzip or zlib")
+    if checksum not in fs.CHECKSUMS:
+        raise UsageError(f"bad --checksum {checksum!r}: choose {', '.join(fs.CHECKSUMS)}")
     if dedupe not in DEDUPE_MODES:
         raise UsageError(f"bad --dedupe {dedupe!r}: choose report, drop or off")
     if index and compression:
@@ -147,12 +151,12 @@ def plan_job(
     options = asdict(opts) | {
         "resize": list(opts.resize) if isinstance(opts.resize, tuple) else opts.resize,
         "seed": seed, "label_offset": label_offset, "compression": compression, "index": index,
-        "split": fractions, "shards": dict(counts), "labels": class_list, "dedupe": dedupe,
+        "split": fractions, "shards": dict(counts), "labels": class_list, "dedupe": dedupe, "checksum": checksum,
     }  # fmt: skip
     return Job(
         input_dir=input_dir, output_dir=output_dir, opts=opts, classes=found.classes, label_offset=label_offset,
         options=options, plan=writer.make_plan(tasks, counts), split_names=list(found.splits),
-        ignored_files=found.ignored_files, compression=compression, index=index, strict=strict, dedupe=dedupe,
+        ignored_files=found.ignored_files, compression=compression, index=index, strict=strict, dedupe=dedupe, checksum=checksum,
         warnings=found.warnings + shard_warnings + empty, estimated_bytes=sum(split_bytes.values()),
     )  # fmt: skip
 
@@ -324,7 +328,7 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
         mine = [o for o in outcomes if o.split == s]
         if not mine:
             continue
-        infos = writer.rebalance(staging, [o.info for o in mine], job.compression, job.index)
+        infos = writer.rebalance(staging, [o.info for o in mine], job.compression, job.index, job.checksum)
         class_counts = dict.fromkeys(classes, 0)
         for o in mine:
             for c, n in o.class_counts.items():

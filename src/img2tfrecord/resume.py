@@ -3,7 +3,7 @@
 Every shard that closes (fsync'd, checksummed) is recorded in ``<staging>/journal.json`` together
 with a fingerprint of the job (options, classes and the exact shard plan: which files, their
 sizes, in which shard). ``--resume`` reuses the shards whose bytes still match the recorded
-sha256 and converts only the rest, so the result is byte-identical to an uninterrupted run; a
+checksum and converts only the rest, so the result is byte-identical to an uninterrupted run; a
 different fingerprint (input or options changed) is refused rather than silently mixed.
 """
 
@@ -57,7 +57,7 @@ class Journal:
 
 
 def load_done(job: Job, staging: str) -> dict[str, ShardOutcome]:
-    """The finished shards of an interrupted run of this same job, verified by sha256.
+    """The finished shards of an interrupted run of this same job, verified by their checksum.
 
     Raises UsageError when the journal belongs to a different input or different options.
     """
@@ -78,10 +78,17 @@ def load_done(job: Job, staging: str) -> dict[str, ShardOutcome]:
     for name, d in data.get("shards", {}).items():
         outcome = ShardOutcome.from_dict(d)
         path = fs.join(staging, name)
-        if name in planned and fs.exists(path) and fs.sha256(path) == outcome.info.sha256:
+        if name in planned and fs.exists(path) and _intact(path, outcome):
             if not outcome.info.index or fs.exists(fs.join(staging, outcome.info.index)):
                 done[name] = outcome
     return done
+
+
+def _intact(path: str, outcome: ShardOutcome) -> bool:
+    """The shard's bytes are those journaled: its checksum matches (or, with --checksum none, its size)."""
+    if fs.getsize(path) != outcome.info.bytes:
+        return False
+    return all(fs.checksum(path, name) == digest for name, digest in outcome.info.checksums.items())
 
 
 def prune(staging: str, keep: set[str]) -> None:

@@ -34,6 +34,7 @@ TARGET_SHARD_BYTES = 200 * 1024 * 1024  # ceil(total / 200 MiB) shards -> each i
 STAGING_DIR = ".img2tfrecord-staging"
 COMPRESSIONS = {None: "", "gzip": "GZIP", "zlib": "ZLIB"}
 RECORD_OVERHEAD = 16  # uint64 length + uint32 crc + uint32 crc (record_writer.h)
+DEFAULT_CHECKSUM = "xxh3_128"  # every record also carries TFRecord's own CRC-32C
 
 
 def shard_name(split: str, index: int, count: int) -> str:
@@ -115,24 +116,26 @@ class ShardInfo:
     file: str
     records: int = 0
     bytes: int = 0
-    sha256: str = ""
+    checksums: dict[str, str] = field(default_factory=dict)  # algorithm -> hex digest of the file
     index: str | None = None
 
     def as_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"file": self.file, "records": self.records, "bytes": self.bytes, "sha256": self.sha256}
+        d: dict[str, Any] = {"file": self.file, "records": self.records, "bytes": self.bytes, **self.checksums}
         if self.index:
             d["index"] = self.index
         return d
 
 
 class ShardWriter:
-    """One shard file written with tf.io.TFRecordWriter; closes with fsync, sha256 and DALI index."""
+    """One shard file written with tf.io.TFRecordWriter; closes with fsync, checksum and DALI index."""
 
-    def __init__(self, directory: str, name: str, compression: str | None = None, index: bool = False, final_name: str | None = None) -> None:
+    def __init__(self, directory: str, name: str, compression: str | None = None, index: bool = False,
+                 final_name: str | None = None, checksum: str = DEFAULT_CHECKSUM) -> None:  # fmt: skip
         tf = tensorflow()
         self.path = fs.join(directory, name)
         self.info = ShardInfo(final_name or name)
         self.index = index
+        self.checksum = checksum
         self._sizes = array("Q")
         options = tf.io.TFRecordOptions(compression_type=COMPRESSIONS[compression])
         self._writer = tf.io.TFRecordWriter(self.path, options)
@@ -145,15 +148,15 @@ class ShardWriter:
     def close(self, durable: bool = True) -> ShardInfo:
         """Close, measure, checksum and index the shard; `durable=False` leaves the fsync to the caller."""
         self._writer.close()
-        return seal(self.path, self.info, self._sizes, self.index, durable)
+        return seal(self.path, self.info, self._sizes, self.index, durable, self.checksum)
 
 
-def seal(path: str, info: ShardInfo, sizes: Iterable[int], index: bool, durable: bool = True) -> ShardInfo:
+def seal(path: str, info: ShardInfo, sizes: Iterable[int], index: bool, durable: bool = True, checksum: str = "none") -> ShardInfo:
     """Fill in a finished shard's size and checksum and write its DALI index (offset, size per record)."""
     if durable:
         fs.fsync(path)
     info.bytes = fs.getsize(path)
-    info.sha256 = fs.sha256(path)
+    info.checksums = {} if checksum == "none" else {checksum: fs.checksum(path, checksum)}
     if index:
         info.index = info.file + ".idx"
         lines, pos = [], 0
@@ -191,7 +194,7 @@ class ShardOutcome:
         return cls(**(d | {"info": ShardInfo(**d["info"])}))
 
     def wait(self) -> ShardOutcome:
-        """Block until the shard is closed (fsync, sha256, index written); re-raise its error."""
+        """Block until the shard is closed (fsync, checksum, index written); re-raise its error."""
         if self.closing is not None:
             self.closing.result()
             self.closing = None
@@ -213,6 +216,7 @@ def write_shard(
     drop: Mapping[str, tuple[str, str]] | None = None,
     no_digests: bool = False,
     durable: bool = True,
+    checksum: str = DEFAULT_CHECKSUM,
 ) -> ShardOutcome:
     """Write the encoded results of `shard.tasks` (same order) into staging/<shard name>.
 
@@ -222,7 +226,7 @@ def write_shard(
     `drop` maps the rel path of each duplicate to leave out to (its digest, the kept copy's path);
     their results are `encoder.DROPPED`. `durable=False` skips the fsync (the caller does it).
     """
-    sw = ShardWriter(staging, shard.name, compression, index)
+    sw = ShardWriter(staging, shard.name, compression, index, checksum=checksum)
     out = ShardOutcome(shard.split, sw.info)
     for task, result in zip(shard.tasks, results):
         out.images += 1
@@ -273,7 +277,7 @@ def write_shard(
 
 
 
-def rebalance(staging: str, infos: list[ShardInfo], compression: str | None, index: bool) -> list[ShardInfo]:
+def rebalance(staging: str, infos: list[ShardInfo], compression: str | None, index: bool, checksum: str = DEFAULT_CHECKSUM) -> list[ShardInfo]:
     """Re-cut one split's shards so record counts differ by at most one (after skipped images).
 
     Records move in order from the old shards into new ones: the global record order is unchanged
@@ -286,7 +290,7 @@ def rebalance(staging: str, infos: list[ShardInfo], compression: str | None, ind
     if max(counts) - min(counts) <= 1:
         return infos
     cut = _recut_bytes if not compression and not fs.is_remote(staging) else _recut_tf
-    new = cut(staging, infos, shard_bounds(sum(counts), len(infos)), compression, index)
+    new = cut(staging, infos, shard_bounds(sum(counts), len(infos)), compression, index, checksum)
     for info in new:
         fs.rename(fs.join(staging, info.file + ".rebalanced"), fs.join(staging, info.file))
         if index:
@@ -294,13 +298,13 @@ def rebalance(staging: str, infos: list[ShardInfo], compression: str | None, ind
     return new
 
 
-def _recut_tf(staging: str, infos: list[ShardInfo], bounds: list[tuple[int, int]], compression: str | None, index: bool) -> list[ShardInfo]:
+def _recut_tf(staging: str, infos: list[ShardInfo], bounds: list[tuple[int, int]], compression: str | None, index: bool, checksum: str) -> list[ShardInfo]:
     tf = tensorflow()
     old = [fs.join(staging, i.file) for i in infos]
     records = iter(tf.data.TFRecordDataset(old, compression_type=COMPRESSIONS[compression]).as_numpy_iterator())
     new = []
     for info, (a, b) in zip(infos, bounds):
-        sw = ShardWriter(staging, info.file + ".rebalanced", compression, index, final_name=info.file)
+        sw = ShardWriter(staging, info.file + ".rebalanced", compression, index, final_name=info.file, checksum=checksum)
         for _ in range(b - a):
             sw.write(next(records))
         new.append(sw)
@@ -321,7 +325,7 @@ def record_sizes(path: str) -> list[int]:
     return sizes
 
 
-def _recut_bytes(staging: str, infos: list[ShardInfo], bounds: list[tuple[int, int]], compression: str | None, index: bool) -> list[ShardInfo]:
+def _recut_bytes(staging: str, infos: list[ShardInfo], bounds: list[tuple[int, int]], compression: str | None, index: bool, checksum: str) -> list[ShardInfo]:
     spans = []  # (old file, offset, framed size) of every record, in order
     for info in infos:
         path, pos = fs.join(staging, info.file), 0
@@ -336,7 +340,7 @@ def _recut_bytes(staging: str, infos: list[ShardInfo], bounds: list[tuple[int, i
             for src_path, group in itertools.groupby(spans[a:b], key=lambda s: s[0]):
                 group = list(group)
                 _copy_range(src_path, group[0][1], sum(s[2] for s in group), dst)
-        new.append(seal(path, out, (s[2] for s in spans[a:b]), index))
+        new.append(seal(path, out, (s[2] for s in spans[a:b]), index, checksum=checksum))
     return new
 
 
