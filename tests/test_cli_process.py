@@ -94,11 +94,16 @@ def _wait_for(predicate, proc: subprocess.Popen, timeout: float = 120) -> None:
 
 
 def _finished_shards(out: Path) -> int:
-    journal = out / ".img2tfrecord-staging" / "journal.json"
     try:
-        return len(json.loads(journal.read_text())["shards"])
+        return len(_journaled(out / ".img2tfrecord-staging"))
     except (OSError, ValueError):
         return 0
+
+
+def _journaled(staging: Path) -> set[str]:
+    """Shards the resume journal lists as finished (its first line is the job's fingerprint)."""
+    lines = (staging / "journal.jsonl").read_text().splitlines()
+    return {json.loads(line)["info"]["file"] for line in lines[1:]}
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -112,9 +117,8 @@ def test_interrupt_publishes_nothing_and_says_how_to_resume(slow_input, tmp_path
     assert "interrupted" in err and "--resume" in err and "Traceback" not in err
     assert shard_names(out) == [] and not (out / "dataset.json").exists()
     staging = out / ".img2tfrecord-staging"
-    journal = json.loads((staging / "journal.json").read_text())
-    leftovers = {p.name for p in staging.iterdir()} - {"journal.json"}
-    assert leftovers == set(journal["shards"])  # finished shards only: partial files are gone
+    leftovers = {p.name for p in staging.iterdir()} - {"journal.jsonl"}
+    assert leftovers == _journaled(staging)  # finished shards only: partial files are gone
 
 
 def test_resume_after_sigkill_is_byte_identical(slow_input, tmp_path, cli):

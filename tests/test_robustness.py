@@ -146,3 +146,34 @@ def test_output_inside_or_equal_to_input_is_refused(cli, tmp_path):
     for target in (tmp_path / "in", tmp_path / "in" / "a" / "out"):
         res = cli("convert", tmp_path / "in", target)
         assert res.exit_code == 2 and "inside input" in res.stderr
+
+
+def test_header_probe_agrees_with_pillow(tmp_path):
+    """--no-validate reads JPEG headers itself; on every kind of JPEG it must find what Pillow finds."""
+    from img2tfrecord.encoder import EncodeOptions, encode_image, probe_jpeg
+
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    base = natural_image(61, 47, 3)
+    cases = {
+        "rgb.jpg": dict(quality=90),
+        "gray.jpg": dict(quality=80, mode="L"),
+        "progressive.jpg": dict(progressive=True),
+        "restart.jpg": dict(restart_marker_blocks=1),
+        "exif_rotated.jpg": dict(exif=exif.tobytes()),
+        "cmyk.jpg": dict(mode="CMYK"),
+        "subsampled.jpg": dict(subsampling=2, quality=60),
+        "icc.jpg": dict(icc_profile=b"\0" * 3000),
+    }
+    for name, kw in cases.items():
+        im = base.convert(kw.pop("mode", "RGB"))
+        path = tmp_path / name
+        im.save(path, "JPEG", **kw)
+        fast = encode_image(str(path), EncodeOptions(validate=False))
+        full = encode_image(str(path), EncodeOptions(validate=True))
+        assert fast == full, name
+        assert (probe_jpeg(path.read_bytes()) is None) == (name == "cmyk.jpg"), name  # CMYK is Pillow's to transcode
+        assert fast.orientation_ignored == (name == "exif_rotated.jpg")
+    # a frame header that claims too many pixels is refused from the header alone, like Pillow's
+    with pytest.raises(Exception, match="max-pixels"):
+        encode_image(str(tmp_path / "rgb.jpg"), EncodeOptions(validate=False, max_pixels=100))

@@ -81,14 +81,14 @@ class Result(NamedTuple):
 def encode_image(path: str, opts: EncodeOptions) -> Result:
     """Read and check one file; return how to store it, or raise SkipImage."""
     data = _read(path)
+    if not opts.validate and not opts.reencodes and (probed := probe_jpeg(data)) is not None:
+        height, width, channels, orient = probed  # --no-validate: the header is all we need
+        _check_pixels(width, height, opts)
+        return Result("keep", data, "JPEG", height, width, channels, None, orient, len(data), _digest(data))
     im = _open(data)
     fmt = im.format or "unknown"
     width, height = im.size
-    if width * height > opts.max_pixels:
-        raise SkipImage(
-            f"{width}x{height} = {width * height:,} pixels exceeds --max-pixels {opts.max_pixels:,} "
-            "(possible decompression bomb); raise --max-pixels to include it"
-        )
+    _check_pixels(width, height, opts)
     try:
         if not opts.reencodes:
             kept = _keep(im, data, fmt, opts.validate)
@@ -103,6 +103,60 @@ def encode_image(path: str, opts: EncodeOptions) -> Result:
     source = "CMYK JPEG" if fmt in ("JPEG", "MPO") and im.mode == "CMYK" else fmt
     transcoded = None if opts.reencodes else f"{source}->{out_fmt}"
     return Result("encoded", payload, out_fmt, h, w, c, transcoded, False, len(data), _digest(data))
+
+
+def _check_pixels(width: int, height: int, opts: EncodeOptions) -> None:
+    if width * height > opts.max_pixels:
+        raise SkipImage(
+            f"{width}x{height} = {width * height:,} pixels exceeds --max-pixels {opts.max_pixels:,} "
+            "(possible decompression bomb); raise --max-pixels to include it"
+        )
+
+
+_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # frame headers (not DHT, JPG, DAC)
+
+
+def probe_jpeg(data: bytes) -> tuple[int, int, int, bool] | None:
+    """(height, width, channels, EXIF rotation) of an 8-bit gray or colour JPEG, from its markers.
+
+    What Pillow's `Image.open` finds, at ~5 us instead of ~100 us: it walks the segments up to the
+    frame header without reading tables. Anything unusual (CMYK, 12-bit, a height defined later
+    by DNL, a damaged marker) returns None, and the caller takes Pillow's path.
+    """
+    if not data.startswith(b"\xff\xd8"):
+        return None
+    pos, end, exif = 2, len(data), None
+    while pos + 4 <= end:
+        if data[pos] != 0xFF:
+            return None
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        length = (data[pos + 2] << 8) | data[pos + 3]
+        if length < 2 or marker in (0xD8, 0xD9, 0xDA):
+            return None  # no frame header before the scan: let Pillow explain
+        if marker in _SOF_MARKERS:
+            if length < 8 or pos + 10 > end:
+                return None
+            precision, height, width, channels = data[pos + 4], (data[pos + 5] << 8) | data[pos + 6], (data[pos + 7] << 8) | data[pos + 8], data[pos + 9]
+            if precision != 8 or channels not in (1, 3) or not height or not width:
+                return None
+            try:
+                orient = exif is not None and _exif_orientation(exif) not in (1, None)
+            except Exception:
+                return None
+            return height, width, channels, orient
+        if marker == 0xE1 and exif is None and data.startswith(b"Exif\0\0", pos + 4):
+            exif = data[pos + 4 : pos + 2 + length]
+        pos += 2 + length
+    return None
+
+
+def _exif_orientation(exif: bytes) -> int | None:
+    e = Image.Exif()
+    e.load(exif)
+    return e.get(0x0112, 1)
 
 
 def _digest(data: bytes) -> str:
@@ -132,7 +186,7 @@ def _read(path: str) -> bytes:
             try:  # one fstat + one read: no buffered-reader overhead on the hot path
                 st = os.fstat(fd)
                 data = os.read(fd, st.st_size + 1)
-                while len(data) <= st.st_size and (more := os.read(fd, st.st_size + 1 - len(data))):
+                while len(data) < st.st_size and (more := os.read(fd, st.st_size + 1 - len(data))):  # short reads (NFS)
                     data += more
             finally:
                 os.close(fd)

@@ -1,8 +1,9 @@
 """Resuming an interrupted conversion: a journal of finished shards in the staging folder.
 
-Every shard that closes (fsync'd, checksummed) is recorded in ``<staging>/journal.json`` together
-with a fingerprint of the job (options, classes and the exact shard plan: which files, their
-sizes, in which shard). ``--resume`` reuses the shards whose bytes still match the recorded
+Every shard that closes (fsync'd, checksummed) is recorded in ``<staging>/journal.jsonl``: a first
+line with a fingerprint of the job (options, classes and the exact shard plan: which files, their
+sizes, in which shard), then one line per finished shard, appended (so recording a shard costs
+the same for the first and the ten-thousandth; a line cut short by a crash is ignored). ``--resume`` reuses the shards whose bytes still match the recorded
 checksum and converts only the rest, so the result is byte-identical to an uninterrupted run; a
 different fingerprint (input or options changed) is refused rather than silently mixed.
 """
@@ -21,7 +22,7 @@ from img2tfrecord.writer import ShardOutcome
 if TYPE_CHECKING:  # pragma: no cover
     from img2tfrecord.pipeline import Job
 
-JOURNAL = "journal.json"
+JOURNAL = "journal.jsonl"
 
 
 def fingerprint(job: Job) -> str:
@@ -49,11 +50,15 @@ class Journal:
     def record(self, outcome: ShardOutcome) -> None:
         with self._lock:
             self.done[outcome.info.file] = outcome
-            self._save()
+            if fs.is_remote(self.path):  # object stores cannot append: rewrite
+                self._save()
+            else:
+                with open(self.path, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(outcome.to_dict()) + "\n")
 
     def _save(self) -> None:
-        data = {"fingerprint": self.fingerprint, "shards": {n: o.to_dict() for n, o in self.done.items()}}
-        fs.write_text(self.path, json.dumps(data))
+        lines = [{"fingerprint": self.fingerprint}] + [o.to_dict() for o in self.done.values()]
+        fs.write_text(self.path, "".join(json.dumps(line) + "\n" for line in lines))
 
 
 def load_done(job: Job, staging: str) -> dict[str, ShardOutcome]:
@@ -64,19 +69,27 @@ def load_done(job: Job, staging: str) -> dict[str, ShardOutcome]:
     path = fs.join(staging, JOURNAL)
     if not fs.exists(path):
         return {}
-    try:
-        data = json.loads(fs.read_bytes(path))
-    except ValueError:
-        return {}  # a journal cut short by a crash: start over
-    if data.get("fingerprint") != fingerprint(job):
+    entries = []
+    for line in fs.read_bytes(path).splitlines():
+        try:
+            entries.append(json.loads(line))
+        except ValueError:
+            break  # a line cut short by a crash: what follows it is not trusted
+    if not entries or not isinstance(entries[0], dict):
+        return {}
+    if entries[0].get("fingerprint") != fingerprint(job):
         raise UsageError(
             f"the interrupted run in {job.output_dir} had a different input or different options; "
             "run without --resume to start over"
         )
     planned = {s.name for s in job.plan}
     done = {}
-    for name, d in data.get("shards", {}).items():
-        outcome = ShardOutcome.from_dict(d)
+    for d in entries[1:]:
+        try:
+            outcome = ShardOutcome.from_dict(d)
+        except (TypeError, KeyError):
+            continue  # written by another version
+        name = outcome.info.file
         path = fs.join(staging, name)
         if name in planned and fs.exists(path) and _intact(path, outcome):
             if not outcome.info.index or fs.exists(fs.join(staging, outcome.info.index)):
