@@ -102,6 +102,7 @@ def _summary_text(s: dict[str, Any]) -> str:
 @click.option("--index", is_flag=True, help="Write a DALI index ({shard}.idx) next to each shard.")
 @click.option("--dedupe", type=click.Choice(["report", "drop", "off"]), default="report", show_default=True, help="Byte-identical images (within a class, across classes = conflicting labels, across splits = leakage): report them, drop all but the first copy, or don't look (saves ~50 bytes of memory per image).")
 @click.option("--checksum", type=click.Choice(["xxh3_128", "sha256", "none"]), default="xxh3_128", show_default=True, help="Checksum of each shard file in dataset.json, checked by inspect --verify and --resume (every record also has its own CRC). xxh3_128 (xxhsum -H2) costs ~10 us per 100 KB image, sha256 (sha256sum) ~55 us.")
+@click.option("--fsync/--no-fsync", default=True, show_default=True, help="Flush every shard to disk before publishing, so a power cut cannot leave a published dataset with lost data. --no-fsync leaves that to the OS: faster when the disk writes slower than the conversion runs (the output bytes are the same).")
 @click.option("--overwrite", is_flag=True, help="Replace the dataset in a non-empty OUTPUT_DIR.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run of the same command: finished shards (checked by their checksum) are reused; the result is identical.")
 @click.option("--workers", type=click.IntRange(min=1), help="Worker processes (each encodes and writes whole shards). Default: all CPUs, fewer for small jobs. Output is identical for any value.")

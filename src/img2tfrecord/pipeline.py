@@ -84,6 +84,7 @@ class Job:
     strict: bool
     dedupe: str = "report"
     checksum: str = writer.DEFAULT_CHECKSUM
+    fsync: bool = True  # shards durable before publishing (does not change the bytes)
     estimated_bytes: int = 0  # output size estimate (exact-ish for --encoding keep)
     warnings: list[str] = field(default_factory=list)
 
@@ -113,6 +114,7 @@ def plan_job(
     file_list: str | None = None,
     dedupe: str = "report",
     checksum: str = writer.DEFAULT_CHECKSUM,
+    fsync: bool = True,
 ) -> Job:
     """Check the options, walk the input (or read `file_list`) and cut it into shards. Raises UsageError."""
     if encoding not in encoder.ENCODINGS:
@@ -156,7 +158,7 @@ def plan_job(
     return Job(
         input_dir=input_dir, output_dir=output_dir, opts=opts, classes=found.classes, label_offset=label_offset,
         options=options, plan=writer.make_plan(tasks, counts), split_names=list(found.splits),
-        ignored_files=found.ignored_files, compression=compression, index=index, strict=strict, dedupe=dedupe, checksum=checksum,
+        ignored_files=found.ignored_files, compression=compression, index=index, strict=strict, dedupe=dedupe, checksum=checksum, fsync=fsync,
         warnings=found.warnings + shard_warnings + empty, estimated_bytes=sum(split_bytes.values()),
     )  # fmt: skip
 
@@ -328,7 +330,7 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
         mine = [o for o in outcomes if o.split == s]
         if not mine:
             continue
-        infos = writer.rebalance(staging, [o.info for o in mine], job.compression, job.index, job.checksum)
+        infos = writer.rebalance(staging, [o.info for o in mine], job.compression, job.index, job.checksum, job.fsync)
         class_counts = dict.fromkeys(classes, 0)
         for o in mine:
             for c, n in o.class_counts.items():
@@ -366,7 +368,7 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
     files = [sh["file"] for si in split_info.values() for sh in si["shards"]]
     files += [sh["index"] for si in split_info.values() for sh in si["shards"] if "index" in sh]
     try:
-        writer.publish(staging, job.output_dir, files, {LABELS_NAME: labels_text(classes), MANIFEST_NAME: manifest_text(manifest)})
+        writer.publish(staging, job.output_dir, files, {LABELS_NAME: labels_text(classes), MANIFEST_NAME: manifest_text(manifest)}, job.fsync)
     except OSError as e:
         raise DataError(f"cannot publish the dataset in {job.output_dir}: {e.strerror or e}") from None
 

@@ -277,7 +277,8 @@ def write_shard(
 
 
 
-def rebalance(staging: str, infos: list[ShardInfo], compression: str | None, index: bool, checksum: str = DEFAULT_CHECKSUM) -> list[ShardInfo]:
+def rebalance(staging: str, infos: list[ShardInfo], compression: str | None, index: bool, checksum: str = DEFAULT_CHECKSUM,
+              durable: bool = True) -> list[ShardInfo]:  # fmt: skip
     """Re-cut one split's shards so record counts differ by at most one (after skipped images).
 
     Records move in order from the old shards into new ones: the global record order is unchanged
@@ -290,7 +291,7 @@ def rebalance(staging: str, infos: list[ShardInfo], compression: str | None, ind
     if max(counts) - min(counts) <= 1:
         return infos
     cut = _recut_bytes if not compression and not fs.is_remote(staging) else _recut_tf
-    new = cut(staging, infos, shard_bounds(sum(counts), len(infos)), compression, index, checksum)
+    new = cut(staging, infos, shard_bounds(sum(counts), len(infos)), compression, index, checksum, durable)
     for info in new:
         fs.rename(fs.join(staging, info.file + ".rebalanced"), fs.join(staging, info.file))
         if index:
@@ -298,7 +299,8 @@ def rebalance(staging: str, infos: list[ShardInfo], compression: str | None, ind
     return new
 
 
-def _recut_tf(staging: str, infos: list[ShardInfo], bounds: list[tuple[int, int]], compression: str | None, index: bool, checksum: str) -> list[ShardInfo]:
+def _recut_tf(staging: str, infos: list[ShardInfo], bounds: list[tuple[int, int]], compression: str | None, index: bool, checksum: str,
+              durable: bool) -> list[ShardInfo]:  # fmt: skip
     tf = tensorflow()
     old = [fs.join(staging, i.file) for i in infos]
     records = iter(tf.data.TFRecordDataset(old, compression_type=COMPRESSIONS[compression]).as_numpy_iterator())
@@ -308,7 +310,7 @@ def _recut_tf(staging: str, infos: list[ShardInfo], bounds: list[tuple[int, int]
         for _ in range(b - a):
             sw.write(next(records))
         new.append(sw)
-    return [sw.close() for sw in new]
+    return [sw.close(durable) for sw in new]
 
 
 def record_sizes(path: str) -> list[int]:
@@ -325,7 +327,8 @@ def record_sizes(path: str) -> list[int]:
     return sizes
 
 
-def _recut_bytes(staging: str, infos: list[ShardInfo], bounds: list[tuple[int, int]], compression: str | None, index: bool, checksum: str) -> list[ShardInfo]:
+def _recut_bytes(staging: str, infos: list[ShardInfo], bounds: list[tuple[int, int]], compression: str | None, index: bool, checksum: str,
+                 durable: bool) -> list[ShardInfo]:  # fmt: skip
     spans = []  # (old file, offset, framed size) of every record, in order
     for info in infos:
         path, pos = fs.join(staging, info.file), 0
@@ -340,7 +343,7 @@ def _recut_bytes(staging: str, infos: list[ShardInfo], bounds: list[tuple[int, i
             for src_path, group in itertools.groupby(spans[a:b], key=lambda s: s[0]):
                 group = list(group)
                 _copy_range(src_path, group[0][1], sum(s[2] for s in group), dst)
-        new.append(seal(path, out, (s[2] for s in spans[a:b]), index, checksum=checksum))
+        new.append(seal(path, out, (s[2] for s in spans[a:b]), index, durable, checksum))
     return new
 
 
@@ -388,7 +391,7 @@ def prepare_output(output_dir: str, overwrite: bool, keep_staging: bool = False)
     return staging
 
 
-def publish(staging: str, output_dir: str, files: list[str], metadata: dict[str, str]) -> None:
+def publish(staging: str, output_dir: str, files: list[str], metadata: dict[str, str], durable: bool = True) -> None:
     """Move finished shards into place, then write metadata files (dataset.json last).
 
     Stale artifacts of an earlier run (shards, indexes, labels.txt, dataset.json) are removed
@@ -403,7 +406,7 @@ def publish(staging: str, output_dir: str, files: list[str], metadata: dict[str,
     for name, text in metadata.items():
         fs.write_text(fs.join(output_dir, name), text)
     fs.rmtree(staging)
-    if not fs.is_remote(output_dir):
+    if durable and not fs.is_remote(output_dir):
         try:
             fs.fsync(output_dir)
         except OSError:
