@@ -82,17 +82,23 @@ class Contender:
         return statistics.median(r[key] for r in self.runs)
 
 
-def _tree_memory(proc: psutil.Process) -> tuple[float, float]:
-    """(RSS, PSS) in MB summed over a process and its children."""
+def _tree_memory(proc: psutil.Process, with_pss: bool) -> tuple[float, float]:
+    """(RSS, PSS) in MB summed over a process and its children (PSS 0 unless asked: it is costly).
+
+    RSS comes from /proc/PID/statm (cheap); PSS needs smaps_rollup, which makes the kernel walk
+    every mapping (TensorFlow maps ~1 GB), so it is sampled less often to keep the harness's own
+    CPU use, on the same cores as the contenders, small.
+    """
     rss = pss = 0
     for p in [proc, *proc.children(recursive=True)]:
         try:
             rss += p.memory_info().rss
-            with open(f"/proc/{p.pid}/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith("Pss:"):
-                        pss += int(line.split()[1]) * 1024
-                        break
+            if with_pss:
+                with open(f"/proc/{p.pid}/smaps_rollup") as f:
+                    for line in f:
+                        if line.startswith("Pss:"):
+                            pss += int(line.split()[1]) * 1024
+                            break
         except (psutil.Error, OSError):
             pass
     return rss / 1e6, pss / 1e6
@@ -103,10 +109,12 @@ def run_once(argv: list[str]) -> dict:
     start = time.perf_counter()
     proc = psutil.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"})
     peak_rss = peak_pss = 0.0
+    samples = 0
     while proc.poll() is None:
-        rss, pss = _tree_memory(proc)
+        rss, pss = _tree_memory(proc, with_pss=samples % 5 == 4)
         peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
-        time.sleep(0.05)
+        samples += 1
+        time.sleep(0.1)
     wall = time.perf_counter() - start
     out, err = proc.communicate()
     if proc.returncode != 0:

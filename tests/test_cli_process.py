@@ -54,6 +54,11 @@ def test_sample_data_conversion_is_quiet_and_scriptable(tmp_path):
     assert res.returncode == 0 and res.stdout == ""
     assert res.stderr.splitlines()[-1].startswith("Wrote 30 images") and not any(n in res.stderr for n in NOISE)
     assert digest(out) == digest(tmp_path / "out2")
+    # a worker process writes half the shards: still quiet, the skipped file reported once, same bytes
+    res = run("convert", ROOT / "sample_data", tmp_path / "out3", "--shards", "2", "--workers", "2", "--json")
+    assert res.returncode == 0 and json.loads(res.stdout)["workers"] == 2, res.stderr
+    assert [line for line in res.stderr.splitlines() if line.strip()] == lines
+    assert digest(out) == digest(tmp_path / "out3")
 
 
 def test_usage_error_is_one_line_exit_2(tmp_path):

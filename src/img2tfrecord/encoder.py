@@ -21,7 +21,6 @@ from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import numpy as np
 import xxhash
 from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
@@ -255,6 +254,8 @@ def _keep(im: Image.Image, data: bytes, fmt: str, validate: bool) -> tuple[str, 
 
 
 def _to_8bit(im: Image.Image) -> Image.Image:
+    import numpy as np  # only for 16-bit and float images; the main process never needs numpy (~16 MB)
+
     arr = np.asarray(im)
     if im.mode.startswith("I;16"):
         arr = arr >> 8

@@ -129,6 +129,32 @@ def checksum(path: str, name: str) -> str:
     return h.hexdigest()
 
 
+_SYNC_FILE_RANGE_WRITE = 2
+_sync_file_range: Any = None
+
+
+def start_writeback(fd: int, offset: int, length: int) -> None:
+    """Ask the kernel to start writing a range of a file to disk now, without waiting for it.
+
+    Linux keeps up to ~10% of memory dirty before it writes anything back, so without this every
+    shard's bytes would wait in memory for the fsync that closes it, and a run's last shards would
+    all be flushed at the very end. Started early, the disk works while the CPU converts. Uses
+    sync_file_range(SYNC_FILE_RANGE_WRITE) (asynchronous); does nothing where it is missing.
+    """
+    global _sync_file_range
+    if _sync_file_range is None:
+        try:
+            import ctypes
+
+            fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+            fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+            _sync_file_range = fn
+        except (OSError, AttributeError):
+            _sync_file_range = False
+    if _sync_file_range:
+        _sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
+
+
 def fsync(path: str) -> None:
     """Make a finished file durable before it is renamed into place (no-op on object stores)."""
     if is_remote(path):

@@ -34,6 +34,7 @@ TARGET_SHARD_BYTES = 200 * 1024 * 1024  # ceil(total / 200 MiB) shards -> each i
 STAGING_DIR = ".img2tfrecord-staging"
 COMPRESSIONS = {None: "", "gzip": "GZIP", "zlib": "ZLIB"}
 RECORD_OVERHEAD = 16  # uint64 length + uint32 crc + uint32 crc (record_writer.h)
+WRITEBACK_BYTES = 16 * 1024 * 1024  # with writeback on, ask the kernel to flush every this many bytes
 DEFAULT_CHECKSUM = "xxh3_128"  # every record also carries TFRecord's own CRC-32C
 
 
@@ -130,24 +131,38 @@ class ShardWriter:
     """One shard file written with tf.io.TFRecordWriter; closes with fsync, checksum and DALI index."""
 
     def __init__(self, directory: str, name: str, compression: str | None = None, index: bool = False,
-                 final_name: str | None = None, checksum: str = DEFAULT_CHECKSUM) -> None:  # fmt: skip
+                 final_name: str | None = None, checksum: str = DEFAULT_CHECKSUM, writeback: bool = False) -> None:  # fmt: skip
         tf = tensorflow()
         self.path = fs.join(directory, name)
         self.info = ShardInfo(final_name or name)
         self.index = index
         self.checksum = checksum
+        self._written = self._flushed = 0  # uncompressed record bytes; how many were handed to writeback
+        self._wb_fd: int | None = None
         self._sizes = array("Q")
         options = tf.io.TFRecordOptions(compression_type=COMPRESSIONS[compression])
         self._writer = tf.io.TFRecordWriter(self.path, options)
+        if writeback and not compression and not fs.is_remote(self.path):
+            self._wb_fd = os.open(self.path, os.O_RDONLY)
 
     def write(self, record: bytes) -> None:
         self._writer.write(record)
-        self._sizes.append(len(record) + RECORD_OVERHEAD)
+        size = len(record) + RECORD_OVERHEAD
+        self._sizes.append(size)
         self.info.records += 1
+        self._written += size
+        if self._wb_fd is not None and self._written - self._flushed >= WRITEBACK_BYTES:
+            self._writer.flush()
+            fs.start_writeback(self._wb_fd, self._flushed, self._written - self._flushed)
+            self._flushed = self._written
 
     def close(self, durable: bool = True) -> ShardInfo:
         """Close, measure, checksum and index the shard; `durable=False` leaves the fsync to the caller."""
         self._writer.close()
+        if self._wb_fd is not None:
+            fs.start_writeback(self._wb_fd, self._flushed, 0)  # 0: to the end of the file
+            os.close(self._wb_fd)
+            self._wb_fd = None
         return seal(self.path, self.info, self._sizes, self.index, durable, self.checksum)
 
 
@@ -217,6 +232,7 @@ def write_shard(
     no_digests: bool = False,
     durable: bool = True,
     checksum: str = DEFAULT_CHECKSUM,
+    writeback: bool = False,
 ) -> ShardOutcome:
     """Write the encoded results of `shard.tasks` (same order) into staging/<shard name>.
 
@@ -224,9 +240,10 @@ def write_shard(
     the caller goes on with the next shard; call `outcome.wait()` before using `outcome.info`.
     `on_closed(outcome)` runs once the shard is complete on disk (the resume journal uses it).
     `drop` maps the rel path of each duplicate to leave out to (its digest, the kept copy's path);
-    their results are `encoder.DROPPED`. `durable=False` skips the fsync (the caller does it).
+    their results are `encoder.DROPPED`. `durable=False` skips the fsync (the caller does it);
+    `writeback` starts the disk writing while the shard is still being written (see fs.start_writeback).
     """
-    sw = ShardWriter(staging, shard.name, compression, index, checksum=checksum)
+    sw = ShardWriter(staging, shard.name, compression, index, checksum=checksum, writeback=writeback)
     out = ShardOutcome(shard.split, sw.info)
     for task, result in zip(shard.tasks, results):
         out.images += 1
