@@ -71,6 +71,27 @@ for path in files(sys.argv[1]):
 report(n, b, t)
 """
 
+# The same, plus what any TFRecord converter must add: write every image's bytes as a record with
+# tf.io.TFRecordWriter (into the page cache; no Example, no checksum, no fsync). Not a target:
+# it shows how close to the decode floor a converter that writes with TensorFlow can get.
+DECODE_WRITE = _WALK + """
+import os
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+from PIL import Image
+import tensorflow as tf
+w = tf.io.TFRecordWriter(sys.argv[2])
+t = time.perf_counter(); n = b = 0
+for path in files(sys.argv[1]):
+    with open(path, "rb") as f:
+        data = f.read()
+    im = Image.open(io.BytesIO(data))
+    if im.format == "JPEG":
+        im.draft(im.mode, (max(1, im.width // 8), max(1, im.height // 8)))
+    im.load(); w.write(data); n += 1; b += len(data)
+w.close()
+report(n, b, t)
+"""
+
 
 @dataclass
 class Contender:
@@ -142,6 +163,7 @@ def contenders(quick: bool) -> list[Contender]:
     cs = [
         Contender("copy limit (python read+append)", [PY, "-c", COPY, "{data}", "{out}/copy.bin"]),
         Contender("decode floor (1 process, draft decode)", [PY, "-c", DECODE, "{data}"]),
+        Contender("decode+write floor (1 process)", [PY, "-c", DECODE_WRITE, "{data}", "{out}/floor.tfrecord"]),
         Contender("baseline (tutorial, 1 process)", [PY, os.path.join(os.path.dirname(__file__), "baseline.py"), "{data}", "{out}/base.tfrecord"]),
         Contender(f"ours default, {CORES} workers", convert + ["--workers", str(CORES)]),
         Contender("ours default, 1 worker", convert + ["--workers", "1"]),
@@ -236,6 +258,10 @@ def main() -> None:
     if not args.quick:
         ratios["default: all cores / 1 worker (steady img/s)"] = (m(all_default, "steady_images_per_second") / m(one_default, "steady_images_per_second"), 1.8)
         ratios["jpeg --resize 256: all cores / 1 worker (steady img/s)"] = (m(jpeg_all, "steady_images_per_second") / m(jpeg_one, "steady_images_per_second"), 1.8)
+    ratios["default / (cores x decode+write floor), steady img/s"] = (
+        m(all_default, "steady_images_per_second") / (CORES * m("decode+write floor (1 process)", "steady_images_per_second")), None)
+    ratios["decode+write floor / decode floor (1 process, steady)"] = (
+        m("decode+write floor (1 process)", "steady_images_per_second") / m("decode floor (1 process, draft decode)", "steady_images_per_second"), None)
     beam = next((c.name for c in cs if "Beam" in c.name), None)
     if beam:
         ratios["Beam DirectRunner / local (whole process img/s)"] = (m(beam, "images_per_second") / m(all_default, "images_per_second"), None)

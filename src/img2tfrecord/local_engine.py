@@ -125,7 +125,7 @@ def _finish(outcome: ShardOutcome, journal: Journal, durable: bool) -> None:
 
 def _write(shard: ShardTask, cfg: WorkerConfig, drop: Mapping[str, tuple[str, str]], on_progress: Progress,
            on_skip: Callable[[str, str], None], warming: Callable[[], bool] | None = None) -> ShardOutcome:  # fmt: skip
-    """Encode and write one shard in this process (a worker, or the main process with one worker).
+    """Encode and write one shard in this process (a spawned worker, or a thread of the calling process).
 
     With `warming` (one process: TensorFlow imports in a thread), images are encoded ahead while it
     imports, on the core the import leaves free. Pool workers do not: every core is busy importing

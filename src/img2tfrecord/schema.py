@@ -1,13 +1,14 @@
-"""The record schema: feature keys, their types, and a TensorFlow-free Example builder.
+"""The record schema: feature keys, their types, and a TensorFlow-free Example writer and parser.
 
 The keys are the ones TensorFlow's Inception/ImageNet converters write, so existing readers work.
 
-Why not `tf.train.Example`? Encoding workers must not import TensorFlow (~2.5 s and ~600 MB per
-process). `tf.train.Example` is a plain protobuf message, so we declare the same three tiny
-messages (`Example`, `Features`, `Feature` and the value lists, field numbers as in TensorFlow's
-`example.proto`/`feature.proto`) in a private descriptor pool and serialize them with the
-`protobuf` runtime TensorFlow itself depends on. `deterministic=True` sorts the feature map, so
-the bytes are identical to `tf.train.Example.SerializeToString(deterministic=True)`.
+Writing: `serialize_example` encodes the fixed schema's protobuf bytes directly (the hot path:
+~15 us per 100 KB image against ~45 us for building a message), exactly as
+`tf.train.Example.SerializeToString(deterministic=True)` does (tests compare them).
+Reading without TensorFlow (`inspect`): `tf.train.Example` is a plain protobuf message, so we
+declare the same tiny messages (`Example`, `Features`, `Feature` and the value lists, field
+numbers as in TensorFlow's `example.proto`/`feature.proto`) in a private descriptor pool and
+parse with the `protobuf` runtime TensorFlow itself depends on.
 """
 
 from __future__ import annotations
