@@ -57,8 +57,9 @@ with open(sys.argv[2], "wb") as out:
 report(n, b, t)
 """
 
-# The cheapest decode that still reads the whole compressed stream: what default mode must do.
-DECODE = _WALK + """
+def _decode_loop(setup: str, per_image: str, finish: str) -> str:
+    """A one-process loop: read each file and decode it at 1/8 scale (JPEG; others in full)."""
+    return _WALK + setup + """
 from PIL import Image
 t = time.perf_counter(); n = b = 0
 for path in files(sys.argv[1]):
@@ -68,29 +69,27 @@ for path in files(sys.argv[1]):
     if im.format == "JPEG":
         im.draft(im.mode, (max(1, im.width // 8), max(1, im.height // 8)))
     im.load(); n += 1; b += len(data)
+""" + per_image + finish + """
 report(n, b, t)
 """
+
+
+# The cheapest decode that still reads the whole compressed stream: what default mode must do.
+DECODE = _decode_loop("", "", "")
 
 # The same, plus what any TFRecord converter must add: write every image's bytes as a record with
 # tf.io.TFRecordWriter (into the page cache; no Example, no checksum, no fsync). Not a target:
 # it shows how close to the decode floor a converter that writes with TensorFlow can get.
-DECODE_WRITE = _WALK + """
+DECODE_WRITE = _decode_loop(
+    """
 import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-from PIL import Image
 import tensorflow as tf
 w = tf.io.TFRecordWriter(sys.argv[2])
-t = time.perf_counter(); n = b = 0
-for path in files(sys.argv[1]):
-    with open(path, "rb") as f:
-        data = f.read()
-    im = Image.open(io.BytesIO(data))
-    if im.format == "JPEG":
-        im.draft(im.mode, (max(1, im.width // 8), max(1, im.height // 8)))
-    im.load(); w.write(data); n += 1; b += len(data)
-w.close()
-report(n, b, t)
-"""
+""",
+    "    w.write(data)\n",
+    "w.close()\n",
+)
 
 
 @dataclass
