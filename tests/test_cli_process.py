@@ -155,3 +155,47 @@ def test_resume_refuses_changed_input(slow_input, tmp_path, cli):
     assert res.exit_code == 2 and "different input or different options" in res.stderr
     res = cli("convert", slow_input, out, "--encoding", "png", "--shards", "8")
     assert res.exit_code == 0 and "discarding the unfinished run" in res.stderr
+
+
+def _worker_pids(parent: int) -> list[int]:
+    """Spawned worker processes of a run (not multiprocessing's resource tracker)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat").read()
+                cmd = open(f"/proc/{entry}/cmdline", "rb").read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == parent and b"spawn_main" in cmd:
+                pids.append(int(entry))
+    return pids
+
+
+def test_a_killed_worker_fails_the_run_and_resume_finishes_it(slow_input, tmp_path, cli):
+    """The kernel's OOM killer takes a worker: exit 1 with a message (no hang), finished shards
+    kept, --resume completes the same bytes; and no worker outlives a SIGKILLed run."""
+    args = ["--encoding", "png", "--shards", "8"]
+    reference = tmp_path / "reference"
+    assert cli("convert", slow_input, reference, *args).exit_code == 0
+    out = tmp_path / "out"
+    proc = start("convert", slow_input, out, *args, "--workers", "2")
+    _wait_for(lambda: _finished_shards(out) >= 1 and _worker_pids(proc.pid), proc)
+    os.kill(_worker_pids(proc.pid)[0], signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    assert "worker process died" in err and "--resume" in err and "Traceback" not in err
+    assert _finished_shards(out) >= 1 and shard_names(out) == []
+    res = cli("convert", slow_input, out, *args, "--resume")
+    assert res.exit_code == 0, res.output
+    assert digest(out) == digest(reference)
+
+    proc = start("convert", slow_input, tmp_path / "killed", *args, "--workers", "2")
+    _wait_for(lambda: bool(_worker_pids(proc.pid)), proc)
+    workers = _worker_pids(proc.pid)
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 10
+    while any(os.path.exists(f"/proc/{w}") and "Z" not in open(f"/proc/{w}/stat").read().split()[2] for w in workers):
+        assert time.time() < deadline, "a worker outlived its run"
+        time.sleep(0.1)

@@ -21,6 +21,10 @@ class DataError(Img2TFRecordError):
     exit_code = 1
 
 
+class WorkerDied(DataError):
+    """A worker process vanished (OOM killer, crash); finished shards are kept for --resume. Exit 1."""
+
+
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C or SIGTERM stopped a conversion; finished shards were kept for --resume."""
 

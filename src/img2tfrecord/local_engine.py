@@ -20,16 +20,19 @@ import collections
 import multiprocessing
 import os
 import queue
+import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from img2tfrecord import encoder, fs, writer
 from img2tfrecord.dedupe import Deduper
 from img2tfrecord.encoder import EncodeOptions, Task
+from img2tfrecord.errors import WorkerDied
 from img2tfrecord.resume import Journal
 from img2tfrecord.tf_import import tensorflow
 from img2tfrecord.writer import ShardOutcome, ShardTask
@@ -43,6 +46,10 @@ MIN_IMAGES_PER_WORKER = 500  # by default, smaller jobs use fewer processes (see
 DIGEST_CHUNK = 256  # files per task of the --dedupe drop pre-pass
 
 Progress = Callable[[int, int], None]  # (images, bytes) just done
+_WORKER_DIED = (
+    "a worker process died (killed by the system, out of memory?); finished shards were kept: "
+    "run the same command with --resume to continue, with fewer --workers if memory is short"
+)
 
 
 @dataclass(frozen=True)
@@ -182,7 +189,14 @@ class _Stopped(Exception):
 class _Scheduler:
     """Hands shards out in plan order to whoever is free: a thread of this process and the pool's
     workers, each writing one shard at a time. Everything they report arrives in one inbox, read
-    by the calling thread only (progress, skipped files, finished shards, errors)."""
+    by the calling thread only.
+
+    Live messages (progress, skipped files) are best-effort: a worker's may arrive after its
+    result, or not at all if it is stopped. So a finished shard's outcome settles its account:
+    skipped files not yet shown are shown, progress is topped up to the shard's true count, and
+    later live messages about that shard are ignored. While TensorFlow imports, fd 2 is silenced
+    (see tf_import), so output is held until it is done.
+    """
 
     def __init__(self, todo: list[ShardTask], cfg: WorkerConfig, drop: dict[str, tuple[str, str]], pool: _Pool | None,
                  emit: EventSink, on_progress: Progress, finished: Callable[[ShardOutcome], None],
@@ -192,11 +206,14 @@ class _Scheduler:
         self.emit, self.on_progress, self.finished = emit, on_progress, finished
         self.warming = tf_thread.is_alive if pool is None else None  # see _write
         self.importing = tf_thread.is_alive
-        self.deferred: list[tuple] = []  # messages held while fd 2 is silenced for TensorFlow's import
+        self.held: list[tuple] = []  # output waiting for the import to end
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.stop = threading.Event()
         self.local: threading.Thread | None = None
         self.pool_busy = 0
+        self.counted: dict[str, list[int]] = {}  # shard -> [images, bytes] shown live so far
+        self.settled: set[str] = set()
+        self.shown: set[str] = set()  # skipped files already reported
 
     def run(self) -> None:
         if self.pool is not None:
@@ -205,23 +222,14 @@ class _Scheduler:
             while self.queue or self.pool_busy or self.local is not None:
                 self._hand_out()
                 try:
-                    msg = self.inbox.get(timeout=0.1)
+                    self._handle(self.inbox.get(timeout=0.1))
                 except queue.Empty:
-                    msg = None
-                if self.deferred and not self.importing():
-                    for held in self.deferred:
-                        self._handle(held)
-                    self.deferred.clear()
-                if msg is None:
-                    continue
-                if msg[0] in ("progress", "skipped") and self.importing():
-                    self.deferred.append(msg)  # printed now, it would vanish into TensorFlow's silenced stderr
-                else:
-                    self._handle(msg)
-            while self.deferred and self.importing():  # our import outlasted the work (tiny runs)
+                    pass
+                if self.held and not self.importing():
+                    self._release()
+            while self.held and self.importing():  # our import outlasted the work (tiny runs)
                 time.sleep(0.05)
-            for held in self.deferred:
-                self._handle(held)
+            self._release()
         finally:
             self.stop.set()
             if self.local is not None:  # interrupted: let our writer notice (<= 0.2 s) before cleanup
@@ -239,20 +247,53 @@ class _Scheduler:
 
     def _handle(self, msg: tuple) -> None:
         kind = msg[0]
-        if kind == "progress":
-            self.on_progress(msg[1], msg[2])
-        elif kind == "skipped":
-            self.emit("skipped", f"{msg[1]}: {msg[2]}")
+        if kind == "progress":  # (kind, shard, images, bytes)
+            if msg[1] not in self.settled:
+                counted = self.counted.setdefault(msg[1], [0, 0])
+                counted[0] += msg[2]
+                counted[1] += msg[3]
+                self._show(("progress", msg[2], msg[3]))
+        elif kind == "skipped":  # (kind, rel, reason)
+            self._skipped(msg[1], msg[2])
         elif kind == "done_here":
             assert self.local is not None
             self.local.join()
             self.local = None
-            self.finished(msg[1])
+            self._settle(msg[1])
         elif kind == "done_pool":
             self.pool_busy -= 1
-            self.finished(ShardOutcome.from_dict(msg[1]))
+            self._settle(ShardOutcome.from_dict(msg[1]))
         elif kind == "error":
             raise msg[1]
+
+    def _settle(self, outcome: ShardOutcome) -> None:
+        for s in outcome.skipped:
+            self._skipped(s["path"], s["reason"])
+        images, nbytes = self.counted.pop(outcome.info.file, [0, 0])
+        self.settled.add(outcome.info.file)
+        self._show(("progress", outcome.images - images, outcome.bytes_read - nbytes))
+        self.finished(outcome)
+
+    def _skipped(self, rel: str, reason: str) -> None:
+        if rel not in self.shown:
+            self.shown.add(rel)
+            self._show(("skipped", f"{rel}: {reason}"))
+
+    def _show(self, item: tuple) -> None:
+        if self.importing():
+            self.held.append(item)
+            return
+        self._release()
+        if item[0] == "progress":
+            if item[1] or item[2]:
+                self.on_progress(item[1], item[2])
+        else:
+            self.emit(*item)
+
+    def _release(self) -> None:
+        held, self.held = self.held, []
+        for item in held:
+            self._show(item)
 
     def _drop_for(self, shard: ShardTask) -> dict[str, tuple[str, str]]:
         return {t[1]: self.drop[t[1]] for t in shard.tasks if t[1] in self.drop}
@@ -261,7 +302,7 @@ class _Scheduler:
         def progress(images: int, nbytes: int) -> None:
             if self.stop.is_set():
                 raise _Stopped
-            self.inbox.put(("progress", images, nbytes))
+            self.inbox.put(("progress", shard.name, images, nbytes))
 
         try:
             skip = lambda rel, why: self.inbox.put(("skipped", rel, why))  # noqa: E731
@@ -275,22 +316,35 @@ class _Scheduler:
 
 class _Pool:
     """`size` worker processes (spawned: never forked from a process that may run TensorFlow
-    threads), each importing TensorFlow once and writing whole shards."""
+    threads), each importing TensorFlow once and writing whole shards.
+
+    A ProcessPoolExecutor, not a multiprocessing.Pool: when a worker dies (killed by the kernel's
+    out-of-memory killer, a crash in a native library), its futures fail with BrokenProcessPool
+    and the run stops with a message, where a Pool would wait for the lost shard forever.
+    """
 
     def __init__(self, cfg: WorkerConfig, size: int) -> None:
         ctx = multiprocessing.get_context("spawn")
         self.size = size
         self.events = ctx.Queue()  # workers' progress and skipped files
-        self.pool = ctx.Pool(size, initializer=_init_worker, initargs=(cfg, self.events))
+        self.pool = ProcessPoolExecutor(size, mp_context=ctx, initializer=_init_worker, initargs=(cfg, self.events, os.getpid()))
         self._forwarder: threading.Thread | None = None
 
     def digests(self, paths: list[str]) -> list[str | None]:
-        return [d for chunk in self.pool.map(_digest_files, _chunks(paths, DIGEST_CHUNK)) for d in chunk]
+        try:
+            return [d for chunk in self.pool.map(_digest_files, _chunks(paths, DIGEST_CHUNK)) for d in chunk]
+        except BrokenProcessPool:
+            raise WorkerDied(_WORKER_DIED) from None
 
     def submit(self, shard: ShardTask, drop: dict[str, tuple[str, str]], inbox: queue.SimpleQueue) -> None:
-        self.pool.apply_async(
-            _work, (shard, drop), callback=lambda d: inbox.put(("done_pool", d)), error_callback=lambda e: inbox.put(("error", e))
-        )
+        def done(f: Future) -> None:
+            e = f.exception()
+            if e is None:
+                inbox.put(("done_pool", f.result()))
+            elif not f.cancelled():
+                inbox.put(("error", WorkerDied(_WORKER_DIED) if isinstance(e, BrokenProcessPool) else e))
+
+        self.pool.submit(_work, shard, drop).add_done_callback(done)
 
     def forward(self, inbox: queue.SimpleQueue) -> None:
         """Pass the workers' messages into `inbox` (from a thread, so the scheduler waits on one queue)."""
@@ -308,8 +362,10 @@ class _Pool:
         self.events.put(None)
         if self._forwarder is not None:
             self._forwarder.join(timeout=1)
-        self.pool.terminate()
-        self.pool.join()
+        processes = list((getattr(self.pool, "_processes", None) or {}).values())  # no public terminate before 3.14
+        for p in processes:
+            p.terminate()
+        self.pool.shutdown(wait=True, cancel_futures=True)
         self.events.close()
         self.events.cancel_join_thread()
 
@@ -341,19 +397,38 @@ def _drop_map(job: Job, digest_all: Callable[[list[str]], list[str | None]]) -> 
 
 _cfg: WorkerConfig | None = None
 _events: Any = None
+_parent = 0
 _tf_thread: threading.Thread | None = None
 
 
-def _init_worker(cfg: WorkerConfig, events: Any) -> None:
+def _init_worker(cfg: WorkerConfig, events: Any, parent: int) -> None:
     """Remember the job, ignore Ctrl-C (the main process stops the workers and cleans up, so the
     user sees one message), and start importing TensorFlow while the first shard is on its way."""
-    import signal
-
-    global _cfg, _events, _tf_thread
-    _cfg, _events = cfg, events
+    global _cfg, _events, _tf_thread, _parent
+    _cfg, _events, _parent = cfg, events, parent
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
     _tf_thread = threading.Thread(target=_import_tf, name="import-tensorflow", daemon=True)
     _tf_thread.start()
+
+
+def _die_with_parent() -> None:
+    """A worker must not outlive the run that started it: after a SIGKILL of that run, it would
+    still be writing a shard into the staging folder that a `--resume` run writes into. On Linux
+    the kernel kills it with its parent (PR_SET_PDEATHSIG); elsewhere `_check_parent` notices
+    within ~0.2 s."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+    _check_parent()
+
+
+def _check_parent() -> None:
+    if os.getppid() != _parent:
+        os._exit(1)
 
 
 def _import_tf() -> None:
@@ -367,7 +442,11 @@ def _work(shard: ShardTask, drop: dict[str, tuple[str, str]]) -> dict[str, Any]:
     """Worker entry point: write one shard, return its outcome as plain data."""
     assert _cfg is not None, "_init_worker was not called"
     try:
-        outcome = _write(shard, _cfg, drop, lambda n, b: _events.put(("progress", n, b)), lambda rel, why: _events.put(("skipped", rel, why)))
+        def progress(images: int, nbytes: int) -> None:
+            _check_parent()
+            _events.put(("progress", shard.name, images, nbytes))
+
+        outcome = _write(shard, _cfg, drop, progress, lambda rel, why: _events.put(("skipped", rel, why)))
     except Exception as e:
         if type(e).__module__.startswith("tensorflow"):  # TF's errors do not survive pickling; keep the message
             raise OSError(getattr(e, "message", None) or str(e)) from None

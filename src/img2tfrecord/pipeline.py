@@ -21,7 +21,7 @@ from typing import Any
 from img2tfrecord import dedupe, encoder, fs, writer
 from img2tfrecord.dedupe import MODES as DEDUPE_MODES
 from img2tfrecord.encoder import EncodeOptions
-from img2tfrecord.errors import DataError, Interrupted, UsageError
+from img2tfrecord.errors import DataError, Interrupted, UsageError, WorkerDied
 from img2tfrecord.resume import JOURNAL, Journal, fingerprint, load_done, prune
 from img2tfrecord.manifest import LABELS_NAME, MANIFEST_NAME, build_manifest, labels_text, manifest_text
 from img2tfrecord.walker import ImageItem, discover, discover_file_list, parse_split_spec, read_labels_file
@@ -259,6 +259,9 @@ def convert(
             raise
         prune(staging, set(journal.done))  # keep finished shards for --resume, drop partial ones
         raise Interrupted(len(journal.done), len(job.plan)) from None
+    except WorkerDied:
+        prune(staging, set(journal.done))
+        raise
     except BaseException as e:
         _cleanup(staging, output_dir)
         if isinstance(e, OSError) or type(e).__module__.startswith("tensorflow"):  # the disk, not the data
