@@ -328,6 +328,8 @@ class _Pool:
         self.size = size
         self.events = ctx.Queue()  # workers' progress and skipped files
         self.pool = ProcessPoolExecutor(size, mp_context=ctx, initializer=_init_worker, initargs=(cfg, self.events, os.getpid()))
+        for _ in range(size):  # start them now (the executor spawns on submit): each one's start-up
+            self.pool.submit(os.getpid)  # and TensorFlow import then overlaps ours instead of trailing it
         self._forwarder: threading.Thread | None = None
 
     def digests(self, paths: list[str]) -> list[str | None]:
