@@ -19,12 +19,11 @@ import os
 import struct
 from array import array
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Executor, Future
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, BinaryIO
 
 from img2tfrecord import fs
-from img2tfrecord.encoder import DROPPED, Result, SkipImage, Task, to_record
+from img2tfrecord.encoder import DROPPED, Result, Task, to_record
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.reader import SHARD_RE
 from img2tfrecord.schema import utf8_text
@@ -197,23 +196,15 @@ class ShardOutcome:
     bytes_read: int = 0
     digests: list[list[str]] = field(default_factory=list)  # [content digest, path, class] per record
     dropped: list[dict[str, str]] = field(default_factory=list)  # duplicates left out (--dedupe drop)
-    closing: Future | None = field(default=None, repr=False)  # set when the shard closes in the background
 
     def to_dict(self) -> dict[str, Any]:
-        """The data of the outcome (not the in-process `closing` future), JSON-ready."""
-        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("closing", "info")}
+        """The outcome as JSON-ready data (journal, Beam outcome files, worker results)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "info"}
         return d | {"info": asdict(self.info)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ShardOutcome:
         return cls(**(d | {"info": ShardInfo(**d["info"])}))
-
-    def wait(self) -> ShardOutcome:
-        """Block until the shard is closed (fsync, checksum, index written); re-raise its error."""
-        if self.closing is not None:
-            self.closing.result()
-            self.closing = None
-        return self
 
 
 def write_shard(
@@ -226,20 +217,15 @@ def write_shard(
     strict: bool = False,
     on_skip: Callable[[str, str], None] | None = None,
     on_image: Callable[[int], None] | None = None,
-    closer: Executor | None = None,
-    on_closed: Callable[[ShardOutcome], None] | None = None,
     drop: Mapping[str, tuple[str, str]] | None = None,
     no_digests: bool = False,
     durable: bool = True,
     checksum: str = DEFAULT_CHECKSUM,
     writeback: bool = False,
 ) -> ShardOutcome:
-    """Write the encoded results of `shard.tasks` (same order) into staging/<shard name>.
-
-    With `closer`, the shard's close (fsync + checksum + index: ~0.1 s per 100 MB) runs there while
-    the caller goes on with the next shard; call `outcome.wait()` before using `outcome.info`.
-    `on_closed(outcome)` runs once the shard is complete on disk (the resume journal uses it).
-    `drop` maps the rel path of each duplicate to leave out to (its digest, the kept copy's path);
+    """Write the encoded results of `shard.tasks` (same order) into staging/<shard name> and close it
+    (checksum, index; fsync unless `durable=False`). `on_skip(rel, reason)` and `on_image(bytes)`
+    report as it goes. `drop` maps the rel path of each duplicate to leave out to (its digest, the kept copy's path);
     their results are `encoder.DROPPED`. `durable=False` skips the fsync (the caller does it);
     `writeback` starts the disk writing while the shard is still being written (see fs.start_writeback).
     """
@@ -257,20 +243,16 @@ def write_shard(
             out.dropped.append({"path": rel, "split": shard.split, "class": utf8_text(task[4]),
                                 "digest": digest, "duplicate_of": utf8_text(kept_copy)})  # fmt: skip
         elif result.kind != "skip":
-            try:
-                sw.write(to_record(task, result))
-            except SkipImage as e:
-                reason = str(e)
-            else:
-                text = utf8_text(task[4])
-                if not no_digests:
-                    out.digests.append([result.digest, rel, text])
-                out.class_counts[text] = out.class_counts.get(text, 0) + 1
-                out.formats[result.fmt] = out.formats.get(result.fmt, 0) + 1
-                if result.transcoded:
-                    out.transcoded[result.transcoded] = out.transcoded.get(result.transcoded, 0) + 1
-                out.orientation_ignored += result.orientation_ignored
-                reason = ""
+            sw.write(to_record(task, result))
+            text = utf8_text(task[4])
+            if not no_digests:
+                out.digests.append([result.digest, rel, text])
+            out.class_counts[text] = out.class_counts.get(text, 0) + 1
+            out.formats[result.fmt] = out.formats.get(result.fmt, 0) + 1
+            if result.transcoded:
+                out.transcoded[result.transcoded] = out.transcoded.get(result.transcoded, 0) + 1
+            out.orientation_ignored += result.orientation_ignored
+            reason = ""
         if reason:
             out.skipped.append({"path": rel, "split": shard.split, "reason": reason})
             if on_skip:
@@ -280,18 +262,8 @@ def write_shard(
         if on_image:
             on_image(result.size)
 
-    def close() -> None:
-        sw.close(durable)
-        if on_closed:
-            on_closed(out)
-
-    if closer is None:
-        close()
-    else:
-        out.closing = closer.submit(close)
+    sw.close(durable)
     return out
-
-
 
 
 def rebalance(staging: str, infos: list[ShardInfo], compression: str | None, index: bool, checksum: str = DEFAULT_CHECKSUM,
