@@ -177,3 +177,24 @@ def test_header_probe_agrees_with_pillow(tmp_path):
     # a frame header that claims too many pixels is refused from the header alone, like Pillow's
     with pytest.raises(Exception, match="max-pixels"):
         encode_image(str(tmp_path / "rgb.jpg"), EncodeOptions(validate=False, max_pixels=100))
+
+
+def test_one_run_at_a_time_per_output(cli, tmp_path):
+    """A second run into an output another run is writing is refused before it touches anything."""
+    import fcntl
+
+    make_dataset(tmp_path / "in", {"a": 3, "b": 3})
+    out = tmp_path / "out"
+    staging = out / ".img2tfrecord-staging"
+    staging.mkdir(parents=True)
+    (staging / "train-00000-of-00002").write_bytes(b"the other run's shard")
+    with open(out / ".img2tfrecord.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as a run in progress holds it
+        held.write("4242\n")
+        held.flush()
+        res = cli("convert", tmp_path / "in", out)
+        assert res.exit_code == 2 and "another img2tfrecord run (pid 4242) is writing to" in res.stderr
+        assert (staging / "train-00000-of-00002").read_bytes() == b"the other run's shard"
+    res = cli("convert", tmp_path / "in", out)  # released (the other run ended or died)
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in out.iterdir()) == ["dataset.json", "labels.txt", "train-00000-of-00001"]

@@ -238,6 +238,18 @@ def convert(
         return _plan_summary(job, timing)
 
     _check_space(job, emit)
+    lock = writer.OutputLock(output_dir)
+    lock.acquire()
+    try:
+        return _run(job, engine, workers, overwrite, resume, beam_options, emit, progress, timing, lock)
+    finally:
+        lock.release()
+
+
+def _run(job: Job, engine: str, workers: int | None, overwrite: bool, resume: bool, beam_options: str | list[str] | None,
+         emit: EventSink, progress: Callable[[int, int, int], None] | None, timing: Timing, lock: writer.OutputLock) -> dict[str, Any]:  # fmt: skip
+    """Prepare the output, run an engine, publish; on failure, keep or remove what it wrote."""
+    output_dir = job.output_dir
     staging = writer.prepare_output(output_dir, overwrite, keep_staging=resume)
     done = load_done(job, staging) if resume else {}
     if done:
@@ -255,6 +267,7 @@ def convert(
         return finalize(job, staging, outcomes, timing, emit, engine=engine)
     except KeyboardInterrupt:
         if engine != "local":  # Beam runners retry work themselves; there is nothing to resume
+            lock.release()
             _cleanup(staging, output_dir)
             raise
         prune(staging, set(journal.done))  # keep finished shards for --resume, drop partial ones
@@ -263,6 +276,7 @@ def convert(
         prune(staging, set(journal.done))
         raise
     except BaseException as e:
+        lock.release()  # before _cleanup, which removes the output directory if it is empty
         _cleanup(staging, output_dir)
         if isinstance(e, OSError) or type(e).__module__.startswith("tensorflow"):  # the disk, not the data
             raise DataError(f"writing the dataset in {output_dir} failed: {_describe_io(e)}; {_space_note(job)}") from None

@@ -31,6 +31,7 @@ from img2tfrecord.tf_import import tensorflow
 
 TARGET_SHARD_BYTES = 200 * 1024 * 1024  # ceil(total / 200 MiB) shards -> each in (100, 200] MiB
 STAGING_DIR = ".img2tfrecord-staging"
+LOCK_NAME = ".img2tfrecord.lock"  # held (flock) by the run writing into an output directory
 COMPRESSIONS = {None: "", "gzip": "GZIP", "zlib": "ZLIB"}
 RECORD_OVERHEAD = 16  # uint64 length + uint32 crc + uint32 crc (record_writer.h)
 WRITEBACK_BYTES = 16 * 1024 * 1024  # with writeback on, ask the kernel to flush every this many bytes
@@ -358,9 +359,53 @@ def check_output(output_dir: str, overwrite: bool) -> None:
     if fs.exists(output_dir) and not fs.isdir(output_dir):
         raise UsageError(f"output {output_dir} exists and is not a directory")
     if fs.isdir(output_dir):
-        existing = [n for n in fs.listdir(output_dir) if n != STAGING_DIR]
+        existing = [n for n in fs.listdir(output_dir) if n not in (STAGING_DIR, LOCK_NAME)]
         if existing and not overwrite:
             raise UsageError(f"output {output_dir} is not empty ({len(existing)} entries): choose another folder or add --overwrite")
+
+
+class OutputLock:
+    """One run at a time per output directory: a second run would empty the first one's staging
+    folder (or, with --resume, write the same shard files). An advisory flock on a hidden file,
+    released by the kernel if the run dies; nothing on object stores (no locks there)."""
+
+    def __init__(self, output_dir: str) -> None:
+        self.path = fs.join(output_dir, LOCK_NAME)
+        self.output_dir = output_dir
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        if fs.is_remote(self.output_dir):
+            return
+        try:
+            import fcntl
+        except ImportError:  # not POSIX
+            return
+        try:
+            os.makedirs(self.output_dir, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise UsageError(f"cannot create output {self.output_dir}: {e.strerror or e}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
+            os.close(fd)
+            raise UsageError(
+                f"another img2tfrecord run (pid {holder}) is writing to {self.output_dir}: wait for it, or stop it and add --resume"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            try:
+                os.remove(self.path)
+            except OSError:
+                pass
+            os.close(self._fd)
+            self._fd = None
 
 
 def prepare_output(output_dir: str, overwrite: bool, keep_staging: bool = False) -> str:
