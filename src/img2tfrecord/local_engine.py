@@ -106,8 +106,8 @@ def run_local(
     finally:
         if pool is not None:
             pool.stop()
-        tf_thread.join()  # until it is done, fd 2 is silenced: an error message would be lost
-        _drain(closer)  # finished shards must be durable (and journaled) before any cleanup
+        _drain(closer, tf_thread)  # finished shards durable (and journaled) before any cleanup; and
+        # the import over, since until then fd 2 is silenced and an error message would be lost
     for f in closing:
         f.result()  # re-raises a failed fsync (disk full, I/O error)
     return [journal.done[shard.name] for shard in job.plan]
@@ -460,12 +460,14 @@ def _digest_files(paths: list[str]) -> list[str | None]:
     return [encoder.digest_file(p) for p in paths]
 
 
-def _drain(executor: ThreadPoolExecutor) -> None:
-    """Wait for the executor's queued work even if Ctrl-C/SIGTERM arrives meanwhile (then re-raise).
+def _drain(executor: ThreadPoolExecutor, thread: threading.Thread) -> None:
+    """Wait for the executor's queued work and for `thread`, even if Ctrl-C/SIGTERM arrives
+    meanwhile (then re-raise).
 
     It waits on a sentinel future (one thread, FIFO: when it is done, so is all earlier work),
     not on Thread.join: a join interrupted by KeyboardInterrupt can report a running thread as
-    finished on Python < 3.13, which would let cleanup race the last shard's close.
+    finished on Python < 3.13, which would let cleanup race the last shard's close. (`thread`, the
+    TensorFlow import, is joined: a misreport there could at worst lose a message.)
     """
     interrupted = False
     sentinel = executor.submit(lambda: None)
@@ -476,5 +478,10 @@ def _drain(executor: ThreadPoolExecutor) -> None:
         except KeyboardInterrupt:
             interrupted = True
     executor.shutdown(wait=False)
+    while thread.is_alive():
+        try:
+            thread.join(0.1)
+        except KeyboardInterrupt:
+            interrupted = True
     if interrupted:
         raise KeyboardInterrupt
