@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import itertools
 import json
 import logging
 import os
@@ -275,9 +274,7 @@ class WriteShardFn(_DoFn):  # type: ignore[misc, valid-type]
         shard = shard_from_json(fs.read_range(self.plan_path, offset, length))
         tf_thread = getattr(self, "_tf_thread", None)
         stream = encoder.encode_shard(shard.tasks, self.opts, tf_thread.is_alive if tf_thread else None, PREFETCH_BYTES)
-        first = next(stream, None)  # encodes ahead while TensorFlow (needed to write) still imports
-        tensorflow()  # joins the import, or raises its error here
-        stream = itertools.chain([first] if first is not None else [], stream)
+        tensorflow()  # joins the import (needed to write), or raises its error here
         outcome = writer.write_shard(
             shard, stream, self.staging, compression=self.compression, index=self.index, strict=False, no_digests=self.no_digests,
             checksum=self.checksum,

@@ -15,6 +15,7 @@ Anything wrong with a file raises `SkipImage` with a short, human reason.
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import warnings
 from collections.abc import Callable, Container, Iterable, Iterator
@@ -351,10 +352,10 @@ DROPPED = "dropped"  # Result.kind of a duplicate left out by --dedupe drop (nev
 
 def encode_shard(tasks: Iterable[Task], opts: EncodeOptions, warming: Callable[[], bool] | None = None,
                  hold_bytes: int = 64 * 1024 * 1024, drop: Container[str] = ()) -> Iterator[Result]:
-    """Encode `tasks` in order; tasks whose rel path is in `drop` are not read at all.
+    """Encode `tasks` in order, lazily; tasks whose rel path is in `drop` are not read at all.
 
-    While `warming()` is true (TensorFlow still importing in the background), encode ahead and
-    hold up to `hold_bytes` of results, so the import overlaps useful work.
+    Before returning, while `warming()` is true (TensorFlow still importing in the background),
+    it encodes ahead and holds up to `hold_bytes` of results, so the import overlaps useful work.
     """
     results = (Result(DROPPED, None, "", size=t[5]) if t[1] in drop else encode_task(t, opts) for t in tasks)
     head: list[Result] = []
@@ -365,9 +366,7 @@ def encode_shard(tasks: Iterable[Task], opts: EncodeOptions, warming: Callable[[
             break
         head.append(r)
         held += len(r.payload or b"") + 256
-    yield from head
-    head.clear()
-    yield from results
+    return itertools.chain(head, results)
 
 
 def digest_file(path: str) -> str | None:

@@ -11,9 +11,9 @@ import hashlib
 import os
 import posixpath
 import shutil
+from typing import Any
 
 import xxhash
-from typing import Any
 
 from img2tfrecord.tf_import import tensorflow
 

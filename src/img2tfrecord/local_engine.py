@@ -122,11 +122,10 @@ def worker_count(requested: int | None, shards: int, images: int) -> int:
 
 
 def _finish(outcome: ShardOutcome, journal: Journal, durable: bool) -> None:
-    """A shard is done when it is on disk for good: fsync it (and its index), then journal it."""
+    """A shard is done when it is on disk for good: fsync it, then journal it. (Its index is
+    already durable: `fs.write_text` fsyncs.)"""
     if durable:
         fs.fsync(fs.join(journal.staging, outcome.info.file))
-    if durable and outcome.info.index:
-        fs.fsync(fs.join(journal.staging, outcome.info.index))
     journal.record(outcome)
 
 
@@ -140,10 +139,8 @@ def _write(shard: ShardTask, cfg: WorkerConfig, drop: Mapping[str, tuple[str, st
     and 9% slower).
     """
     batch = _Batcher(on_progress)
-    results = encoder.encode_shard(shard.tasks, cfg.opts, warming, PREFETCH_BYTES if warming else 0, drop=drop)
-    first = next(results, None)  # encoding starts (and runs ahead) while TensorFlow may still import
-    tensorflow()
-    stream = results if first is None else _prepend(first, results)
+    stream = encoder.encode_shard(shard.tasks, cfg.opts, warming, PREFETCH_BYTES if warming else 0, drop=drop)
+    tensorflow()  # joins the import
     outcome = writer.write_shard(
         shard, stream, cfg.staging, compression=cfg.compression, index=cfg.index, strict=cfg.strict,
         on_skip=on_skip, on_image=batch.add, drop=drop, no_digests=cfg.no_digests, durable=False,
@@ -151,11 +148,6 @@ def _write(shard: ShardTask, cfg: WorkerConfig, drop: Mapping[str, tuple[str, st
     )  # fmt: skip
     batch.flush()
     return outcome
-
-
-def _prepend(first: encoder.Result, rest: Any) -> Any:
-    yield first
-    yield from rest
 
 
 class _Batcher:

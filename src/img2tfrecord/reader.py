@@ -15,7 +15,7 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 import google_crc32c
 from google.protobuf.message import DecodeError
@@ -94,6 +94,12 @@ def check_framing(path: str | os.PathLike[str]) -> int:
     the file cannot hold (which makes TensorFlow allocate that length, or crash the process).
     Data CRCs are not checked: that needs every byte (`inspect --verify`).
     """
+    return sum(1 for _ in record_spans(path))
+
+
+def record_spans(path: str | os.PathLike[str]) -> Iterator[tuple[int, int]]:
+    """(offset, framed size) of every record of an uncompressed TFRecord file, from its headers
+    alone; raises DataError like `check_framing`."""
     with open(path, "rb", buffering=0) as f:
         size = os.fstat(f.fileno()).st_size
         index = offset = 0
@@ -110,9 +116,9 @@ def check_framing(path: str | os.PathLike[str]) -> int:
                     except DataError as de:
                         msg = str(de).removeprefix(f"{path}: ")
                 raise DataError(f"{path}: record {index} at byte {offset:,}: {msg}") from None
+            yield offset, HEADER_BYTES + length + FOOTER_BYTES
             offset += HEADER_BYTES + length + FOOTER_BYTES
             index += 1
-    return index
 
 
 _MAGIC_NAMES: list[tuple[bytes, str]] = [

@@ -3,8 +3,9 @@
 Every shard that closes (fsync'd, checksummed) is recorded in ``<staging>/journal.jsonl``: a first
 line with a fingerprint of the job (options, classes and the exact shard plan: which files, their
 sizes, in which shard), then one line per finished shard, appended (so recording a shard costs
-the same for the first and the ten-thousandth; a line cut short by a crash is ignored). ``--resume`` reuses the shards whose bytes still match the recorded
-checksum and converts only the rest, so the result is byte-identical to an uninterrupted run; a
+the same for the first and the ten-thousandth; a line cut short by a crash is ignored).
+``--resume`` reuses the shards whose bytes still match the recorded checksum and converts only
+the rest, so the result is byte-identical to an uninterrupted run; a
 different fingerprint (input or options changed) is refused rather than silently mixed.
 """
 

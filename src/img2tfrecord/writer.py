@@ -16,7 +16,6 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import struct
 from array import array
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -25,7 +24,7 @@ from typing import Any, BinaryIO
 from img2tfrecord import fs
 from img2tfrecord.encoder import DROPPED, Result, Task, to_record
 from img2tfrecord.errors import DataError, UsageError
-from img2tfrecord.reader import SHARD_RE
+from img2tfrecord.reader import SHARD_RE, record_spans
 from img2tfrecord.schema import utf8_text
 from img2tfrecord.tf_import import tensorflow
 
@@ -166,7 +165,7 @@ class ShardWriter:
         return seal(self.path, self.info, self._sizes, self.index, durable, self.checksum)
 
 
-def seal(path: str, info: ShardInfo, sizes: Iterable[int], index: bool, durable: bool = True, checksum: str = "none") -> ShardInfo:
+def seal(path: str, info: ShardInfo, sizes: Iterable[int], index: bool, durable: bool, checksum: str) -> ShardInfo:
     """Fill in a finished shard's size and checksum and write its DALI index (offset, size per record)."""
     if durable:
         fs.fsync(path)
@@ -303,28 +302,12 @@ def _recut_tf(staging: str, infos: list[ShardInfo], bounds: list[tuple[int, int]
     return [sw.close(durable) for sw in new]
 
 
-def record_sizes(path: str) -> list[int]:
-    """Framed size of every record of an uncompressed TFRecord file, from the length headers only."""
-    sizes = []
-    with open(path, "rb") as f:
-        end = os.fstat(f.fileno()).st_size
-        pos = 0
-        while pos < end:
-            f.seek(pos)
-            (length,) = struct.unpack("<Q", f.read(8))
-            sizes.append(length + RECORD_OVERHEAD)
-            pos += sizes[-1]
-    return sizes
-
-
 def _recut_bytes(staging: str, infos: list[ShardInfo], bounds: list[tuple[int, int]], compression: str | None, index: bool, checksum: str,
                  durable: bool) -> list[ShardInfo]:  # fmt: skip
     spans = []  # (old file, offset, framed size) of every record, in order
     for info in infos:
-        path, pos = fs.join(staging, info.file), 0
-        for size in record_sizes(path):
-            spans.append((path, pos, size))
-            pos += size
+        path = fs.join(staging, info.file)
+        spans += [(path, offset, size) for offset, size in record_spans(path)]
     new = []
     for info, (a, b) in zip(infos, bounds):
         out = ShardInfo(info.file, records=b - a)
