@@ -176,7 +176,7 @@ def test_jpeg_resize_channels_and_exif_orientation(cli, tmp_path):
     assert (tall["height"], tall["width"]) == (40, 20)
     assert rot["format"] == b"JPEG" and decode(rot).shape == (40, 20, 1)
     keep = cli("convert", tmp_path / "in", tmp_path / "keep")  # keeps the bytes: the rotation is the reader's job
-    assert keep.exit_code == 0 and "1 JPEG(s) carry an EXIF rotation" in keep.output
+    assert keep.exit_code == 0 and "1 image(s) carry an EXIF rotation" in keep.output
     kept = {r["filename"]: r for r in read_records(tmp_path / "keep")}[b"a/rotated.jpg"]
     assert (kept["height"], kept["width"]) == (40, 80)  # the stored pixels, as tf.io.decode_jpeg gives them
     assert "EXIF" not in cli("convert", tmp_path / "in", tmp_path / "k2", "--encoding", "jpeg").output

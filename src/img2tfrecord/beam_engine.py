@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from img2tfrecord import encoder, fs, writer
+from img2tfrecord import cstderr, encoder, fs, writer
 from img2tfrecord.encoder import EncodeOptions
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.tf_import import tensorflow
@@ -266,6 +266,8 @@ class WriteShardFn(_DoFn):  # type: ignore[misc, valid-type]
     def setup(self) -> None:
         """Quiet the worker's logging; import TensorFlow (~3 s, once per worker) in the background."""
         _quiet_loggers()
+        if not cstderr.installed():  # a worker process (in-process runners run under convert's)
+            cstderr.install()
         self._tf_thread = threading.Thread(target=tensorflow, name="import-tensorflow", daemon=True)
         self._tf_thread.start()
 

@@ -1,15 +1,25 @@
 """Per-image work: probe, validate, transcode if needed, and serialize one Example.
 
 This is the hot path (it runs once per image, in the process that then writes the record), so it
-reads each file once and decodes no more than it must:
+reads each file once and decodes no more than it must. What is stored is decided by what
+TensorFlow's decoder makes of the bytes, not by what Pillow says the image is
+(`imageformat` holds those rules; tests/test_conformance.py checks them against TensorFlow):
 
-* keep mode + validation: the header gives height/width/channels; JPEGs are validated with a
-  1/8-scale DCT decode (libjpeg still entropy-decodes the whole stream, so truncation and corrupt
-  scans raise) and PNG/BMP with a full decode (zlib must inflate everything anyway);
-* keep mode, --no-validate: header only (JPEG markers parsed here, ~5 us; other formats by Pillow);
-* re-encoding: JPEGs are decoded at the smallest DCT scale that still covers the target size.
+* JPEG, keep mode: the markers give height/width/channels (~5 us); with validation the scan is
+  entropy-decoded at 1/8 scale by libjpeg-turbo in strict mode (simplejpeg), so a corrupt scan
+  that libjpeg would silently fill with grey (an EOI/RST marker or garbage mid-stream), which
+  Pillow and TensorFlow only warn about, is a skip;
+* PNG and 24-bit BMP, keep mode: the header gives the shape TensorFlow decodes to (a tRNS colour
+  key on grey/RGB adds no channel); with validation TensorFlow's own decoder must return exactly
+  that shape, or the image is re-encoded from Pillow's decode (TensorFlow rejects some PNGs that
+  Pillow reads, e.g. a bad IDAT CRC);
+* everything else, and every image in the re-encoding modes, is decoded (first frame), turned
+  upright (EXIF or TIFF orientation), brought to one of L, LA, RGB, RGBA or 16-bit grey without
+  loss, and encoded. 16-bit stays 16-bit in PNG; pixel values that fit no format TensorFlow
+  decodes (float, 32-bit integers beyond 16 bits) are skipped with that reason.
 
-Anything wrong with a file raises `SkipImage` with a short, human reason.
+Anything wrong with a file raises `SkipImage` with a short, true reason: the format found from
+its magic bytes, the decoder's error, and what the C libraries printed (see `cstderr`).
 """
 
 from __future__ import annotations
@@ -22,10 +32,14 @@ from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import simplejpeg
 import xxhash
-from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
+from PIL import BmpImagePlugin, GifImagePlugin, Image, ImageFile, ImageOps, PngImagePlugin, TiffImagePlugin, UnidentifiedImageError, WebPImagePlugin
 
+from img2tfrecord import cstderr
+from img2tfrecord.imageformat import describe_unknown, jpeg_frame_problem, png_header, sniff, tf_error_message, tf_png_channels
 from img2tfrecord.schema import DEFAULT_MAX_PIXELS, FORMAT_RAW, serialize_example, utf8_text
+from img2tfrecord.tf_import import tensorflow
 
 # We enforce our own --max-pixels before decoding; Pillow's global limit would raise at open().
 Image.MAX_IMAGE_PIXELS = None
@@ -35,7 +49,15 @@ warnings.filterwarnings("ignore", module="PIL")
 ENCODINGS = ("keep", "jpeg", "png", "raw")
 CHANNEL_CHOICES = ("keep", "1", "3")
 
-_MODE_CHANNELS = {"1": 1, "L": 1, "I;16": 1, "I;16B": 1, "I;16L": 1, "I": 1, "F": 1, "LA": 2, "RGB": 3, "RGBA": 4}
+# Modes an image is brought to before encoding, and their channels / bits per sample.
+STORED_MODES = {"L": (1, 8), "LA": (2, 8), "RGB": (3, 8), "RGBA": (4, 8), "I;16": (1, 16)}
+_SIXTEEN = ("I;16", "I;16L", "I;16B", "I;16N")
+_PLUGINS = {"TIFF (II*)": TiffImagePlugin.TiffImageFile, "TIFF (MM*)": TiffImagePlugin.TiffImageFile,
+            "PNG": PngImagePlugin.PngImageFile, "GIF": GifImagePlugin.GifImageFile,
+            "BMP": BmpImagePlugin.BmpImageFile, "WebP": WebPImagePlugin.WebPImageFile}  # fmt: skip
+_TRANSPOSE = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180, 4: Image.Transpose.FLIP_TOP_BOTTOM,
+              5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
+              8: Image.Transpose.ROTATE_90}  # fmt: skip  (EXIF orientation -> what makes it upright)
 
 
 class SkipImage(Exception):
@@ -76,33 +98,67 @@ class Result(NamedTuple):
     orientation_ignored: bool = False  # keep mode left an EXIF rotation to the reader
     size: int = 0  # bytes read
     digest: str = ""  # xxh3-128 of the file's bytes: finds byte-identical duplicates
+    depth: int = 8  # bits per sample of the stored pixels: 16 only for 16-bit PNGs
 
 
 def encode_image(path: str, opts: EncodeOptions) -> Result:
-    """Read and check one file; return how to store it, or raise SkipImage."""
+    """Read and check one file; return how to store it, or raise SkipImage (with what the C
+    decoders printed about it, if anything)."""
     data = _read(path)
-    if not opts.validate and not opts.reencodes and (probed := probe_jpeg(data)) is not None:
-        height, width, channels, orient = probed  # --no-validate: the header is all we need
-        _check_pixels(width, height, opts)
-        return Result("keep", data, "JPEG", height, width, channels, None, orient, len(data), _digest(data))
-    im = _open(data)
+    kind = sniff(data)
+    cstderr.take()  # chatter from before this image is not about it
+    try:
+        result = _encode(data, kind, opts)
+    except SkipImage as e:
+        said = cstderr.take()
+        raise SkipImage(f"{e} [decoder: {said[:300]}]" if said else str(e)) from None
+    said = cstderr.take()
+    if said and any("warning" not in line.lower() for line in said.split("; ")):
+        # A C decoder reported an error but let the image through (libtiff's Fax4Decode "Bad code
+        # word" does): its pixels are garbage from that point. Warnings alone are not our business.
+        raise SkipImage(f"{kind or result.fmt}: corrupt data: {said[:300]}")
+    return result
+
+
+def _encode(data: bytes, kind: str | None, opts: EncodeOptions) -> Result:
+    jpeg = None
+    if kind == "JPEG":
+        if problem := jpeg_frame_problem(data):
+            raise SkipImage(problem)
+        jpeg = probe_jpeg(data)  # None: CMYK/YCCK, or markers we leave to Pillow
+        if jpeg is not None:
+            _check_pixels(jpeg.width, jpeg.height, opts)
+            if opts.reencodes:  # decoded by libjpeg-turbo directly (strict when validating): no Pillow open
+                try:
+                    payload, out_fmt, (h, w, c), depth = _transcode(None, "JPEG", opts, jpeg, data)
+                except ValueError as e:
+                    raise SkipImage(f"JPEG: corrupt or truncated: {_describe(e)}") from None
+                return Result("encoded", payload, out_fmt, h, w, c, None, False, len(data), _digest(data), depth)
+            if opts.validate:
+                _check_jpeg_scan(data)
+            return Result("keep", data, "JPEG", jpeg.height, jpeg.width, jpeg.channels, None, jpeg.orientation not in (1, None),
+                          len(data), _digest(data))  # fmt: skip
+    im = _open(data, kind)
     fmt = im.format or "unknown"
+    label = kind or fmt
     width, height = im.size
     _check_pixels(width, height, opts)
+    transcoded = None
     try:
+        if fmt in ("JPEG", "MPO") and jpeg is None and opts.validate:
+            _check_jpeg_scan(data)  # CMYK/YCCK: Pillow would decode a corrupt scan silently
         if not opts.reencodes:
             kept = _keep(im, data, fmt, opts.validate)
-            if kept is not None:
-                out_fmt, channels, orient = kept
-                return Result("keep", data, out_fmt, height, width, channels, None, orient, len(data), _digest(data))
-        payload, out_fmt, (h, w, c) = _transcode(im, fmt, opts)
+            if isinstance(kept, Result):
+                return kept._replace(size=len(data), digest=_digest(data))
+            source = "CMYK JPEG" if fmt in ("JPEG", "MPO") and im.mode == "CMYK" else fmt
+            transcoded = kept or f"{source}->{'JPEG' if fmt in ('JPEG', 'MPO') else 'PNG'}"
+        payload, out_fmt, (h, w, c), depth = _transcode(im, fmt, opts, None, data)
     except SkipImage:
         raise
     except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError, EOFError, struct.error...
-        raise SkipImage(f"corrupt or truncated {fmt} image: {_describe(e)}") from None
-    source = "CMYK JPEG" if fmt in ("JPEG", "MPO") and im.mode == "CMYK" else fmt
-    transcoded = None if opts.reencodes else f"{source}->{out_fmt}"
-    return Result("encoded", payload, out_fmt, h, w, c, transcoded, False, len(data), _digest(data))
+        raise SkipImage(f"{label}: corrupt or truncated: {_describe(e)}") from None
+    return Result("encoded", payload, out_fmt, h, w, c, transcoded, False, len(data), _digest(data), depth)
 
 
 def _check_pixels(width: int, height: int, opts: EncodeOptions) -> None:
@@ -113,11 +169,32 @@ def _check_pixels(width: int, height: int, opts: EncodeOptions) -> None:
         )
 
 
+def _check_jpeg_scan(data: bytes) -> None:
+    """Entropy-decode the whole scan at 1/8 scale, failing on what libjpeg only warns about.
+
+    libjpeg recovers from a damaged scan (a marker or garbage in the middle, a truncated file)
+    by filling the rest with grey and printing "Corrupt JPEG data: ..."; Pillow and TensorFlow
+    go on with those pixels. simplejpeg's strict mode turns that warning into an error, at the
+    cost of a 1/8-scale decode (~1 ms for an ImageNet JPEG, less than Pillow's draft decode).
+    """
+    try:
+        simplejpeg.decode_jpeg(data, colorspace="GRAY", fastdct=True, fastupsample=True, min_height=1, min_width=1, strict=True)
+    except ValueError as e:
+        raise SkipImage(f"JPEG: corrupt or truncated: {_describe(e)}") from None
+
+
+class JpegFrame(NamedTuple):
+    height: int
+    width: int
+    channels: int
+    orientation: int | None  # EXIF orientation, None without one
+
+
 _SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # frame headers (not DHT, JPG, DAC)
 
 
-def probe_jpeg(data: bytes) -> tuple[int, int, int, bool] | None:
-    """(height, width, channels, EXIF rotation) of an 8-bit gray or colour JPEG, from its markers.
+def probe_jpeg(data: bytes) -> JpegFrame | None:
+    """Shape and EXIF orientation of an 8-bit gray or colour JPEG, from its markers.
 
     What Pillow's `Image.open` finds, at ~5 us instead of ~100 us: it walks the segments up to the
     frame header without reading tables. Anything unusual (CMYK, 12-bit, a height defined later
@@ -139,14 +216,15 @@ def probe_jpeg(data: bytes) -> tuple[int, int, int, bool] | None:
         if marker in _SOF_MARKERS:
             if length < 8 or pos + 10 > end:
                 return None
-            precision, height, width, channels = data[pos + 4], (data[pos + 5] << 8) | data[pos + 6], (data[pos + 7] << 8) | data[pos + 8], data[pos + 9]
+            precision, channels = data[pos + 4], data[pos + 9]
+            height, width = (data[pos + 5] << 8) | data[pos + 6], (data[pos + 7] << 8) | data[pos + 8]
             if precision != 8 or channels not in (1, 3) or not height or not width:
                 return None
             try:
-                orient = exif is not None and _exif_orientation(exif) not in (1, None)
+                orient = _exif_orientation(exif) if exif is not None else None
             except Exception:
                 return None
-            return height, width, channels, orient
+            return JpegFrame(height, width, channels, orient)
         if marker == 0xE1 and exif is None and data.startswith(b"Exif\0\0", pos + 4):
             exif = data[pos + 4 : pos + 2 + length]
         pos += 2 + length
@@ -207,15 +285,27 @@ def _read(path: str) -> bytes:
     return data
 
 
-def _open(data: bytes) -> Image.Image:
+def _open(data: bytes, kind: str | None) -> Image.Image:
+    """Pillow's view of the file; a file it cannot read is named by its magic bytes and the
+    error of that format's own reader (Pillow's "cannot identify image file" says neither)."""
     try:
         return Image.open(io.BytesIO(data))
     except UnidentifiedImageError:
-        head = data[:16]
-        kind = "text/HTML" if head.lstrip()[:1] in (b"<", b"{") or head.isascii() else "unknown data"
-        raise SkipImage(f"not an image: content is {kind} (starts with {head[:8].hex(' ')})") from None
+        pass
     except Exception as e:
-        raise SkipImage(f"unreadable image header: {_describe(e)}") from None
+        raise SkipImage(f"{kind or 'image'}: unreadable header: {_describe(e)}") from None
+    if kind is None:
+        raise SkipImage(describe_unknown(data))
+    plugin = _PLUGINS.get(kind)
+    why = "not supported"
+    if plugin is not None:
+        try:
+            plugin(io.BytesIO(data))
+        except Exception as e:
+            why = _describe(e)
+    elif kind == "JPEG":
+        why = "no frame header Pillow can read"
+    raise SkipImage(f"{kind}: cannot read header: {why}")
 
 
 def _describe(e: BaseException) -> str:
@@ -223,71 +313,103 @@ def _describe(e: BaseException) -> str:
     return msg if len(msg) < 200 else msg[:197] + "..."
 
 
-def _png_channels(im: Image.Image) -> int | None:
-    """Channels tf.io.decode_png gives: palette expands to RGB(A); tRNS adds alpha; 1-16 bit gray is 1."""
-    trns = "transparency" in im.info
-    if im.mode in ("P", "PA"):
-        return 4 if trns or im.mode == "PA" else 3
-    base = _MODE_CHANNELS.get(im.mode)
-    if base is None:
-        return None
-    return base + 1 if trns and base in (1, 3) else base
+def _keep(im: Image.Image, data: bytes, fmt: str, validate: bool) -> Result | str | None:
+    """A Result when the file's own bytes can be stored; else None (transcode), or a
+    "PNG->PNG"-style label when TensorFlow's decoder refuses bytes Pillow reads.
 
-
-def _keep(im: Image.Image, data: bytes, fmt: str, validate: bool) -> tuple[str, int, bool] | None:
-    """(format, channels, orientation_ignored) when the original bytes can be stored; None to transcode."""
-    if fmt in ("JPEG", "MPO") and im.mode in ("L", "RGB"):
-        orient = "exif" in im.info and im.getexif().get(0x0112, 1) not in (1, None)  # APP1 parsed at open
-        if validate:
-            w, h = im.size
-            im.draft(im.mode, (max(1, w // 8), max(1, h // 8)))
-            im.load()
-        return "JPEG", 1 if im.mode == "L" else 3, orient
-    if fmt == "PNG" and (channels := _png_channels(im)) is not None:
-        if validate:
-            im.load()
-        return "PNG", channels, False
+    The declared shape is what TensorFlow decodes the bytes to (see `imageformat`), and with
+    validation TensorFlow's own decoder must agree.
+    """
+    w, h = im.size
+    if fmt == "PNG" and (hdr := png_header(data)) is not None and (channels := tf_png_channels(hdr)) is not None:
+        depth = 16 if hdr.bit_depth == 16 else 8
+        if validate and _tf_shape(data, depth) != (h, w, channels):
+            im.load()  # Pillow must read it all, or it is not an image worth keeping
+            return "PNG->PNG"
+        orient = hdr.has_exif and im.getexif().get(0x0112, 1) not in (1, None)
+        return Result("keep", data, "PNG", h, w, channels, None, orient, depth=depth)
     if fmt == "BMP" and im.mode == "RGB" and im.tile and im.tile[0][0] == "raw" and im.tile[0][3][0] == "BGR":
-        if validate:  # uncompressed 24-bit: what tf.io.decode_bmp reads
+        if validate and _tf_shape(data, 8) != (h, w, 3):  # uncompressed 24-bit: what tf.io.decode_bmp reads
             im.load()
-        return "BMP", 3, False
+            return "BMP->PNG"
+        return Result("keep", data, "BMP", h, w, 3)
     return None
 
 
-def _to_8bit(im: Image.Image) -> Image.Image:
+def _tf_shape(data: bytes, depth: int) -> tuple[int, ...] | str:
+    """What `tf.io.decode_image` returns for these bytes: its shape, or its error message."""
+    tf = tensorflow()
+    try:
+        dtype = tf.uint16 if depth == 16 else tf.uint8
+        return tuple(tf.io.decode_image(data, channels=0, dtype=dtype, expand_animations=False).shape)
+    except (tf.errors.OpError, ValueError) as e:
+        return tf_error_message(e)
+
+
+def _eight_bit(arr) -> Image.Image:  # type: ignore[no-untyped-def]
+    """16-bit grey to 8 bits the way TensorFlow's `convert_image_dtype` does (v >> 8)."""
     import numpy as np  # only for 16-bit and float images; the main process never needs numpy (~16 MB)
 
+    return Image.fromarray((np.asarray(arr, dtype=np.uint16) >> 8).astype(np.uint8), "L")
+
+
+def _sixteen_bit(im: Image.Image) -> Image.Image:
+    """A 16-bit grey, 32-bit integer or float image as 16-bit grey, if that loses nothing."""
+    import numpy as np
+
     arr = np.asarray(im)
-    if im.mode.startswith("I;16"):
-        arr = arr >> 8
-    return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "L")
+    if im.mode in _SIXTEEN:
+        return Image.fromarray(arr.astype(np.uint16), "I;16")
+    if not arr.size:
+        raise SkipImage("image has no pixels")
+    lo, hi = arr.min(), arr.max()
+    if im.mode == "F" and not np.array_equal(arr, np.round(arr)):
+        raise SkipImage(f"floating-point pixels ({lo:g}..{hi:g}): no lossless format TensorFlow decodes; convert them to 8- or 16-bit integers first")
+    if lo < 0 or hi > 65535:
+        kind = "floating-point" if im.mode == "F" else "32-bit integer"
+        raise SkipImage(f"{kind} pixel values {lo:g}..{hi:g} do not fit 16 bits (PNG, the deepest format TensorFlow decodes, holds 0..65535)")
+    return Image.fromarray(arr.astype(np.uint16), "I;16")
 
 
-def _normalize_mode(im: Image.Image, opts: EncodeOptions, target: str) -> Image.Image:
-    """Bring any Pillow mode to one we can store: L, LA, RGB, RGBA (or 16-bit gray in PNG)."""
-    if opts.channels == "1":
-        return _to_8bit(im) if im.mode.startswith("I") or im.mode == "F" else im.convert("L")
-    if opts.channels == "3":
-        return im.convert("RGB")
-    mode = im.mode
+def _resize16(im: Image.Image, size: tuple[int, int], resample: Image.Resampling) -> Image.Image:
+    """Resize 16-bit grey in 32-bit integers (bicubic overshoots: clipped back to 0..65535)."""
+    import numpy as np
+
+    arr = np.asarray(im.convert("I").resize(size, resample))
+    return Image.fromarray(np.clip(arr, 0, 65535).astype(np.uint16), "I;16")
+
+
+def _lossless(im: Image.Image) -> Image.Image:
+    """Pillow's decode in one of STORED_MODES without losing anything: palette expanded (to RGBA
+    when it has transparency), 1-bit to 0/255 grey, a colour key to an alpha channel (16-bit grey
+    keeps 16 bits and drops its key, as TensorFlow does), CMYK/YCbCr/LAB/HSV to RGB."""
+    mode, trns = im.mode, "transparency" in im.info
+    if mode in _SIXTEEN or mode in ("I", "F"):
+        return _sixteen_bit(im)
     if mode in ("P", "PA"):
-        im = im.convert("RGBA" if "transparency" in im.info or mode == "PA" else "RGB")
-    elif mode == "1":
-        im = im.convert("L")
-    elif mode in ("La", "LA") or (mode == "L" and "transparency" in im.info):
-        im = im.convert("LA")
-    elif mode in ("RGBa", "RGBA") or (mode == "RGB" and "transparency" in im.info):
-        im = im.convert("RGBA")
-    elif mode.startswith("I;16") and target == "PNG":
-        im = im if mode == "I;16" else im.convert("I;16")
-    elif mode.startswith("I") or mode == "F":
-        im = _to_8bit(im)
-    elif mode not in ("L", "RGB"):  # CMYK, YCbCr, LAB, HSV
-        im = im.convert("RGB")
-    if target == "JPEG" and im.mode in ("LA", "RGBA"):  # JPEG has no alpha channel
+        return im.convert("RGBA" if trns or mode == "PA" else "RGB")
+    if mode == "1":
+        return im.convert("LA" if trns else "L")
+    if mode in ("L", "RGB"):
+        return im.convert(mode + "A" if mode == "L" else "RGBA") if trns else im
+    if mode in ("LA", "RGBA"):
+        return im
+    if mode in ("La", "RGBa"):
+        return im.convert(mode.upper())
+    return im.convert("RGB")
+
+
+def _fit(im: Image.Image, opts: EncodeOptions, target: str) -> Image.Image:
+    """Apply --channels and what the target format can hold (JPEG: no alpha; JPEG/RAW: 8 bits)."""
+    if opts.channels == "1":
+        if im.mode != "I;16":
+            im = im.convert("L")
+    elif opts.channels == "3":
+        im = (_eight_bit(im) if im.mode == "I;16" else im).convert("RGB")
+    if im.mode == "I;16" and target != "PNG":
+        im = _eight_bit(im)
+    if target == "JPEG" and im.mode in ("LA", "RGBA"):
         im = im.convert(im.mode[:-1])
-    if target == "JPEG" and im.mode.startswith("I;16"):
-        im = _to_8bit(im)
     return im
 
 
@@ -299,39 +421,57 @@ def _target_size(size: tuple[int, int], resize: tuple[int, int] | int) -> tuple[
     return resize
 
 
-def _transcode(im: Image.Image, fmt: str, opts: EncodeOptions) -> tuple[bytes, str, tuple[int, int, int]]:
-    """Decode (first frame), orient, convert, resize and encode. Returns payload, format, (h, w, c)."""
+def _decode_jpeg(data: bytes, frame: JpegFrame, opts: EncodeOptions) -> Image.Image:
+    """An 8-bit grey/colour JPEG's pixels from libjpeg-turbo (the same as Pillow's decode), at
+    the smallest DCT scale still covering the resize target, and upright."""
+    side = 0
+    if opts.resize is not None:
+        side = opts.resize if isinstance(opts.resize, int) else max(opts.resize)
+    arr = simplejpeg.decode_jpeg(data, colorspace="GRAY" if frame.channels == 1 else "RGB", min_height=side, min_width=side,
+                                 strict=opts.validate)  # fmt: skip
+    im = Image.fromarray(arr[:, :, 0] if frame.channels == 1 else arr, "L" if frame.channels == 1 else "RGB")
+    if frame.orientation in _TRANSPOSE:
+        im = im.transpose(_TRANSPOSE[frame.orientation])
+    return im
+
+
+def _transcode(im: Image.Image | None, fmt: str, opts: EncodeOptions, jpeg: JpegFrame | None, data: bytes) -> tuple[bytes, str, tuple[int, int, int], int]:
+    """Decode (first frame), orient, convert, resize and encode. Returns payload, format, (h, w, c), bits.
+
+    `jpeg`: the frame of an 8-bit grey/colour JPEG, decoded by libjpeg-turbo instead of Pillow (`im` unused)."""
     if opts.encoding == "keep":  # keep mode falls back here: lossless PNG, or JPEG q100 for CMYK JPEGs
         target = "JPEG" if fmt in ("JPEG", "MPO") else "PNG"
         quality = 100
     else:
         target, quality = {"jpeg": "JPEG", "png": "PNG", "raw": FORMAT_RAW}[opts.encoding], opts.quality
-    if opts.resize is not None and fmt in ("JPEG", "MPO"):
-        side = opts.resize if isinstance(opts.resize, int) else max(opts.resize)
-        im.draft(im.mode, (side, side))  # decode at the smallest DCT scale still >= the target
-    im.load()  # a freshly opened multi-frame file (GIF, TIFF, WebP) sits on its first frame
-    im = ImageOps.exif_transpose(im)
-    im = _normalize_mode(im, opts, target)
+    if jpeg is not None:
+        im = _decode_jpeg(data, jpeg, opts)
+    else:
+        assert im is not None
+        if opts.resize is not None and fmt in ("JPEG", "MPO"):
+            side = opts.resize if isinstance(opts.resize, int) else max(opts.resize)
+            im.draft(im.mode, (side, side))  # decode at the smallest DCT scale still >= the target
+        im.load()  # a freshly opened multi-frame file (GIF, TIFF, WebP) sits on its first frame
+        im = ImageOps.exif_transpose(im)  # EXIF in JPEG/WebP/PNG, TIFF's own Orientation tag
+    im = _fit(_lossless(im), opts, target)
     if opts.resize is not None:
         size = _target_size(im.size, opts.resize)
         if size != im.size:
             resample = Image.Resampling.BICUBIC
-            if im.mode.startswith("I;16"):
-                im = im.convert("I").resize(size, resample).convert("I;16")
+            if im.mode == "I;16":
+                im = _resize16(im, size, resample)
             else:
                 im = im.resize(size, resample, reducing_gap=3.0)
     w, h = im.size
-    channels = _MODE_CHANNELS[im.mode]
+    channels, depth = STORED_MODES[im.mode]
     if target == FORMAT_RAW:
-        if im.mode.startswith("I;16"):
-            im = _to_8bit(im)
-        return im.tobytes(), FORMAT_RAW, (h, w, channels)
+        return im.tobytes(), FORMAT_RAW, (h, w, channels), depth
     buf = io.BytesIO()
-    if target == "JPEG":
-        im.save(buf, "JPEG", quality=quality)
+    if target == "JPEG":  # keep mode's CMYK->RGB: quality 100 and no chroma subsampling, as close to lossless as JPEG gets
+        im.save(buf, "JPEG", quality=quality, **({"subsampling": 0} if opts.encoding == "keep" else {}))
     else:
         im.save(buf, "PNG")
-    return buf.getvalue(), target, (h, w, channels)
+    return buf.getvalue(), target, (h, w, channels), depth
 
 
 # ---- per task ----

@@ -29,6 +29,7 @@ from typing import Any, BinaryIO, Iterable, Iterator, Sequence
 import google_crc32c
 from google.protobuf.message import DecodeError
 
+from img2tfrecord import cstderr
 from img2tfrecord.fs import CHECKSUMS, hasher
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.reader import (
@@ -1075,6 +1076,7 @@ class _Progress:
             self.bar.close()
 
 
+@cstderr.quieted
 def inspect(
     paths: Sequence[str | os.PathLike[str]],
     *,

@@ -29,7 +29,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from img2tfrecord import encoder, fs, writer
+from img2tfrecord import cstderr, encoder, fs, writer
 from img2tfrecord.dedupe import Deduper
 from img2tfrecord.encoder import EncodeOptions, Task
 from img2tfrecord.errors import WorkerDied
@@ -402,6 +402,7 @@ def _init_worker(cfg: WorkerConfig, events: Any, parent: int) -> None:
     _cfg, _events, _parent = cfg, events, parent
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
+    cstderr.install()  # for good: this process decodes images (libtiff & co. write to fd 2)
     _tf_thread = threading.Thread(target=_import_tf, name="import-tensorflow", daemon=True)
     _tf_thread.start()
 

@@ -26,6 +26,7 @@ def build_manifest(
     transcoded: dict[str, int],
     formats: dict[str, int],
     ignored_files: int,
+    depths: dict[str, int] | None = None,
     engine: str = "local",
     duplicates: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -40,6 +41,10 @@ def build_manifest(
         "skipped": skipped,
         "transcoded": dict(sorted(transcoded.items())),
         "formats": dict(sorted(formats.items())),
+        # Bits per sample of the stored pixels -> records. 16 only for PNGs (16-bit sources stay
+        # 16-bit); "dtype" is what load() decodes to by default: uint16 if any record is 16-bit.
+        "depths": dict(sorted((depths or {}).items(), key=lambda kv: int(kv[0]))),
+        "dtype": "uint16" if (depths or {}).get("16") else "uint8",
         "ignored_files": ignored_files,
         "duplicates": duplicates or {},
     }

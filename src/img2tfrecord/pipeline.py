@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from img2tfrecord import dedupe, encoder, fs, writer
+from img2tfrecord import cstderr, dedupe, encoder, fs, writer
 from img2tfrecord.dedupe import MODES as DEDUPE_MODES
 from img2tfrecord.encoder import EncodeOptions
 from img2tfrecord.errors import DataError, Interrupted, UsageError, WorkerDied
@@ -190,6 +190,7 @@ class Timing:
             self.steady_from, self.images_before, self.bytes_before = time.perf_counter(), images, nbytes
 
 
+@cstderr.quieted
 def convert(
     input_dir: str,
     output_dir: str,
@@ -340,7 +341,7 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
     if job.strict and skipped:  # engines that cannot stop early (Beam) end up here
         first = skipped[0]
         raise DataError(f"--strict: {len(skipped)} unusable image(s), e.g. {first['path']}: {first['reason']}; nothing was published")
-    merged: dict[str, dict[str, int]] = {"formats": {}, "transcoded": {}}
+    merged: dict[str, dict[str, int]] = {"formats": {}, "transcoded": {}, "depths": {}}
     split_info: dict[str, dict[str, Any]] = {}
     classes = [utf8_text(c) for c in job.classes]
     for s in job.split_names:
@@ -352,7 +353,7 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
         for o in mine:
             for c, n in o.class_counts.items():
                 class_counts[c] += n
-            for key in ("formats", "transcoded"):
+            for key in ("formats", "transcoded", "depths"):
                 for k, n in getattr(o, key).items():
                     merged[key][k] = merged[key].get(k, 0) + n
         split_info[s] = {
@@ -372,14 +373,14 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
         emit("warning", line)
     if orient:
         warnings.append(
-            f"{orient} JPEG(s) carry an EXIF rotation that --encoding keep leaves to the reader "
-            "(tf.io.decode_jpeg ignores it); use --encoding jpeg to apply it"
+            f"{orient} image(s) carry an EXIF rotation that --encoding keep leaves to the reader "
+            "(TensorFlow's decoders ignore it); use --encoding jpeg or png to store them upright"
         )
         emit("warning", warnings[-1])
     t_end = time.perf_counter()
     manifest = build_manifest(
         classes=classes, label_offset=job.label_offset, options=job.options, splits=split_info, skipped=skipped,
-        transcoded=merged["transcoded"], formats=merged["formats"], ignored_files=job.ignored_files, engine=engine,
+        transcoded=merged["transcoded"], formats=merged["formats"], depths=merged["depths"], ignored_files=job.ignored_files, engine=engine,
         duplicates=duplicates,
     )  # fmt: skip
     files = [sh["file"] for si in split_info.values() for sh in si["shards"]]

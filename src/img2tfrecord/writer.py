@@ -191,6 +191,7 @@ class ShardOutcome:
     skipped: list[dict[str, str]] = field(default_factory=list)
     formats: dict[str, int] = field(default_factory=dict)
     transcoded: dict[str, int] = field(default_factory=dict)
+    depths: dict[str, int] = field(default_factory=dict)  # bits per sample ("8", "16") -> records
     orientation_ignored: int = 0
     images: int = 0
     bytes_read: int = 0
@@ -251,6 +252,8 @@ def write_shard(
             out.formats[result.fmt] = out.formats.get(result.fmt, 0) + 1
             if result.transcoded:
                 out.transcoded[result.transcoded] = out.transcoded.get(result.transcoded, 0) + 1
+            depth = str(result.depth)
+            out.depths[depth] = out.depths.get(depth, 0) + 1
             out.orientation_ignored += result.orientation_ignored
             reason = ""
         if reason:

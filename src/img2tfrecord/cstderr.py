@@ -1,0 +1,135 @@
+"""Keep C libraries' chatter off the terminal, and hand it to whoever decoded the image.
+
+libtiff, libpng and libjpeg print warnings with ``fprintf(stderr, ...)`` from C
+(``TIFFFetchNormalTag: ... tag is not read``, ``Fax4Decode: Bad code word``): Python's
+``sys.stderr`` never sees them; only file descriptor 2 does. So in every process that decodes
+images, fd 2 is pointed at an unlinked temporary file while Python's own ``sys.stderr`` (our
+messages, the progress bar) keeps writing to the real terminal through a duplicate of the
+original descriptor. After each image the decoder calls `take()`: whatever the C libraries said
+meanwhile becomes part of that file's skip reason (or is dropped when the image was fine).
+
+Worker processes `install()` it for good; the calling process uses `quiet()` for the length of a
+command, which restores both descriptors afterwards. Both nest (and are no-ops when installed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import os
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, TextIO, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_lock = threading.Lock()
+_capture_fd: int | None = None  # the temporary file fd 2 points at
+_saved_fd: int | None = None  # the original fd 2 (a duplicate), restored by `release`
+_saved_stderr: TextIO | None = None  # sys.stderr replaced by one writing to _saved_fd
+_depth = 0
+_MAX_KEEP = 4096  # bytes of chatter kept per image: enough for a reason, bounded for a flood
+
+
+def installed() -> bool:
+    return _capture_fd is not None
+
+
+def install() -> bool:
+    """Point fd 2 at a capture file (idempotent). Returns True if this call installed it."""
+    global _capture_fd, _saved_fd, _saved_stderr, _depth
+    with _lock:
+        _depth += 1
+        if _capture_fd is not None:
+            return False
+        try:
+            fd = os.open(tempfile.gettempdir(), os.O_RDWR | os.O_APPEND | getattr(os, "O_TMPFILE", 0), 0o600)
+        except OSError:  # no O_TMPFILE (not Linux, or a filesystem without it)
+            handle, name = tempfile.mkstemp(prefix="img2tfrecord-stderr-")
+            os.close(handle)
+            fd = os.open(name, os.O_RDWR | os.O_APPEND)
+            os.unlink(name)
+        try:
+            saved = os.dup(2)
+        except OSError:  # no fd 2 at all (daemonised): there is nothing to keep clean
+            os.close(fd)
+            _depth -= 1
+            return False
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            sys.stderr.flush()
+        if _writes_to_fd2(sys.stderr):
+            _saved_stderr = sys.stderr
+            sys.stderr = io.TextIOWrapper(
+                io.FileIO(os.dup(saved), "w"), encoding=getattr(sys.stderr, "encoding", None) or "utf-8",
+                errors="backslashreplace", line_buffering=True, write_through=True,
+            )  # fmt: skip
+        os.dup2(fd, 2)
+        _capture_fd, _saved_fd = fd, saved
+        return True
+
+
+def release() -> None:
+    """Undo one `install` (the outermost restores fd 2 and sys.stderr)."""
+    global _capture_fd, _saved_fd, _saved_stderr, _depth
+    with _lock:
+        _depth = max(0, _depth - 1)
+        if _depth or _capture_fd is None or _saved_fd is None:
+            return
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            sys.stderr.flush()
+        os.dup2(_saved_fd, 2)
+        os.close(_saved_fd)
+        os.close(_capture_fd)
+        if _saved_stderr is not None:
+            replaced, sys.stderr = sys.stderr, _saved_stderr
+            with contextlib.suppress(OSError, ValueError):
+                replaced.close()
+        _capture_fd = _saved_fd = _saved_stderr = None
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """C-level stderr captured for the length of the block (restored afterwards)."""
+    install()
+    try:
+        yield
+    finally:
+        release()
+
+
+def quieted(fn: F) -> F:
+    """Decorator: `fn` runs under `quiet()`."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with quiet():
+            return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def take() -> str:
+    """What C code wrote to fd 2 since the last call (at most ~4 KB, one line per message)."""
+    fd = _capture_fd
+    if fd is None:
+        return ""
+    try:
+        size = os.fstat(fd).st_size
+        if not size:
+            return ""
+        data = os.pread(fd, min(size, _MAX_KEEP), 0)
+        os.ftruncate(fd, 0)  # O_APPEND: the next write starts at 0 again
+    except OSError:
+        return ""
+    lines = [ln.strip() for ln in data.decode("utf-8", "replace").splitlines()]
+    return "; ".join(dict.fromkeys(ln for ln in lines if ln))  # repeated warnings once
+
+
+def _writes_to_fd2(stream: object) -> bool:
+    try:
+        return stream.fileno() == 2  # type: ignore[attr-defined]
+    except (AttributeError, ValueError, OSError, io.UnsupportedOperation):
+        return False  # a test runner's buffer, a StringIO: it never reaches fd 2

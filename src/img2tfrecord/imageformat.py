@@ -1,0 +1,137 @@
+"""Facts about image files read from their bytes alone: what format the content is, what a PNG's
+header declares, and what TensorFlow's decoder makes of it.
+
+"What TensorFlow decodes" is the rule that matters (the stored bytes are read by
+`tf.io.decode_image`, not by Pillow), and it is not what Pillow reports: a PNG colour key (tRNS)
+on grey or RGB data becomes an alpha channel in Pillow but is ignored by TensorFlow, while on a
+palette image TensorFlow expands it to RGBA. These rules are checked against TensorFlow's real
+decoder over every mode in the test suite (tests/test_conformance.py).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from typing import NamedTuple
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+# (magic at offset 0, name used in messages)
+_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\xff\xd8\xff", "JPEG"),
+    (PNG_MAGIC, "PNG"),
+    (b"GIF87a", "GIF"),
+    (b"GIF89a", "GIF"),
+    (b"II*\x00", "TIFF (II*)"),
+    (b"MM\x00*", "TIFF (MM*)"),
+    (b"II+\x00", "BigTIFF (II+)"),
+    (b"MM\x00+", "BigTIFF (MM+)"),
+    (b"BM", "BMP"),
+    (b"\x00\x00\x01\x00", "ICO"),
+    (b"%PDF", "PDF"),
+    (b"PK\x03\x04", "ZIP archive"),
+    (b"\x1f\x8b", "gzip data"),
+    (b"\x00\x00\x00\x0cjP  ", "JPEG 2000"),
+    (b"\xff\x4f\xff\x51", "JPEG 2000 codestream"),
+    (b"8BPS", "Photoshop PSD"),
+)
+
+
+def sniff(data: bytes) -> str | None:
+    """The format of `data` from its magic bytes ("JPEG", "PNG", "TIFF (II*)", ...), or None."""
+    for magic, name in _MAGIC:
+        if data.startswith(magic):
+            return name
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "WebP"
+    if data[4:8] == b"ftyp" and data[8:12] in (b"heic", b"heix", b"mif1", b"avif", b"avis"):
+        return "HEIF/AVIF"
+    return None
+
+
+def describe_unknown(data: bytes) -> str:
+    """What a file is that no decoder recognised: text/HTML only when it really is text."""
+    head = data[:512]
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as e:  # a multi-byte character cut at the 512th byte is still text
+        text = head[: e.start].decode("utf-8") if e.start >= len(head) - 3 else ""
+    printable = text and all(ch.isprintable() or ch in "\r\n\t\f" for ch in text)
+    if printable:
+        kind = "HTML" if re.match(r"\s*<(!doctype|html|head|body|\?xml)", text, re.I) else "text"
+        return f"not an image: content is {kind} (starts with {text.strip()[:24]!r})"
+    return f"not an image: unknown data (starts with {data[:8].hex(' ')})"
+
+
+class PngHeader(NamedTuple):
+    width: int
+    height: int
+    bit_depth: int
+    color_type: int
+    interlaced: bool
+    has_trns: bool  # a tRNS chunk before the first IDAT
+    has_exif: bool  # an eXIf chunk before the first IDAT (orientation may be there)
+
+
+def png_header(data: bytes) -> PngHeader | None:
+    """IHDR and the chunks before the image data; None if this is not a well-formed PNG start."""
+    if not data.startswith(PNG_MAGIC) or data[12:16] != b"IHDR" or len(data) < 33:
+        return None
+    width, height, depth, ctype, _comp, _filt, interlace = struct.unpack(">IIBBBBB", data[16:29])
+    trns = exif = False
+    pos, end = 33, len(data)
+    while pos + 8 <= end:
+        length = int.from_bytes(data[pos : pos + 4], "big")
+        kind = data[pos + 4 : pos + 8]
+        if kind in (b"IDAT", b"IEND"):
+            break
+        trns |= kind == b"tRNS"
+        exif |= kind == b"eXIf"
+        pos += 12 + length
+    return PngHeader(width, height, depth, ctype, bool(interlace), trns, exif)
+
+
+# PNG colour type -> channels of tf.io.decode_png(channels=0); palette (3) is expanded to RGB,
+# or RGBA when it has a tRNS chunk; a tRNS colour key on grey (0) or RGB (2) is ignored.
+_PNG_CHANNELS = {0: 1, 2: 3, 4: 2, 6: 4}
+
+
+def tf_png_channels(h: PngHeader) -> int | None:
+    """Channels TensorFlow decodes this PNG to; None for an invalid colour type."""
+    if h.color_type == 3:
+        return 4 if h.has_trns else 3
+    return _PNG_CHANNELS.get(h.color_type)
+
+
+def tf_error_message(e: BaseException) -> str:
+    """TensorFlow's op error without the `{{function_node ...}}` and `[Op:...]` wrapping."""
+    msg = getattr(e, "message", None) or str(e)
+    msg = re.sub(r"\{\{[^}]*\}\}\s*", "", msg)
+    msg = re.sub(r"\s*\[Op:\w+\].*$", "", msg, flags=re.S)
+    return msg.strip().splitlines()[0] if msg.strip() else type(e).__name__
+
+
+def jpeg_frame_problem(data: bytes) -> str | None:
+    """Why a JPEG's frame header rules it out (12-bit, lossless, hierarchical), from its markers."""
+    pos, end = 2, len(data)
+    while pos + 4 <= end:
+        if data[pos] != 0xFF:
+            return None
+        marker = data[pos + 1]
+        if marker == 0xFF:
+            pos += 1
+            continue
+        if marker in (0xD8, 0xD9, 0xDA):
+            return None
+        length = int.from_bytes(data[pos + 2 : pos + 4], "big")
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC) and pos + 5 <= end:
+            precision = data[pos + 4]
+            if marker in (0xC3, 0xC7, 0xCB, 0xCF):
+                return f"lossless JPEG (SOF{marker - 0xC0}, {precision}-bit): not supported (TensorFlow and Pillow decode 8-bit DCT JPEGs)"
+            if marker in (0xC5, 0xC6, 0xC7, 0xCD, 0xCE, 0xCF):
+                return f"hierarchical JPEG (SOF{marker - 0xC0}): not supported"
+            if precision != 8:
+                return f"{precision}-bit JPEG: not supported (TensorFlow and Pillow decode 8-bit JPEGs only)"
+            return None
+        pos += 2 + length
+    return None
