@@ -48,7 +48,7 @@ def test_sample_data_conversion_is_quiet_and_scriptable(tmp_path):
     summary = json.loads(res.stdout)  # stdout is exactly one JSON object
     assert summary["records"] == 30 and summary["skipped"] == 1
     lines = [line for line in res.stderr.splitlines() if line.strip()]
-    assert lines == ["skipped: triangle/triangle_broken.jpg: corrupt or truncated JPEG image: image file is truncated (50 bytes not processed)"]
+    assert lines == ["skipped: triangle/triangle_broken.jpg: JPEG: corrupt or truncated: Premature end of JPEG file"]
     assert not any(n in res.stderr for n in NOISE)
     res = run("convert", ROOT / "sample_data", tmp_path / "out2", "--shards", "2")
     assert res.returncode == 0 and res.stdout == ""

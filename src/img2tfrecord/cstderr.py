@@ -18,6 +18,7 @@ import contextlib
 import functools
 import io
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -111,8 +112,17 @@ def quieted(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def take() -> str:
-    """What C code wrote to fd 2 since the last call (at most ~4 KB, one line per message)."""
+# TensorFlow's and absl's own start-up lines (they may land here while TensorFlow imports in
+# another thread): not about any image.
+_TF_LOG = re.compile(
+    r"^(WARNING: All log messages before absl|[IWEF]\d{4} \d\d:\d\d:\d\d|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] "
+    r"|To enable the following instructions|oneDNN custom operations|This TensorFlow binary is optimized)"
+)
+
+
+def take(raw: bool = False) -> str:
+    """What C code wrote to fd 2 since the last call (at most ~4 KB, one line per message,
+    TensorFlow's own log lines left out; `raw`: everything, as written)."""
     fd = _capture_fd
     if fd is None:
         return ""
@@ -124,8 +134,11 @@ def take() -> str:
         os.ftruncate(fd, 0)  # O_APPEND: the next write starts at 0 again
     except OSError:
         return ""
-    lines = [ln.strip() for ln in data.decode("utf-8", "replace").splitlines()]
-    return "; ".join(dict.fromkeys(ln for ln in lines if ln))  # repeated warnings once
+    text = data.decode("utf-8", "replace")
+    if raw:
+        return text
+    lines = [ln.strip() for ln in text.splitlines()]
+    return "; ".join(dict.fromkeys(ln for ln in lines if ln and not _TF_LOG.match(ln)))  # repeated warnings once
 
 
 def _writes_to_fd2(stream: object) -> bool:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 import google_crc32c
 from google.protobuf.message import DecodeError
 
+from img2tfrecord import cstderr
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.manifest import LABELS_NAME, MANIFEST_NAME
 from img2tfrecord.schema import FEATURE_TYPES, FORMAT_RAW, serialize_example
@@ -580,7 +581,12 @@ def load(
 
     The dataset knows its length when dataset.json gives the split's record count, so
     `len(ds)` works and a short read fails loudly instead of silently training on less.
+
+    TensorFlow's libjpeg prints warnings ("Corrupt JPEG data: ...") straight to file descriptor 2
+    while the dataset is iterated, long after this returns; so from the first call on, fd 2 of
+    this process is captured for good (`cstderr`; Python's sys.stderr still reaches the terminal).
     """
+    cstderr.install()
     tf = tensorflow()
     if channels not in (None, 1, 2, 3, 4):
         raise UsageError(f"load: channels must be 1, 2, 3, 4 or None, not {channels!r}")

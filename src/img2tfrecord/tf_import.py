@@ -15,6 +15,8 @@ import tempfile
 import threading
 from types import ModuleType
 
+from img2tfrecord import cstderr
+
 _lock = threading.Lock()
 _tf: ModuleType | None = None
 
@@ -35,6 +37,13 @@ def _quiet_import() -> ModuleType:
     os.environ.setdefault("ABSL_MIN_LOG_LEVEL", "3")
     if "tensorflow" in sys.modules:
         return sys.modules["tensorflow"]
+    if cstderr.installed():  # fd 2 is captured already: its reader drops TensorFlow's lines
+        try:
+            import tensorflow as tf  # noqa: PLC0415 - lazy on purpose
+        except BaseException:
+            sys.stderr.write(cstderr.take(raw=True))
+            raise
+        return _quiet_loggers(tf)
     try:
         sys.stderr.flush()
     except (AttributeError, ValueError):
@@ -60,6 +69,10 @@ def _quiet_import() -> ModuleType:
             if saved is not None:
                 os.dup2(saved, 2)
                 os.close(saved)
+    return _quiet_loggers(tf)
+
+
+def _quiet_loggers(tf: ModuleType) -> ModuleType:
     try:
         import absl.logging  # noqa: PLC0415
 
