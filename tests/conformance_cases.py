@@ -10,6 +10,7 @@ orientation with numpy), so a test can tell a record stored upright from one tha
 
 from __future__ import annotations
 
+import base64
 import io
 import struct
 import zlib
@@ -162,6 +163,23 @@ def bmp_bytes(arr: np.ndarray, bits: int, palette: np.ndarray | None = None, rle
     return b"BM" + struct.pack("<IHHI", offset + len(pixels), 0, 0, offset) + info + pal + pixels
 
 
+def tiff_rgb16_bytes(arr: np.ndarray) -> bytes:
+    """An uncompressed 48-bit RGB TIFF (a scanner's), little-endian: Pillow cannot write one."""
+    h, w, _ = arr.shape
+    pixels = arr.astype("<u2").tobytes()
+    entries = [(256, 4, 1, w), (257, 4, 1, h), (258, 3, 3, None), (259, 3, 1, 1), (262, 3, 1, 2), (273, 4, 1, None),
+               (277, 3, 1, 3), (278, 4, 1, h), (279, 4, 1, len(pixels)), (284, 3, 1, 1)]  # fmt: skip
+    ifd_size = 2 + 12 * len(entries) + 4
+    bits_at = 8 + ifd_size
+    data_at = bits_at + 6
+    out = bytearray(b"II*\0" + struct.pack("<I", 8) + struct.pack("<H", len(entries)))
+    for tag, typ, count, value in entries:
+        value = {258: bits_at, 273: data_at}.get(tag, value)
+        out += struct.pack("<HHI", tag, typ, count) + (struct.pack("<HH", value, 0) if typ == 3 and count == 1 else struct.pack("<I", value))
+    out += struct.pack("<I", 0) + struct.pack("<HHH", 16, 16, 16) + pixels
+    return bytes(out)
+
+
 def gif_without_global_palette(im: Image.Image, transparency: int) -> bytes:
     """Pillow's GIF with its global colour table moved into the image descriptor (a local table)."""
     data = bytearray(_save(im, "GIF", transparency=transparency))
@@ -194,6 +212,12 @@ def _jpeg_with_scan_damage(kind: str) -> bytes:
     elif kind == "truncated":
         del data[mid:]
     return bytes(data)
+
+
+# An arithmetic-coded JPEG of upright_rgb() (`jpegtran -arithmetic`; no Python library writes one).
+ARITHMETIC_JPEG = base64.b64decode(
+    "/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDAAIBAQEBAQIBAQECAgICAgQDAgICAgUEBAMEBgUGBgYFBgYGBwkIBgcJBwYGCAsICQoKCgoKBggLDAsKDAkKCgr/2wBDAQICAgICAgUDAwUKBwYHCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgr/yQARCAAQABgDASIAAhEBAxEB/8wACgAQEAUBEBEF/9oADAMBAAIRAxEAPwD/AO032QiZTnGFhzjm1lhQfH5kI/lFqhyfizjLS0b4I4mxA7/xiu9YWPrz74Wr81Idc344igujkf34AkzlQw7ZygeUjgD69reKgt5fUUftUTl2+o7p5yxo5fz/2Q=="
+)
 
 
 # ---- the matrix ----
@@ -262,6 +286,8 @@ def matrix() -> list[Case]:
     frames[0].save(buf, "GIF", save_all=True, append_images=frames[1:], duration=50)
     cases.append(Case("gif_frames.gif", buf.getvalue(), tags={"animated"}))
     cases.append(Case("png_RGB16.png", png_bytes(np.dstack([g16, g16 * 2, g16 * 3]), 2, 16), tags={"rgb16"}))
+    cases.append(Case("jpg_arithmetic.jpg", ARITHMETIC_JPEG, lossy_source=True))
+    cases.append(Case("tif_RGB16_raw.tif", tiff_rgb16_bytes(np.dstack([g16, g16 * 2, g16 * 3])), tags={"rgb16", "reduced"}))
     cases.append(Case("png_RGBA16.png", png_bytes(np.dstack([g16, g16 * 2, g16 * 3, g16 * 4]), 6, 16), tags={"rgb16"}))
     cases.append(Case("png_oversized_idat.png", png_bytes(rgb, 2, 8, extra_idat=b"\0" * 8_100_000)))
     bad_crc = bytearray(png_bytes(rgb, 2, 8))

@@ -188,3 +188,18 @@ def test_sixteen_bit_sources_stay_sixteen_bit(tree):
             assert px.min() >= 291 or name.startswith("tif_I_"), (enc, name, px.min())
     man = json.loads((tree / "out-keep" / "dataset.json").read_text())
     assert man["dtype"] == "uint16" and man["depths"]["16"] > 0
+
+
+def test_fewer_bits_than_the_source_are_counted_never_silent(tree):
+    """16-bit colour (Pillow decodes it to 8 bits) and 16-bit grey into 8-bit targets (JPEG, RAW)
+    are stored by a documented rule and counted in dataset.json; 16-bit grey in PNG is not."""
+    counts = {}
+    for enc in ENCODINGS:
+        converted(tree, enc)
+        counts[enc] = json.loads((tree / f"out-{enc}" / "dataset.json").read_text())["reduced_depth"]
+    colour = "16-bit colour -> 8-bit (Pillow decodes it to 8 bits)"
+    grey = "16-bit -> 8-bit (the target holds 8 bits)"
+    assert counts["keep"] == {colour: 1}  # the 48-bit TIFF; 16-bit colour PNGs are kept as they are
+    assert counts["png"] == {colour: 3}  # and the two 16-bit colour PNGs, re-encoded
+    n_grey = sum(1 for c in CASES if c.skip is None and c.name.split("_")[1] in ("I16", "I16B", "I", "I16_tRNS"))
+    assert counts["raw"] == {colour: 3, grey: n_grey} == counts["jpeg"]

@@ -99,6 +99,7 @@ class Result(NamedTuple):
     size: int = 0  # bytes read
     digest: str = ""  # xxh3-128 of the file's bytes: finds byte-identical duplicates
     depth: int = 8  # bits per sample of the stored pixels: 16 only for 16-bit PNGs
+    reduced: str | None = None  # why fewer bits were stored than the source has (counted in dataset.json)
 
 
 def encode_image(path: str, opts: EncodeOptions) -> Result:
@@ -153,12 +154,28 @@ def _encode(data: bytes, kind: str | None, opts: EncodeOptions) -> Result:
                 return kept._replace(size=len(data), digest=_digest(data))
             source = "CMYK JPEG" if fmt in ("JPEG", "MPO") and im.mode == "CMYK" else fmt
             transcoded = kept or f"{source}->{'JPEG' if fmt in ('JPEG', 'MPO') else 'PNG'}"
+        deep = _source_bits(im, data) > 8
         payload, out_fmt, (h, w, c), depth = _transcode(im, fmt, opts, None, data)
     except SkipImage:
         raise
     except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError, EOFError, struct.error...
         raise SkipImage(f"{label}: corrupt or truncated: {_describe(e)}") from None
-    return Result("encoded", payload, out_fmt, h, w, c, transcoded, False, len(data), _digest(data), depth)
+    reduced = None
+    if deep and depth == 8:
+        reduced = "16-bit -> 8-bit (the target holds 8 bits)" if im.mode in _SIXTEEN or im.mode in ("I", "F") else "16-bit colour -> 8-bit (Pillow decodes it to 8 bits)"
+    return Result("encoded", payload, out_fmt, h, w, c, transcoded, False, len(data), _digest(data), depth, reduced)
+
+
+def _source_bits(im: Image.Image, data: bytes) -> int:
+    """Bits per sample of the source as its header says (Pillow decodes 16-bit colour as 8-bit)."""
+    if im.mode in _SIXTEEN or im.mode in ("I", "F"):
+        return 16
+    if im.format == "PNG" and (hdr := png_header(data)) is not None:
+        return hdr.bit_depth
+    bits = getattr(im, "tag_v2", {}).get(258) if im.format == "TIFF" else None  # BitsPerSample
+    if isinstance(bits, tuple):
+        return max(bits, default=8)
+    return bits if isinstance(bits, int) else 8
 
 
 def _check_pixels(width: int, height: int, opts: EncodeOptions) -> None:
@@ -329,11 +346,24 @@ def _keep(im: Image.Image, data: bytes, fmt: str, validate: bool) -> Result | st
         orient = hdr.has_exif and im.getexif().get(0x0112, 1) not in (1, None)
         return Result("keep", data, "PNG", h, w, channels, None, orient, depth=depth)
     if fmt == "BMP" and im.mode == "RGB" and im.tile and im.tile[0][0] == "raw" and im.tile[0][3][0] == "BGR":
-        if validate and _tf_shape(data, 8) != (h, w, 3):  # uncompressed 24-bit: what tf.io.decode_bmp reads
-            im.load()
+        if validate and not _tf_agrees(data, im):  # uncompressed 24-bit: what tf.io.decode_bmp reads
             return "BMP->PNG"
         return Result("keep", data, "BMP", h, w, 3)
     return None
+
+
+def _tf_agrees(data: bytes, im: Image.Image) -> bool:
+    """TensorFlow decodes these bytes to Pillow's pixels (BMP: rare, and its variants are many:
+    top-down rows, odd headers; the pixels are compared, not just the shape)."""
+    import numpy as np
+
+    tf = tensorflow()
+    try:
+        pixels = tf.io.decode_image(data, channels=0, expand_animations=False).numpy()
+    except (tf.errors.OpError, ValueError):
+        im.load()  # Pillow must read it all, or it is not an image worth keeping
+        return False
+    return bool(np.array_equal(pixels, np.asarray(im.convert("RGB"))))
 
 
 def _tf_shape(data: bytes, depth: int) -> tuple[int, ...] | str:

@@ -498,7 +498,10 @@ class Stats:
             if self.label_names.get(info.label) is None:
                 self.label_names[info.label] = label_name
         if info.image is not None:
-            self.formats[info.format or "unknown"] += 1
+            fmt = info.format or "unknown"
+            if fmt == "PNG" and info.image[24:25] == b"\x10" and info.image[12:16] == b"IHDR":  # IHDR bit depth 16
+                fmt = "PNG 16-bit"  # decode with dtype=tf.uint16 to keep the bits
+            self.formats[fmt] += 1
         if info.height is not None:
             self.heights[info.height] += 1
         if info.width is not None:
@@ -895,6 +898,10 @@ def _thumbnail(info: RecordInfo, max_pixels: int = MAX_PIXELS) -> Any:
             img = Image.open(io.BytesIO(info.image or b""))
         img.draft("RGB", (THUMB, THUMB))  # JPEG: decode at reduced scale
     img.load()
+    if img.mode.startswith("I"):  # a 16-bit PNG: Pillow's convert would clip to 255 (white); scale as TensorFlow does
+        import numpy as np  # noqa: PLC0415
+
+        img = Image.fromarray((np.asarray(img).astype(np.uint32) >> 8).clip(0, 255).astype(np.uint8), "L")
     if img.mode not in ("L", "LA", "RGB", "RGBA"):
         img = img.convert("RGBA" if img.mode in ("PA", "P") and "transparency" in img.info else "RGB")
     img = ImageOps.contain(img, (THUMB, THUMB))

@@ -341,7 +341,7 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
     if job.strict and skipped:  # engines that cannot stop early (Beam) end up here
         first = skipped[0]
         raise DataError(f"--strict: {len(skipped)} unusable image(s), e.g. {first['path']}: {first['reason']}; nothing was published")
-    merged: dict[str, dict[str, int]] = {"formats": {}, "transcoded": {}, "depths": {}}
+    merged: dict[str, dict[str, int]] = {"formats": {}, "transcoded": {}, "depths": {}, "reduced": {}}
     split_info: dict[str, dict[str, Any]] = {}
     classes = [utf8_text(c) for c in job.classes]
     for s in job.split_names:
@@ -353,7 +353,7 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
         for o in mine:
             for c, n in o.class_counts.items():
                 class_counts[c] += n
-            for key in ("formats", "transcoded", "depths"):
+            for key in ("formats", "transcoded", "depths", "reduced"):
                 for k, n in getattr(o, key).items():
                     merged[key][k] = merged[key].get(k, 0) + n
         split_info[s] = {
@@ -371,6 +371,9 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
     if line := dedupe.summary_line(duplicates):
         warnings.append(line)
         emit("warning", line)
+    if merged["reduced"]:
+        warnings.append("stored with fewer bits than their source: " + ", ".join(f"{n} image(s): {why}" for why, n in sorted(merged["reduced"].items())))
+        emit("warning", warnings[-1])
     if orient:
         warnings.append(
             f"{orient} image(s) carry an EXIF rotation that --encoding keep leaves to the reader "
@@ -380,7 +383,7 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
     t_end = time.perf_counter()
     manifest = build_manifest(
         classes=classes, label_offset=job.label_offset, options=job.options, splits=split_info, skipped=skipped,
-        transcoded=merged["transcoded"], formats=merged["formats"], depths=merged["depths"], ignored_files=job.ignored_files, engine=engine,
+        transcoded=merged["transcoded"], formats=merged["formats"], depths=merged["depths"], reduced=merged["reduced"], ignored_files=job.ignored_files, engine=engine,
         duplicates=duplicates,
     )  # fmt: skip
     files = [sh["file"] for si in split_info.values() for sh in si["shards"]]

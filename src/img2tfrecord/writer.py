@@ -192,6 +192,7 @@ class ShardOutcome:
     formats: dict[str, int] = field(default_factory=dict)
     transcoded: dict[str, int] = field(default_factory=dict)
     depths: dict[str, int] = field(default_factory=dict)  # bits per sample ("8", "16") -> records
+    reduced: dict[str, int] = field(default_factory=dict)  # why fewer bits were stored -> records
     orientation_ignored: int = 0
     images: int = 0
     bytes_read: int = 0
@@ -254,6 +255,8 @@ def write_shard(
                 out.transcoded[result.transcoded] = out.transcoded.get(result.transcoded, 0) + 1
             depth = str(result.depth)
             out.depths[depth] = out.depths.get(depth, 0) + 1
+            if result.reduced:
+                out.reduced[result.reduced] = out.reduced.get(result.reduced, 0) + 1
             out.orientation_ignored += result.orientation_ignored
             reason = ""
         if reason:
