@@ -26,7 +26,7 @@ from img2tfrecord.encoder import DROPPED, Result, Task, to_record
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.reader import SHARD_RE, record_spans
 from img2tfrecord.schema import utf8_text
-from img2tfrecord.tf_import import tensorflow
+from img2tfrecord.tf_import import record_io, tensorflow
 
 TARGET_SHARD_BYTES = 200 * 1024 * 1024  # ceil(total / 200 MiB) shards -> each in (100, 200] MiB
 STAGING_DIR = ".img2tfrecord-staging"
@@ -131,7 +131,6 @@ class ShardWriter:
 
     def __init__(self, directory: str, name: str, compression: str | None = None, index: bool = False,
                  final_name: str | None = None, checksum: str = DEFAULT_CHECKSUM, writeback: bool = False) -> None:  # fmt: skip
-        tf = tensorflow()
         self.path = fs.join(directory, name)
         self.info = ShardInfo(final_name or name)
         self.index = index
@@ -139,8 +138,7 @@ class ShardWriter:
         self._written = self._flushed = 0  # uncompressed record bytes; how many were handed to writeback
         self._wb_fd: int | None = None
         self._sizes = array("Q")
-        options = tf.io.TFRecordOptions(compression_type=COMPRESSIONS[compression])
-        self._writer = tf.io.TFRecordWriter(self.path, options)
+        self._writer = record_writer(self.path, compression)
         if writeback and not compression and not fs.is_remote(self.path):
             self._wb_fd = os.open(self.path, os.O_RDONLY)
 
@@ -163,6 +161,17 @@ class ShardWriter:
             os.close(self._wb_fd)
             self._wb_fd = None
         return seal(self.path, self.info, self._sizes, self.index, durable, self.checksum)
+
+
+def record_writer(path: str, compression: str | None) -> Any:
+    """TensorFlow's C++ record writer for `path`: the class `tf.io.TFRecordWriter` wraps (same
+    bytes), loaded without the rest of TensorFlow for local files (`tf_import.record_io`); remote
+    paths need TensorFlow's file systems, so they take `tf.io.TFRecordWriter` itself."""
+    if fs.is_remote(path):
+        tf = tensorflow()
+        return tf.io.TFRecordWriter(path, tf.io.TFRecordOptions(compression_type=COMPRESSIONS[compression]))
+    rio = record_io()
+    return rio.RecordWriter(path, rio.RecordWriterOptions(COMPRESSIONS[compression]))
 
 
 def seal(path: str, info: ShardInfo, sizes: Iterable[int], index: bool, durable: bool, checksum: str) -> ShardInfo:
