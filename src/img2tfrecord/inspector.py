@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 import io
 import os
 import re
 import struct
+import threading
 import warnings
 import zlib
 from collections import Counter
@@ -655,7 +657,13 @@ class _ImageChecker:
     def __init__(self) -> None:
         from img2tfrecord.tf_import import tensorflow  # noqa: PLC0415
 
-        self.tf = tensorflow()
+        self.tf = tf = tensorflow()
+        # A graph function, not eager ops: eager dispatch holds the GIL (threads do not scale),
+        # a traced function runs the decode in TensorFlow's own threads (2 threads: ~1.8x).
+        self.shape_of = tf.function(
+            lambda data: tf.shape(tf.io.decode_image(data, channels=0, expand_animations=False)),
+            input_signature=[tf.TensorSpec([], tf.string)], autograph=False,
+        )  # fmt: skip
 
     def check(self, info: RecordInfo, max_pixels: int = MAX_PIXELS) -> Iterator[str]:
         if info.image is None:
@@ -670,7 +678,7 @@ class _ImageChecker:
         if info.format == FORMAT_RAW:
             return
         try:
-            shape = tuple(int(d) for d in self.tf.io.decode_image(info.image, channels=0, expand_animations=False).shape)
+            shape = tuple(int(d) for d in self.shape_of(self.tf.constant(info.image)).numpy())
         except (self.tf.errors.OpError, ValueError) as e:
             yield f"image does not decode: {_tf_message(e)}"
             return
@@ -1069,6 +1077,7 @@ class _Progress:
 
     def __init__(self, total: int, enabled: bool) -> None:
         self.bar = None
+        self._lock = threading.Lock()
         if enabled:
             from tqdm import tqdm  # noqa: PLC0415
 
@@ -1076,7 +1085,8 @@ class _Progress:
 
     def update(self, n: int) -> None:
         if self.bar is not None and n:
-            self.bar.update(n)
+            with self._lock:  # files are verified on several threads
+                self.bar.update(n)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -1094,12 +1104,15 @@ def inspect(
     extract_all: bool = False,
     contact_sheet: str | os.PathLike[str] | None = None,
     progress: bool = False,
+    workers: int | None = None,
 ) -> Report:
     """Read every record of the shards PATHs name, once, and report on them.
 
     `records` is the number of rows in the table, of images to extract (unless `extract_all`)
-    and of thumbnails per class. `verify` adds image decoding, schema and manifest checks.
-    Usage errors (bad paths, non-empty extract dir) raise before any reading.
+    and of thumbnails per class. `verify` adds image decoding, schema and manifest checks, on
+    `workers` threads (default: one per core), one file each at a time: TensorFlow's decoders
+    and the CRC release the GIL, so files verify in parallel; the report is the same whatever the
+    number. Usage errors (bad paths, non-empty extract dir) raise before any reading.
     """
     refs = resolve_paths(paths, split)
     extractor = Extractor(extract_dir, None if extract_all else records) if extract_dir is not None else None
@@ -1119,12 +1132,25 @@ def inspect(
     # (manifest id, split) -> class name -> records, to compare with dataset.json's class_counts
     class_counts: dict[tuple[int, str], Counter[str]] = {}
     bar = _Progress(sum(r.path.stat().st_size for r in refs if r.path.is_file()), progress and verify)
+
+
+    def scan(ref: ShardRef) -> tuple[FileReport, _Problems, list[Problem], dict[tuple[int, str], Counter[str]]]:
+        sink: list[Problem] = []
+        counts: dict[tuple[int, str], Counter[str]] = {}
+        fr, probs = _scan_file(ref, records, verify, checker, extractor, sheet, counts, sink, bar)
+        return fr, probs, sink, counts
+
+    n = min(workers or os.cpu_count() or 1, len(refs))
+    parallel = verify and n > 1 and extractor is None and sheet is None  # extraction and the sheet keep file order
     try:
-        for ref in refs:
-            fr, probs = _scan_file(ref, records, verify, checker, extractor, sheet, class_counts, problems, bar)
-            omitted += probs.omitted
-            files.append(fr)
-            total.merge(fr.stats, str(ref.path))
+        with ThreadPoolExecutor(n if parallel else 1, thread_name_prefix="verify") as pool:
+            for fr, probs, sink, counts in pool.map(scan, refs):  # in file order: the same report every time
+                problems += sink
+                for key, c in counts.items():
+                    class_counts.setdefault(key, Counter()).update(c)
+                omitted += probs.omitted
+                files.append(fr)
+                total.merge(fr.stats, str(fr.ref.path))
     finally:
         bar.close()
     if verify:
