@@ -199,3 +199,17 @@ def test_a_killed_worker_fails_the_run_and_resume_finishes_it(slow_input, tmp_pa
     while any(os.path.exists(f"/proc/{w}") and "Z" not in open(f"/proc/{w}/stat").read().split()[2] for w in workers):
         assert time.time() < deadline, "a worker outlived its run"
         time.sleep(0.1)
+
+
+def test_library_convert_with_workers_needs_no_main_guard(tmp_path):
+    """A plain script calling convert() with worker processes: spawned workers must not re-run it."""
+    make_dataset(tmp_path / "in", {"a": 6, "b": 6})
+    script = tmp_path / "convert_it.py"
+    script.write_text(
+        "import img2tfrecord\n"
+        f"s = img2tfrecord.convert({str(tmp_path / 'in')!r}, {str(tmp_path / 'out')!r}, shards=2, workers=2)\n"
+        "print(s['workers'], s['records'])\n"
+    )
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split() == ["2", "12"]

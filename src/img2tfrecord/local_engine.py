@@ -17,13 +17,15 @@ progress, fsyncs finished shards and journals them for ``--resume``.
 from __future__ import annotations
 
 import collections
+import contextlib
 import multiprocessing
 import os
 import queue
 import signal
+import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -320,8 +322,9 @@ class _Pool:
         self.size = size
         self.events = ctx.Queue()  # workers' progress and skipped files
         self.pool = ProcessPoolExecutor(size, mp_context=ctx, initializer=_init_worker, initargs=(cfg, self.events, os.getpid()))
-        for _ in range(size):  # start them now (the executor spawns on submit): each one's start-up
-            self.pool.submit(os.getpid)  # and TensorFlow import then overlaps ours instead of trailing it
+        with _main_not_reimported():
+            for _ in range(size):  # start them now (the executor spawns on submit): each one's start-up
+                self.pool.submit(os.getpid)  # and TensorFlow import then overlaps ours instead of trailing it
         self._forwarder: threading.Thread | None = None
 
     def digests(self, paths: list[str]) -> list[str | None]:
@@ -362,6 +365,26 @@ class _Pool:
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.events.close()
         self.events.cancel_join_thread()
+
+
+@contextlib.contextmanager
+def _main_not_reimported() -> Iterator[None]:
+    """While workers are spawned, hide where the `__main__` module came from.
+
+    A spawned process imports its parent's `__main__` script (as `__mp_main__`), in case a task
+    refers to a function defined there; ours never do (they live in img2tfrecord), and that import
+    re-runs a caller's unguarded `convert(...)`: so a script calling the library would need an
+    `if __name__ == "__main__":` guard. Without its `__spec__` and `__file__`, the child skips it.
+    """
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__spec__", "__file__") if main is not None and k in main.__dict__}
+    try:
+        for k in saved:
+            setattr(main, k, None)
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(main, k, v)
 
 
 def _chunks(items: list[Any], size: int) -> list[list[Any]]:
