@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from img2tfrecord import fs
-from img2tfrecord.errors import UsageError
+from img2tfrecord.errors import UsageError, plural
+from img2tfrecord.schema import filename_problem, utf8_text
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"})
 SPLIT_DIR_NAMES = {"train": "train", "validation": "validation", "val": "validation", "test": "test"}
@@ -362,6 +363,13 @@ def _assemble(
                     splits[s].extend(part)
             else:
                 splits["train"].extend(items)
+    undecodable = [n for n in classes if not n.isascii() and utf8_text(n) != n]
+    undecodable += [it.filename for items in splits.values() for it in items if not it.filename.isascii() and utf8_text(it.filename) != it.filename]
+    if undecodable:
+        warnings.append(
+            f"{plural(len(undecodable), 'name')} {'is' if len(undecodable) == 1 else 'are'} not valid UTF-8 (e.g. '{utf8_text(undecodable[0])}'): records, "
+            "labels.txt and dataset.json hold the undecodable bytes as \\xNN escapes; rename the files to keep their names exact"
+        )
     for s, items in splits.items():
         items.sort(key=lambda it: it.filename)
         random.Random(f"img2tfrecord:{seed}:shuffle:{s}").shuffle(items)
@@ -452,6 +460,8 @@ def _read_file_list(input_dir: str, file_list: str) -> list[tuple[Found, str]]:
                     f"{where} line {line}: cannot tell the class of {given}: it is not in a CLASS folder "
                     f"below {input_dir}; add a label column (path,label_name)"
                 )
+            if problem := filename_problem(utf8_text(rel)):
+                raise UsageError(f"{where} line {line}: {given} cannot be an image/filename: it {problem}")
             if rel in seen:
                 raise UsageError(f"{where} line {line}: {given} is listed twice (first on line {seen[rel]})")
             seen[rel] = line
@@ -476,10 +486,17 @@ def _read_file_list(input_dir: str, file_list: str) -> list[tuple[Found, str]]:
 
 
 def _resolve_listed(input_dir: str, given: str) -> tuple[str, str, bool]:
-    """(path to read, name relative to INPUT or as given, whether it lies below INPUT)."""
+    """(path to read, image/filename, whether it lies below INPUT).
+
+    The name is the path relative to INPUT when the file lies below it, else the path as
+    written (a relative one normalized: `../x.jpg`); `schema.filename_problem` accepts both.
+    """
     if fs.is_remote(given) or "://" in given:
         base = input_dir.rstrip("/") + "/"
-        return (given, given[len(base) :], True) if given.startswith(base) else (given, given, False)
+        rel = given[len(base) :]
+        if given.startswith(base) and rel not in ("", "..") and posixpath.normpath(rel) == rel and not rel.startswith("../"):
+            return given, rel, True
+        return given, given, False  # another bucket, or an object key no folder walk would name so
     if os.path.isabs(given):
         if fs.is_remote(input_dir):
             return given, given, False
@@ -489,5 +506,5 @@ def _resolve_listed(input_dir: str, given: str) -> tuple[str, str, bool]:
         return given, given, False
     rel = posixpath.normpath(given.replace(os.sep, "/"))
     if rel == ".." or rel.startswith("../"):
-        return fs.join(input_dir, given), given, False
+        return fs.join(input_dir, given), rel, False
     return fs.join(fs.local(input_dir), rel), rel, True
