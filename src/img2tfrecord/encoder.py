@@ -182,9 +182,17 @@ def _read(path: str) -> bytes:
 
             data = fs.read_bytes(path)
         else:
-            fd = os.open(path, os.O_RDONLY)
+            import stat  # noqa: PLC0415
+
+            mode = os.stat(path).st_mode  # a FIFO would block the open (or the read) forever: open files only
+            if not stat.S_ISREG(mode):
+                kinds = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
+                raise SkipImage("is a directory" if stat.S_ISDIR(mode) else f"not a regular file ({kinds.get(stat.S_IFMT(mode), 'unknown kind')}): not read")
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # no effect on files; no wait if one was swapped for a FIFO
             try:  # one fstat + one read: no buffered-reader overhead on the hot path
                 st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise SkipImage("not a regular file: not read")
                 data = os.read(fd, st.st_size + 1)
                 while len(data) < st.st_size and (more := os.read(fd, st.st_size + 1 - len(data))):  # short reads (NFS)
                     data += more
@@ -192,6 +200,8 @@ def _read(path: str) -> bytes:
                 os.close(fd)
             if len(data) != st.st_size:
                 raise SkipImage("file changed while it was being read; run again")
+    except SkipImage:
+        raise
     except FileNotFoundError:
         raise SkipImage("file vanished (or is a broken symlink) before it could be read") from None
     except PermissionError:
@@ -303,7 +313,7 @@ def _transcode(im: Image.Image, fmt: str, opts: EncodeOptions) -> tuple[bytes, s
     """Decode (first frame), orient, convert, resize and encode. Returns payload, format, (h, w, c)."""
     if opts.encoding == "keep":  # keep mode falls back here: lossless PNG, or JPEG q100 for CMYK JPEGs
         target = "JPEG" if fmt in ("JPEG", "MPO") else "PNG"
-        quality = 100
+        quality = opts.quality if opts.reencodes else 100  # --resize/--channels asked for new pixels: --quality
     else:
         target, quality = {"jpeg": "JPEG", "png": "PNG", "raw": FORMAT_RAW}[opts.encoding], opts.quality
     if opts.resize is not None and fmt in ("JPEG", "MPO"):
