@@ -46,7 +46,7 @@ def test_sample_data_conversion_is_quiet_and_scriptable(tmp_path):
     res = run("convert", ROOT / "sample_data", out, "--shards", "2", "--json")
     assert res.returncode == 0, res.stderr
     summary = json.loads(res.stdout)  # stdout is exactly one JSON object
-    assert summary["records"] == 30 and summary["skipped"] == 1
+    assert summary["records"] == 30 and summary["skipped_count"] == 1
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert lines == ["skipped: triangle/triangle_broken.jpg: corrupt or truncated JPEG image: image file is truncated (50 bytes not processed)"]
     assert not any(n in res.stderr for n in NOISE)

@@ -358,7 +358,7 @@ def parse_record(rec: RawRecord) -> RecordInfo:
     try:
         ex.ParseFromString(rec.data)
     except DecodeError as e:
-        raise NotExample(f"not a tf.train.Example ({e})") from e
+        raise NotExample(f"not a tf.train.Example ({str(e).replace('img2tfrecord_pb.', 'tensorflow.')})") from e  # our private pool's name
     if rec.data and not ex.HasField("features"):
         raise NotExample("not a tf.train.Example (protobuf without a features field)")
     fm = ex.features.feature

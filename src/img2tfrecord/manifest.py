@@ -28,6 +28,7 @@ def build_manifest(
     ignored_files: int,
     engine: str = "local",
     duplicates: dict[str, Any] | None = None,
+    excluded_files: int = 0,
 ) -> dict[str, Any]:
     return {
         "format_version": FORMAT_VERSION,
@@ -41,6 +42,7 @@ def build_manifest(
         "transcoded": dict(sorted(transcoded.items())),
         "formats": dict(sorted(formats.items())),
         "ignored_files": ignored_files,
+        "excluded_files": excluded_files,
         "duplicates": duplicates or {},
     }
 

@@ -331,12 +331,20 @@ def resolve_paths(paths: Iterable[str | os.PathLike[str]], split: str | None = N
                 near = [m for m in sorted(parent.iterdir()) if is_shard_candidate(m)] if parent else []
                 hint = f" ({parent} has: {_list_names(near)})" if near else ""
                 raise UsageError(f"{text}: no such file, directory or shard prefix{hint}")
+        found = []
         for m in matches:
             man, sp, entry = _manifest_for_file(m, cache)
             if sp is None:
                 sm = SHARD_RE.match(m.name)
                 sp = sm["split"] if sm else None
-            refs.append(ShardRef(m, sp, man, entry))
+            found.append(ShardRef(m, sp, man, entry))
+        if split is not None:  # --split keeps the shards of that split, whatever PATH named them
+            mine = [r for r in found if r.split == split]
+            if not mine:
+                theirs = sorted({r.split or "unknown" for r in found})
+                raise UsageError(f"{text}: no shard of split {split!r} (split {', '.join(theirs)}); drop --split or give another PATH")
+            found = mine
+        refs.extend(found)
     seen: set[Path] = set()
     unique = []
     for r in refs:

@@ -59,9 +59,10 @@ class Discovery:
 
     classes: list[str]
     splits: dict[str, list[ImageItem]]
-    ignored_files: int = 0
+    ignored_files: int = 0  # files that are no image candidates (notes.txt)
     warnings: list[str] = field(default_factory=list)
     presplit: bool = False
+    excluded_files: int = 0  # images of classes --labels leaves out
 
 
 def is_hidden(name: str) -> bool:
@@ -278,6 +279,14 @@ def discover(
         split_roots = {SPLIT_DIR_NAMES[e.name.lower()]: e.path for e in top_dirs}
     else:
         split_roots = {"": input_dir}
+        named = [e.name for e in top_dirs if e.name.lower() in SPLIT_DIR_NAMES]
+        if named:
+            others = [e.name for e in top_dirs if e.name.lower() not in SPLIT_DIR_NAMES]
+            warnings.append(
+                f"{input_dir} holds {'a split folder' if len(named) == 1 else 'split folders'} ({', '.join(named)}) next to class "
+                f"folders ({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): {'it is' if len(named) == 1 else 'they are'} "
+                "taken as classes; to use splits, move every class folder into train/, validation/ or test/"
+            )
 
     # class name -> split key -> candidates
     per_class: dict[str, dict[str, list[Found]]] = {}
@@ -298,13 +307,13 @@ def discover(
         per_class.setdefault(c, {})[skey] = [(p, prefix + c + "/" + r, c + "/" + r, sz) for p, r, sz in found]
     if loose:
         warnings.append(
-            f"{len(loose)} image(s) lie outside any class folder (e.g. {loose[0].name}) and are ignored: "
+            f"{plural(len(loose), 'image')} {'lies' if len(loose) == 1 else 'lie'} outside any class folder (e.g. {loose[0].name}) and {'is' if len(loose) == 1 else 'are'} ignored: "
             "put them in INPUT/CLASS/"
         )
     split_keys = list(split_roots) if presplit else (list(split) if split else ["train"])
     return _assemble(
         per_class, split_keys, presplit=presplit, split=split, seed=seed, label_offset=label_offset, labels=labels,
-        ignored=ignored, warnings=warnings, what="class folder", no_classes=(
+        ignored=ignored, warnings=warnings, what="class folder", whats="class folders", no_classes=(
             f"no class folders found in {input_dir}: expected {input_dir}/CLASS_NAME/image.jpg "
             f"(images: {', '.join(sorted(IMAGE_EXTENSIONS))})"
         ), no_images=(
@@ -326,20 +335,20 @@ def _assemble(
     ignored: int,
     warnings: list[str],
     what: str,
+    whats: str,
     no_classes: str,
     no_images: str,
 ) -> Discovery:
     """Labels, stratified splits and the seeded shuffle: shared by the folder walk and --file-list."""
+    excluded = 0
     if labels is not None:
         classes = list(labels)
         unlisted = sorted(set(per_class) - set(classes))
         if unlisted:
-            n_unlisted = sum(len(v) for c in unlisted for v in per_class[c].values())
-            ignored += n_unlisted
+            excluded = sum(len(v) for c in unlisted for v in per_class[c].values())
             warnings.append(
-                f"{len(unlisted)} {what}(s) not in --labels are ignored ({n_unlisted} files): "
-                + ", ".join(unlisted[:5])
-                + ("..." if len(unlisted) > 5 else "")
+                f"{plural(len(unlisted), what, whats)} not in --labels {'is' if len(unlisted) == 1 else 'are'} left out "
+                f"({plural(excluded, 'image')}): " + ", ".join(unlisted[:5]) + ("..." if len(unlisted) > 5 else "")
             )
     else:
         classes = sorted(per_class)
@@ -375,7 +384,7 @@ def _assemble(
         random.Random(f"img2tfrecord:{seed}:shuffle:{s}").shuffle(items)
     if not any(splits.values()):
         raise UsageError(no_images)
-    return Discovery(classes=classes, splits=splits, ignored_files=ignored, warnings=warnings, presplit=presplit)
+    return Discovery(classes=classes, splits=splits, ignored_files=ignored, warnings=warnings, presplit=presplit, excluded_files=excluded)
 
 
 def discover_file_list(
@@ -404,7 +413,7 @@ def discover_file_list(
         by_split[""].sort(key=lambda f: f[2])  # as the walk sorts a class folder: list order is irrelevant
     return _assemble(
         per_class, list(split) if split else ["train"], presplit=False, split=split, seed=seed,
-        label_offset=label_offset, labels=labels, ignored=0, warnings=[], what="class",
+        label_offset=label_offset, labels=labels, ignored=0, warnings=[], what="class", whats="classes",
         no_classes=f"--file-list {file_list} lists no images",
         no_images=f"--file-list {file_list}: none of the listed images belongs to a class in --labels",
     )  # fmt: skip
