@@ -574,11 +574,15 @@ def load(
         in [0, 255] like Keras' `image_dataset_from_directory`. None keeps uint8 at stored size.
       channels: 1, 2, 3 or 4 to convert every image to (grey <-> RGB, alpha added/dropped),
         None to keep each image's stored channels.
-      shuffle_files: read the shards in a random order (seeded by `seed`) each epoch.
+      shuffle_files: read the shards in a new random order each epoch. With a `seed`, every call
+        gives the same sequence of epochs, record for record (the file order is seeded, and
+        interleaving and decoding stay deterministic unless `deterministic=False`); without
+        one, the order differs from call to call.
       as_dict: yield a dict of every schema field plus "image" (decoded) and "label".
       compression: "auto" (dataset.json, else sniffed from the first file), "none", "gzip", "zlib".
       cycle_length: shards read in parallel (default: all, at most 16).
-      deterministic: passed to `interleave`/`map`; default keeps order unless `shuffle_files`.
+      deterministic: passed to `interleave`/`map`; default keeps the order, except with
+        `shuffle_files` and no `seed` (a run with random order gains a little speed).
       verify: what is checked in Python before TensorFlow reads the shards (a problem raises
         DataError naming file, record and byte offset). "framing" (default): the record headers
         of uncompressed shards, 12 bytes a record, because TensorFlow allocates whatever length a
@@ -610,8 +614,8 @@ def load(
         raise UsageError(f"load: verify must be {', '.join(VERIFY_LEVELS)}, not {verify!r}")
     counts = _check_shards(files, comp, verify, man, split) if verify != "none" else [None] * len(files)
     compression_type = "" if comp == "none" else comp.upper()
-    if deterministic is None:
-        deterministic = not shuffle_files
+    if deterministic is None:  # a seed asks for a repeatable order: keep it through interleave and map
+        deterministic = not shuffle_files or seed is not None
     autotune = tf.data.AUTOTUNE
     spec = features_spec()
     if None in counts:  # no count to hold TensorFlow's reads against: its own errors it is
