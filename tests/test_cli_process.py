@@ -152,8 +152,10 @@ def test_resume_refuses_changed_input(slow_input, tmp_path, cli):
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=60)
     res = cli("convert", slow_input, out, "--encoding", "png", "--shards", "8", "--quality", "50", "--resume")
-    assert res.exit_code == 2 and "different input or different options" in res.stderr
+    assert res.exit_code == 2 and "--quality 95 then, 50 now" in res.stderr
     res = cli("convert", slow_input, out, "--encoding", "png", "--shards", "8")
+    assert res.exit_code == 2 and "finished shard" in res.stderr  # not thrown away unasked
+    res = cli("convert", slow_input, out, "--encoding", "png", "--shards", "8", "--overwrite")
     assert res.exit_code == 0 and "discarding the unfinished run" in res.stderr
 
 

@@ -240,8 +240,7 @@ def convert(
             writer.check_output(output_dir, overwrite)
             _unfinished_run(output_dir, resume, overwrite)
         except UsageError as e:
-            refused = str(e)
-            job.warnings.append(f"the real run would stop here (exit 2): {e}")
+            refused = str(e)  # shown with the plan
         for w in job.warnings:
             emit("warning", w)
         return _plan_summary(job, timing, refused)

@@ -151,6 +151,8 @@ def _differences(then: dict[str, Any], now: dict[str, Any]) -> list[str]:
         detail = ", ".join([f"{c} gone" for c in gone[:3]] + [f"{c} new" for c in new[:3]]) or "same names, other order"
         out.append(f"the classes ({detail})")
     old_shards = then.get("shards")
+    if out:  # the options or classes explain it (a seed or a --labels change moves every file)
+        return out
     if isinstance(old_shards, dict) and then.get("images") != now["images"]:
         out.append(f"the input: {then.get('images')} images then, {now['images']} now")
     elif isinstance(old_shards, dict) and old_shards.keys() == now["shards"].keys():
