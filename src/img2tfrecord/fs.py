@@ -85,6 +85,8 @@ def check_remote(path: str, what: str) -> None:
         raise UsageError(f"{what} {path}: TensorFlow has no file system for {name}://; use a local path or gs://") from None
     except Exception as e:  # noqa: BLE001 - tf.errors.* (network, auth) are not OSErrors
         msg = (getattr(e, "message", None) or str(e) or type(e).__name__).strip().splitlines()[0]
+        if "KeyboardInterrupt" in msg:  # Ctrl-C/SIGTERM while TensorFlow waited on the network, re-wrapped by pybind11
+            raise KeyboardInterrupt from None
         raise DataError(f"{what} {path} cannot be reached: {msg}") from None
 
 

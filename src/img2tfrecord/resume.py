@@ -45,11 +45,6 @@ def header(job: Job) -> dict[str, Any]:
     return {"fingerprint": h.hexdigest(), "options": _plain(job.options), "classes": list(job.classes), "images": job.tasks, "shards": shards}
 
 
-def fingerprint(job: Job) -> str:
-    """Hash of everything that decides the output bytes (see `header`)."""
-    return header(job)["fingerprint"]
-
-
 def _plain(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
