@@ -195,6 +195,10 @@ def test_a_fifo_named_like_an_image_is_skipped_never_waited_for(cli, tmp_path):
     make_dataset(src, {"a": 3, "b": 3})
     fifo = src / "a" / "pipe.jpg"
     os.mkfifo(fifo)
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(src / "b" / "sock.png"))
     reader_waited, done = threading.Event(), threading.Event()
 
     def release_readers() -> None:  # a reader stuck on the FIFO is let go (EOF) and remembered
@@ -215,10 +219,11 @@ def test_a_fifo_named_like_an_image_is_skipped_never_waited_for(cli, tmp_path):
     finally:
         done.set()
         helper.join()
+        sock.close()
     assert res.exit_code == 0, res.output
     assert not reader_waited.is_set(), "the run opened the FIFO and waited on it"
     skipped = {s["path"]: s["reason"] for s in json.loads((out / "dataset.json").read_text())["skipped"]}
-    assert skipped == {"a/pipe.jpg": "not a regular file (a FIFO): not read"}
+    assert skipped == {"a/pipe.jpg": "not a regular file (a FIFO): not read", "b/sock.png": "not a regular file (a socket): not read"}
     assert "a/pipe.jpg: not a regular file (a FIFO)" in res.stderr
 
 

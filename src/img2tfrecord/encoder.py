@@ -176,23 +176,20 @@ def to_record(task: Task, result: Result) -> bytes:
 
 def _read(path: str) -> bytes:
     """The file's bytes, read through one open file descriptor (one fstat, one read)."""
+    import errno, stat  # noqa: E401, PLC0415
+
     try:
         if "://" in path:
             from img2tfrecord import fs  # remote input: tf.io.gfile (imports TensorFlow in this worker)
 
             data = fs.read_bytes(path)
         else:
-            import stat  # noqa: PLC0415
-
-            mode = os.stat(path).st_mode  # a FIFO would block the open (or the read) forever: open files only
-            if not stat.S_ISREG(mode):
-                kinds = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
-                raise SkipImage("is a directory" if stat.S_ISDIR(mode) else f"not a regular file ({kinds.get(stat.S_IFMT(mode), 'unknown kind')}): not read")
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # no effect on files; no wait if one was swapped for a FIFO
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO's open must not wait for a writer
             try:  # one fstat + one read: no buffered-reader overhead on the hot path
                 st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode):
-                    raise SkipImage("not a regular file: not read")
+                if not stat.S_ISREG(st.st_mode):  # a FIFO (or device) would block the read, or never end
+                    kinds = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
+                    raise SkipImage("is a directory" if stat.S_ISDIR(st.st_mode) else f"not a regular file ({kinds.get(stat.S_IFMT(st.st_mode), 'not a file')}): not read")
                 data = os.read(fd, st.st_size + 1)
                 while len(data) < st.st_size and (more := os.read(fd, st.st_size + 1 - len(data))):  # short reads (NFS)
                     data += more
@@ -209,6 +206,8 @@ def _read(path: str) -> bytes:
     except IsADirectoryError:
         raise SkipImage("is a directory") from None
     except OSError as e:
+        if e.errno == errno.ENXIO and os.path.exists(path):  # what open() says of a socket
+            raise SkipImage("not a regular file (a socket): not read") from None
         raise SkipImage(f"cannot read: {e.strerror or e}") from None
     except Exception as e:  # tf.io.gfile errors (NotFoundError, PermissionDeniedError) are not OSErrors
         raise SkipImage(f"cannot read: {_describe(e)}") from None
