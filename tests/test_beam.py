@@ -196,7 +196,7 @@ def test_remote_input_and_output_give_the_same_bytes(both_engines):
         "ram://t1/in", "ram://t1/out", workers=1, split="train=0.75,validation=0.25",
         shards="train=3,validation=1", index=True, on_event=lambda kind, msg: events.append(msg),
     )  # fmt: skip
-    assert summary["skipped"] == 3 and len([e for e in events if "broken_" in e]) == 3
+    assert summary["skipped_count"] == 3 and len([e for e in events if "broken_" in e]) == 3
     assert ram_files("ram://t1/out") == dataset_files(local_out)  # dataset.json included: engine local
 
 

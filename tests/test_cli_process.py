@@ -46,7 +46,7 @@ def test_sample_data_conversion_is_quiet_and_scriptable(tmp_path):
     res = run("convert", ROOT / "sample_data", out, "--shards", "2", "--json")
     assert res.returncode == 0, res.stderr
     summary = json.loads(res.stdout)  # stdout is exactly one JSON object
-    assert summary["records"] == 30 and summary["skipped"] == 1
+    assert summary["records"] == 30 and summary["skipped_count"] == 1
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert lines == ["skipped: triangle/triangle_broken.jpg: JPEG: corrupt or truncated: Premature end of JPEG file"]
     assert not any(n in res.stderr for n in NOISE)
@@ -152,8 +152,10 @@ def test_resume_refuses_changed_input(slow_input, tmp_path, cli):
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=60)
     res = cli("convert", slow_input, out, "--encoding", "png", "--shards", "8", "--quality", "50", "--resume")
-    assert res.exit_code == 2 and "different input or different options" in res.stderr
+    assert res.exit_code == 2 and "--quality 95 then, 50 now" in res.stderr
     res = cli("convert", slow_input, out, "--encoding", "png", "--shards", "8")
+    assert res.exit_code == 2 and "finished shard" in res.stderr  # not thrown away unasked
+    res = cli("convert", slow_input, out, "--encoding", "png", "--shards", "8", "--overwrite")
     assert res.exit_code == 0 and "discarding the unfinished run" in res.stderr
 
 

@@ -84,7 +84,7 @@ def test_labels_file_selects_classes_from_a_list(cli, tree, tmp_path):
     assert res.exit_code == 0, res.output
     assert "wolf" in res.stderr and "dog" in res.stderr  # empty class, unlisted class
     assert {(r["text"], r["label"]) for r in read_records(out)} == {(b"fox", 0), (b"cat", 1)}
-    assert json.loads((out / "dataset.json").read_text())["ignored_files"] == 7  # the dog rows
+    assert json.loads((out / "dataset.json").read_text())["excluded_files"] == 7  # the dog rows
 
 
 @pytest.mark.parametrize(

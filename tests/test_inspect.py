@@ -331,7 +331,7 @@ def test_reader_agrees_with_tensorflow(tmp_path: Path, payloads: list[bytes], co
 def test_verify_good_dataset(ours: SimpleNamespace) -> None:
     r = run(ours.out, "--verify")
     assert r.exit_code == 0, r.stdout
-    assert f"verified 3 file(s), {len(ours.items)} records: no problems" in r.stdout
+    assert f"verified 3 files, {len(ours.items):,} records: no problems" in r.stdout
 
 
 def test_verify_finds_every_kind_of_problem(ours: SimpleNamespace, tmp_path: Path) -> None:

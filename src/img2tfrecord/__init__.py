@@ -9,7 +9,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "convert", "load", "FEATURES"]
+__all__ = ["__version__", "convert", "load", "FEATURES", "read_records", "parse_example"]
 
 
 def __getattr__(name: str) -> Any:
@@ -22,6 +22,14 @@ def __getattr__(name: str) -> Any:
         from img2tfrecord.reader import load
 
         return load
+    if name == "read_records":  # without TensorFlow: serialized records of a shard, CRC-checked
+        from img2tfrecord.inspector import read_records
+
+        return read_records
+    if name == "parse_example":  # without TensorFlow: one serialized Example -> {key: [values]}
+        from img2tfrecord.schema import parse_example
+
+        return parse_example
     if name == "FEATURES":
         from img2tfrecord.reader import features_spec
 

@@ -303,7 +303,7 @@ def shard_from_json(data: bytes) -> ShardTask:
 def write_plan(plan: list[ShardTask], path: str) -> list[tuple[int, int, int]]:
     """Write the plan file; return one (shard number, offset, length) element per shard."""
     elements, pos = [], 0
-    opener = fs.gfile().GFile if fs.is_remote(path) else open
+    opener = fs.gfile(path).GFile if fs.is_remote(path) else open
     with opener(path, "wb") as f:
         for i, shard in enumerate(plan):
             line = shard_to_json(shard) + b"\n"

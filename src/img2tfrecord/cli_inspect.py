@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from img2tfrecord.errors import Img2TFRecordError, UsageError
+from img2tfrecord.errors import Img2TFRecordError, UsageError, plural
 
 BAR_WIDTH = 40
 MAX_LABEL_ROWS = 50
@@ -60,7 +60,8 @@ def _details(s: dict[str, Any], title: str) -> list[str]:
     """The detailed block: schema, labels, formats, sizes, first records."""
     out = [f"{title}: {s['records']:,} records, {_human(s['bytes'])}, compression {s['compression'] or 'unknown'}"]
     if s["non_examples"]:
-        out.append(f"  {s['non_examples']:,} records are not tf.train.Example")
+        n = s["non_examples"]
+        out.append(f"  {plural(n, 'record')} {'is' if n == 1 else 'are'} not tf.train.Example")
     if s["features"]:
         out.append("  features (key, type, values per record):")
         rows = []
@@ -109,7 +110,7 @@ def format_report(rep: dict[str, Any], per_file: bool = False) -> str:
     files = rep["files"]
     rows = []
     for f in files:
-        status = "MISSING" if not f["exists"] else f"{f['problems']} problem(s)" if f["problems"] else "ok"
+        status = "MISSING" if not f["exists"] else plural(f["problems"], "problem") if f["problems"] else "ok"
         rows.append([f["path"], f"{f['records']:,} records", _human(f["bytes"]), f["compression"] or "-", status])
     lines += _table(rows, "")
     if per_file and len(files) > 1:
@@ -135,7 +136,7 @@ def format_report(rep: dict[str, Any], per_file: bool = False) -> str:
             lines.append(f"  ... and {rep['problems_omitted']} more")
     elif rep["verified"]:
         t = rep["total"]
-        lines += ["", f"verified {t['files']} file(s), {t['records']:,} records: no problems"]
+        lines += ["", f"verified {plural(t['files'], 'file')}, {plural(t['records'], 'record')}: no problems"]
     return "\n".join(lines)
 
 
@@ -164,7 +165,7 @@ def _problem(p: dict[str, Any], compressed: bool = False) -> str:
 @click.option("--all", "extract_all", is_flag=True, help="With --extract: every image, not just -n.")
 @click.option("--contact-sheet", type=click.Path(dir_okay=False), metavar="FILE.png",
               help="Write a PNG grid of thumbnails, a row per class (up to -n each).")
-@click.option("--split", help="For output directories: only the shards of this split.")
+@click.option("--split", help="Only the shards of this split (from dataset.json, else the file name); a PATH with none of them is refused.")
 @click.option("--per-file", is_flag=True, help="Show the detailed block for every file, not only the total.")
 def inspect_command(
     paths: tuple[str, ...],
@@ -215,6 +216,6 @@ def inspect_command(
         click.echo(format_report(data, per_file))
     if not report.ok:
         if as_json:
-            click.echo(f"error: {report.problem_count} problem(s) found", err=True)
+            click.echo(f"error: {plural(report.problem_count, 'problem')} found", err=True)
         sys.exit(1)
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from img2tfrecord.errors import plural
+
 MODES = ("report", "drop", "off")
 
 
@@ -57,6 +59,7 @@ def report(mode: str, written: Iterable[tuple[str, str, str, str]], dropped: lis
         "mode": mode,
         "duplicate_files": sum(len(g["files"]) - 1 for g in out),
         "groups": out,
+        "group_count": len(out),
         "conflicting_label_groups": sum(g["conflicting_labels"] for g in out),
         "across_split_groups": sum(g["across_splits"] for g in out),
         "dropped": [{k: d[k] for k in ("path", "split", "duplicate_of")} for d in dropped],
@@ -68,7 +71,7 @@ def summary_line(rep: dict[str, Any]) -> str | None:
     if not rep.get("groups"):
         return None
     line = (
-        f"{rep['duplicate_files']} duplicate image(s) in {len(rep['groups'])} group(s) of byte-identical files: "
+        f"{plural(rep['duplicate_files'], 'duplicate image')} in {plural(len(rep['groups']), 'group')} of byte-identical files: "
         f"{rep['conflicting_label_groups']} with conflicting labels, {rep['across_split_groups']} across splits (leakage)"
     )
     if rep["dropped"]:

@@ -271,15 +271,20 @@ def to_record(task: Task, result: Result) -> bytes:
 
 def _read(path: str) -> bytes:
     """The file's bytes, read through one open file descriptor (one fstat, one read)."""
+    import errno, stat  # noqa: E401, PLC0415
+
     try:
         if "://" in path:
             from img2tfrecord import fs  # remote input: tf.io.gfile (imports TensorFlow in this worker)
 
             data = fs.read_bytes(path)
         else:
-            fd = os.open(path, os.O_RDONLY)
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO's open must not wait for a writer
             try:  # one fstat + one read: no buffered-reader overhead on the hot path
                 st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):  # a FIFO (or device) would block the read, or never end
+                    kinds = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
+                    raise SkipImage("is a directory" if stat.S_ISDIR(st.st_mode) else f"not a regular file ({kinds.get(stat.S_IFMT(st.st_mode), 'not a file')}): not read")
                 data = os.read(fd, st.st_size + 1)
                 while len(data) < st.st_size and (more := os.read(fd, st.st_size + 1 - len(data))):  # short reads (NFS)
                     data += more
@@ -287,6 +292,8 @@ def _read(path: str) -> bytes:
                 os.close(fd)
             if len(data) != st.st_size:
                 raise SkipImage("file changed while it was being read; run again")
+    except SkipImage:
+        raise
     except FileNotFoundError:
         raise SkipImage("file vanished (or is a broken symlink) before it could be read") from None
     except PermissionError:
@@ -294,6 +301,8 @@ def _read(path: str) -> bytes:
     except IsADirectoryError:
         raise SkipImage("is a directory") from None
     except OSError as e:
+        if e.errno == errno.ENXIO and os.path.exists(path):  # what open() says of a socket
+            raise SkipImage("not a regular file (a socket): not read") from None
         raise SkipImage(f"cannot read: {e.strerror or e}") from None
     except Exception as e:  # tf.io.gfile errors (NotFoundError, PermissionDeniedError) are not OSErrors
         raise SkipImage(f"cannot read: {_describe(e)}") from None
@@ -471,7 +480,7 @@ def _transcode(im: Image.Image | None, fmt: str, opts: EncodeOptions, jpeg: Jpeg
     `jpeg`: the frame of an 8-bit grey/colour JPEG, decoded by libjpeg-turbo instead of Pillow (`im` unused)."""
     if opts.encoding == "keep":  # keep mode falls back here: lossless PNG, or JPEG q100 for CMYK JPEGs
         target = "JPEG" if fmt in ("JPEG", "MPO") else "PNG"
-        quality = 100
+        quality = opts.quality if opts.reencodes else 100  # --resize/--channels asked for new pixels: --quality
     else:
         target, quality = {"jpeg": "JPEG", "png": "PNG", "raw": FORMAT_RAW}[opts.encoding], opts.quality
     if jpeg is not None:
@@ -498,7 +507,7 @@ def _transcode(im: Image.Image | None, fmt: str, opts: EncodeOptions, jpeg: Jpeg
         return im.tobytes(), FORMAT_RAW, (h, w, channels), depth
     buf = io.BytesIO()
     if target == "JPEG":  # keep mode's CMYK->RGB: quality 100 and no chroma subsampling, as close to lossless as JPEG gets
-        im.save(buf, "JPEG", quality=quality, **({"subsampling": 0} if opts.encoding == "keep" else {}))
+        im.save(buf, "JPEG", quality=quality, **({"subsampling": 0} if opts.encoding == "keep" and not opts.reencodes else {}))
     else:
         im.save(buf, "PNG")
     return buf.getvalue(), target, (h, w, channels), depth

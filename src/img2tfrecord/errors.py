@@ -32,3 +32,8 @@ class Interrupted(KeyboardInterrupt):
         super().__init__(f"{done} of {total} shards finished")
         self.done = done
         self.total = total
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """'1 record', '2 records', '1 class', '3 classes' (`words` for irregular plurals)."""
+    return f"{n:,} {word if n == 1 else words or word + 's'}"

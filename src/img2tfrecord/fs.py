@@ -15,6 +15,7 @@ from typing import Any
 
 import xxhash
 
+from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.tf_import import tensorflow
 
 
@@ -30,13 +31,68 @@ def join(base: str, *parts: str) -> str:
     return posixpath.join(base, *parts) if is_remote(base) else os.path.join(base, *parts)
 
 
-def gfile() -> Any:
-    return tensorflow().io.gfile
+# File systems that tensorflow-io registers (TensorFlow itself has only local and gs://).
+TF_IO_SCHEMES = frozenset({"s3", "hdfs", "viewfs", "har", "az"})
+_tf_io: bool | None = None  # tensorflow-io imported in this process (None: not tried)
+
+
+def scheme(path: str) -> str:
+    return path.split("://", 1)[0].lower() if "://" in path else ""
+
+
+def gfile(path: str | None = None) -> Any:
+    """`tf.io.gfile`; for a path of a tensorflow-io file system, with tensorflow-io imported (it
+    registers its file systems on import), in whichever process asks."""
+    tf = tensorflow()
+    if path is not None and scheme(path) in TF_IO_SCHEMES:
+        _import_tf_io()
+    return tf.io.gfile
+
+
+def _import_tf_io() -> bool:
+    global _tf_io
+    if _tf_io is None:
+        import importlib.util  # noqa: PLC0415
+
+        _tf_io = importlib.util.find_spec("tensorflow_io") is not None
+        if _tf_io:
+            try:
+                import tensorflow_io  # noqa: F401, PLC0415 - registers s3://, hdfs://, az://
+            except Exception:  # a tensorflow-io built for another TensorFlow: the check below says so
+                _tf_io = False
+    return _tf_io
+
+
+def check_remote(path: str, what: str) -> None:
+    """One clean error before any work when `path` is on a file system TensorFlow lacks or cannot reach.
+
+    UsageError (exit 2) when TensorFlow has no file system for the scheme (s3:// and hdfs:// need
+    tensorflow-io); DataError (exit 1) with the cause when the storage does not answer (network,
+    credentials, permissions). Local paths cost nothing.
+    """
+    if not is_remote(path):
+        return
+    tf = tensorflow()
+    name = scheme(path)
+    try:
+        gfile(path).exists(path)
+    except tf.errors.UnimplementedError:
+        if name in TF_IO_SCHEMES and not _import_tf_io():
+            raise UsageError(
+                f"{what} {path}: TensorFlow reads {name}:// only through tensorflow-io, which is not installed "
+                "(or not for this TensorFlow): pip install tensorflow-io"
+            ) from None
+        raise UsageError(f"{what} {path}: TensorFlow has no file system for {name}://; use a local path or gs://") from None
+    except Exception as e:  # noqa: BLE001 - tf.errors.* (network, auth) are not OSErrors
+        msg = (getattr(e, "message", None) or str(e) or type(e).__name__).strip().splitlines()[0]
+        if "KeyboardInterrupt" in msg:  # Ctrl-C/SIGTERM while TensorFlow waited on the network, re-wrapped by pybind11
+            raise KeyboardInterrupt from None
+        raise DataError(f"{what} {path} cannot be reached: {msg}") from None
 
 
 def read_bytes(path: str) -> bytes:
     if is_remote(path):
-        with gfile().GFile(path, "rb") as f:
+        with gfile(path).GFile(path, "rb") as f:
             return f.read()
     with open(path, "rb") as f:
         return f.read()
@@ -45,7 +101,7 @@ def read_bytes(path: str) -> bytes:
 def write_text(path: str, text: str) -> None:
     """Write a small text file so that readers see the old or the new content, never half of it."""
     if is_remote(path):  # object stores publish an object only when its upload completes
-        with gfile().GFile(path, "w") as f:
+        with gfile(path).GFile(path, "w") as f:
             f.write(text)
         return
     tmp = path + ".tmp"
@@ -57,29 +113,29 @@ def write_text(path: str, text: str) -> None:
 
 
 def exists(path: str) -> bool:
-    return gfile().exists(path) if is_remote(path) else os.path.exists(path)
+    return gfile(path).exists(path) if is_remote(path) else os.path.exists(path)
 
 
 def isdir(path: str) -> bool:
-    return gfile().isdir(path) if is_remote(path) else os.path.isdir(path)
+    return gfile(path).isdir(path) if is_remote(path) else os.path.isdir(path)
 
 
 def listdir(path: str) -> list[str]:
     if is_remote(path):
-        return [n.rstrip("/") for n in gfile().listdir(path)]
+        return [n.rstrip("/") for n in gfile(path).listdir(path)]
     return os.listdir(path)
 
 
 def makedirs(path: str) -> None:
     if is_remote(path):
-        gfile().makedirs(path)
+        gfile(path).makedirs(path)
     else:
         os.makedirs(path, exist_ok=True)
 
 
 def remove(path: str) -> None:
     if is_remote(path):
-        gfile().remove(path)
+        gfile(path).remove(path)
     else:
         os.remove(path)
 
@@ -87,8 +143,8 @@ def remove(path: str) -> None:
 def rmtree(path: str) -> None:
     try:
         if is_remote(path):
-            if gfile().exists(path):
-                gfile().rmtree(path)
+            if gfile(path).exists(path):
+                gfile(path).rmtree(path)
         else:
             shutil.rmtree(path, ignore_errors=True)
     except Exception:  # best effort: cleaning up must never hide the real error
@@ -98,13 +154,13 @@ def rmtree(path: str) -> None:
 def rename(src: str, dst: str) -> None:
     """Atomic on a local filesystem; copy-then-delete on object stores (still never a partial dst)."""
     if is_remote(src) or is_remote(dst):
-        gfile().rename(src, dst, overwrite=True)
+        gfile(src if is_remote(src) else dst).rename(src, dst, overwrite=True)
     else:
         os.replace(src, dst)
 
 
 def getsize(path: str) -> int:
-    return gfile().stat(path).length if is_remote(path) else os.path.getsize(path)
+    return gfile(path).stat(path).length if is_remote(path) else os.path.getsize(path)
 
 
 CHECKSUMS = ("xxh3_128", "sha256", "none")  # of whole shard files, recorded in dataset.json
@@ -122,7 +178,7 @@ def hasher(name: str) -> Any:
 def checksum(path: str, name: str) -> str:
     """Hex digest of a whole file (`xxhsum -H2` prints the same xxh3_128; `sha256sum` the sha256)."""
     h = hasher(name)
-    opener = gfile().GFile if is_remote(path) else open
+    opener = gfile(path).GFile if is_remote(path) else open
     with opener(path, "rb") as f:
         while chunk := f.read(1 << 20):
             h.update(chunk)
@@ -168,7 +224,7 @@ def fsync(path: str) -> None:
 
 def read_range(path: str, offset: int, length: int) -> bytes:
     """`length` bytes at `offset`: a Beam worker reads only its shard's slice of the plan file."""
-    opener = gfile().GFile if is_remote(path) else open
+    opener = gfile(path).GFile if is_remote(path) else open
     with opener(path, "rb") as f:
         f.seek(offset)
         return f.read(length)
@@ -181,6 +237,6 @@ def list_entries(path: str) -> list[tuple[str, bool | None]]:
     per-object request; other filesystems leave the caller to ask `isdir` where it matters.
     """
     out = []
-    for name in gfile().listdir(path):
+    for name in gfile(path).listdir(path):
         out.append((name.rstrip("/"), True) if name.endswith("/") else (name, None))
     return out

@@ -25,7 +25,7 @@ import warnings
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Iterator, Sequence
 
 import google_crc32c
@@ -49,7 +49,7 @@ from img2tfrecord.reader import (
     record_length,
     resolve_paths,
 )
-from img2tfrecord.schema import COLORSPACES, DEFAULT_MAX_PIXELS, FEATURE_TYPES, FORMAT_RAW, Example
+from img2tfrecord.schema import COLORSPACES, DEFAULT_MAX_PIXELS, FEATURE_TYPES, FORMAT_RAW, Example, filename_problem
 
 JSON_FORMAT_VERSION = 1
 _CHUNK = 1 << 22  # reads from streams of unknown size grow by at most 4 MiB at a time
@@ -361,7 +361,7 @@ def parse_record(rec: RawRecord) -> RecordInfo:
     try:
         ex.ParseFromString(rec.data)
     except DecodeError as e:
-        raise NotExample(f"not a tf.train.Example ({e})") from e
+        raise NotExample(f"not a tf.train.Example ({str(e).replace('img2tfrecord_pb.', 'tensorflow.')})") from e  # our private pool's name
     if rec.data and not ex.HasField("features"):
         raise NotExample("not a tf.train.Example (protobuf without a features field)")
     fm = ex.features.feature
@@ -715,10 +715,8 @@ def _schema_problems(info: RecordInfo, man: Manifest) -> Iterator[str]:
             yield f"label {info.label} is outside dataset.json's classes (offset {man.label_offset}, {len(man.classes)} classes)"
         elif info.text is not None and info.text != name:
             yield f"label {info.label} is {_show(name)} in dataset.json but image/class/text says {_show(info.text)}"
-    if info.filename is not None:
-        parts = PurePosixPath(info.filename).parts
-        if not info.filename or info.filename.startswith("/") or ".." in parts or "\\" in info.filename:
-            yield f"image/filename {_show(info.filename)} is not a relative /-separated path"
+    if info.filename is not None and (problem := filename_problem(info.filename)):
+        yield f"image/filename {_show(info.filename)} {problem}"
 
 
 _IDX_LINE = 64  # "offset size\n" is at most 42 characters; a longer line is read in pieces

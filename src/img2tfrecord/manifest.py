@@ -30,6 +30,7 @@ def build_manifest(
     reduced: dict[str, int] | None = None,
     engine: str = "local",
     duplicates: dict[str, Any] | None = None,
+    excluded_files: int = 0,
 ) -> dict[str, Any]:
     return {
         "format_version": FORMAT_VERSION,
@@ -48,6 +49,7 @@ def build_manifest(
         "dtype": "uint16" if (depths or {}).get("16") else "uint8",
         "reduced_depth": dict(sorted((reduced or {}).items())),  # why fewer bits were stored than the source had -> records
         "ignored_files": ignored_files,
+        "excluded_files": excluded_files,
         "duplicates": duplicates or {},
     }
 

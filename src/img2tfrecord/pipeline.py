@@ -21,8 +21,8 @@ from typing import Any
 from img2tfrecord import cstderr, dedupe, encoder, fs, writer
 from img2tfrecord.dedupe import MODES as DEDUPE_MODES
 from img2tfrecord.encoder import EncodeOptions
-from img2tfrecord.errors import DataError, Interrupted, UsageError, WorkerDied
-from img2tfrecord.resume import JOURNAL, Journal, fingerprint, load_done, prune
+from img2tfrecord.errors import DataError, Interrupted, UsageError, WorkerDied, plural
+from img2tfrecord.resume import Journal, finished_count, header, load_done, prune
 from img2tfrecord.manifest import LABELS_NAME, MANIFEST_NAME, build_manifest, labels_text, manifest_text
 from img2tfrecord.walker import ImageItem, discover, discover_file_list, parse_split_spec, read_labels_file
 from img2tfrecord.schema import DEFAULT_MAX_PIXELS, utf8_text
@@ -62,6 +62,8 @@ def parse_shards(value: str | int | dict[str, int] | None) -> int | dict[str, in
         name, sep, n = part.strip().partition("=")
         if not sep or not n.strip().isdigit():
             raise UsageError(f"bad --shards {value!r}: use N or e.g. train=16,validation=2")
+        if name.strip() in out:
+            raise UsageError(f"bad --shards {value!r}: {name.strip()} given twice")
         out[name.strip()] = int(n)
     return parse_shards(out)
 
@@ -87,6 +89,7 @@ class Job:
     fsync: bool = True  # shards durable before publishing (does not change the bytes)
     estimated_bytes: int = 0  # output size estimate (exact-ish for --encoding keep)
     warnings: list[str] = field(default_factory=list)
+    excluded_files: int = 0  # images of classes not in --labels
 
     @property
     def tasks(self) -> int:
@@ -160,6 +163,7 @@ def plan_job(
         options=options, plan=writer.make_plan(tasks, counts), split_names=list(found.splits),
         ignored_files=found.ignored_files, compression=compression, index=index, strict=strict, dedupe=dedupe, checksum=checksum, fsync=fsync,
         warnings=found.warnings + shard_warnings + empty, estimated_bytes=sum(split_bytes.values()),
+        excluded_files=found.excluded_files,
     )  # fmt: skip
 
 
@@ -219,6 +223,8 @@ def convert(
         raise UsageError(f"bad --workers {workers}: must be >= 1")
     if engine not in ENGINES:
         raise UsageError(f"bad --engine {engine!r}: choose local or beam")
+    for path, what in ((input_dir, "input"), (output_dir, "output"), (options.get("file_list") or "", "--file-list")):
+        fs.check_remote(path, what)  # a missing file system or an unreachable bucket: one line, before any work
     if engine == "beam":  # before a long listing: Beam installed, options parse, paths fit the runner
         from img2tfrecord.beam_engine import preflight
 
@@ -228,23 +234,55 @@ def convert(
     if resume and engine != "local":
         raise UsageError("--resume works with the local engine; Beam runners retry failed work themselves")
     check_paths(input_dir, output_dir)
-    if not dry_run:
-        writer.check_output(output_dir, overwrite)
-        if not resume and fs.exists(fs.join(output_dir, writer.STAGING_DIR, JOURNAL)):
-            emit("warning", f"discarding the unfinished run in {output_dir} (add --resume to continue it instead)")
-    job = plan_job(input_dir, output_dir, **options)
-    for w in job.warnings:
-        emit("warning", w)
     if dry_run:
-        return _plan_summary(job, timing)
+        job = plan_job(input_dir, output_dir, **options)
+        refused = None
+        try:  # what the real run would refuse, said now
+            writer.check_output(output_dir, overwrite)
+            _unfinished_run(output_dir, resume, overwrite)
+        except UsageError as e:
+            refused = str(e)  # shown with the plan
+        for w in job.warnings:
+            emit("warning", w)
+        return _plan_summary(job, timing, refused)
 
-    _check_space(job, emit)
+    writer.check_output(output_dir, overwrite)
+    existed = fs.is_remote(output_dir) or os.path.exists(output_dir)
     lock = writer.OutputLock(output_dir)
-    lock.acquire()
+    lock.acquire()  # first: a second run is refused before it says or touches anything
+    started = False
     try:
+        if discarding := _unfinished_run(output_dir, resume, overwrite):
+            emit("warning", discarding)
+        job = plan_job(input_dir, output_dir, **options)
+        for w in job.warnings:
+            emit("warning", w)
+        _check_space(job, emit)
+        started = True
         return _run(job, engine, workers, overwrite, resume, beam_options, emit, progress, timing, lock)
     finally:
         lock.release()
+        if not started and not existed:
+            _cleanup(fs.join(output_dir, writer.STAGING_DIR), output_dir)  # the folder the lock created
+
+
+def _unfinished_run(output_dir: str, resume: bool, overwrite: bool) -> str | None:
+    """The warning to give when a run discards an unfinished one in `output_dir`, or None.
+
+    Finished shards of an interrupted run are not thrown away unasked: without --resume (which
+    reuses them) it takes --overwrite. Raises UsageError otherwise.
+    """
+    if resume:
+        return None
+    done = finished_count(fs.join(output_dir, writer.STAGING_DIR))
+    if done is None:
+        return None
+    if done and not overwrite:
+        raise UsageError(
+            f"{output_dir} holds an unfinished run with {plural(done, 'finished shard')}: add --resume to reuse "
+            f"{'it' if done == 1 else 'them'} (same command), or --overwrite to discard {'it' if done == 1 else 'them'} and start over"
+        )
+    return f"discarding the unfinished run in {output_dir}" + (f" and its {plural(done, 'finished shard')}" if done else "")
 
 
 def _run(job: Job, engine: str, workers: int | None, overwrite: bool, resume: bool, beam_options: str | list[str] | None,
@@ -252,10 +290,12 @@ def _run(job: Job, engine: str, workers: int | None, overwrite: bool, resume: bo
     """Prepare the output, run an engine, publish; on failure, keep or remove what it wrote."""
     output_dir = job.output_dir
     staging = writer.prepare_output(output_dir, overwrite, keep_staging=resume)
-    done = load_done(job, staging) if resume else {}
+    done, redone = load_done(job, staging) if resume else ({}, [])
+    for name, why in redone:
+        emit("warning", f"resuming: {name} is converted again: {why}")
     if done:
-        emit("note", f"resuming: {len(done)} of {len(job.plan)} shards were already finished and are reused")
-    journal = Journal(staging, fingerprint(job), done)
+        emit("note", f"resuming: {len(done)} of {plural(len(job.plan), 'shard')} {'was' if len(done) == 1 else 'were'} already finished and {'is' if len(done) == 1 else 'are'} reused")
+    journal = Journal(staging, header(job), done)
     try:
         if engine == "beam":
             from img2tfrecord.beam_engine import run_beam
@@ -340,7 +380,7 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
     skipped = [s for o in outcomes for s in o.skipped]
     if job.strict and skipped:  # engines that cannot stop early (Beam) end up here
         first = skipped[0]
-        raise DataError(f"--strict: {len(skipped)} unusable image(s), e.g. {first['path']}: {first['reason']}; nothing was published")
+        raise DataError(f"--strict: {plural(len(skipped), 'unusable image')}, e.g. {first['path']}: {first['reason']}; nothing was published")
     merged: dict[str, dict[str, int]] = {"formats": {}, "transcoded": {}, "depths": {}, "reduced": {}}
     split_info: dict[str, dict[str, Any]] = {}
     classes = [utf8_text(c) for c in job.classes]
@@ -372,11 +412,11 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
         warnings.append(line)
         emit("warning", line)
     if merged["reduced"]:
-        warnings.append("stored with fewer bits than their source: " + ", ".join(f"{n} image(s): {why}" for why, n in sorted(merged["reduced"].items())))
+        warnings.append("stored with fewer bits than their source: " + ", ".join(f"{plural(n, 'image')}: {why}" for why, n in sorted(merged["reduced"].items())))
         emit("warning", warnings[-1])
     if orient:
         warnings.append(
-            f"{orient} image(s) carry an EXIF rotation that --encoding keep leaves to the reader "
+            f"{plural(orient, 'image')} {'carries' if orient == 1 else 'carry'} an EXIF rotation that --encoding keep leaves to the reader "
             "(TensorFlow's decoders ignore it); use --encoding jpeg or png to store them upright"
         )
         emit("warning", warnings[-1])
@@ -384,7 +424,7 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
     manifest = build_manifest(
         classes=classes, label_offset=job.label_offset, options=job.options, splits=split_info, skipped=skipped,
         transcoded=merged["transcoded"], formats=merged["formats"], depths=merged["depths"], reduced=merged["reduced"], ignored_files=job.ignored_files, engine=engine,
-        duplicates=duplicates,
+        duplicates=duplicates, excluded_files=job.excluded_files,
     )  # fmt: skip
     files = [sh["file"] for si in split_info.values() for sh in si["shards"]]
     files += [sh["index"] for si in split_info.values() for sh in si["shards"] if "index" in sh]
@@ -407,10 +447,11 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
         "records": sum(si["records"] for si in split_info.values()),
         "bytes": sum(sh["bytes"] for si in split_info.values() for sh in si["shards"]),
         "input_bytes": bytes_read,
-        "skipped": len(skipped),
-        "skipped_files": skipped,
-        "duplicates": {k: v for k, v in duplicates.items() if k != "groups"} | {"groups": len(duplicates.get("groups", []))},
+        "skipped": skipped,  # as in dataset.json: [{"path", "split", "reason"}]
+        "skipped_count": len(skipped),
+        "duplicates": {k: v for k, v in duplicates.items() if k != "groups"},  # dataset.json's, without the list of groups
         "ignored_files": job.ignored_files,
+        "excluded_files": job.excluded_files,
         "transcoded": manifest["transcoded"],
         "formats": manifest["formats"],
         "splits": {
@@ -428,7 +469,7 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
     }
 
 
-def _plan_summary(job: Job, timing: Timing) -> dict[str, Any]:
+def _plan_summary(job: Job, timing: Timing, refused: str | None = None) -> dict[str, Any]:
     splits: dict[str, Any] = {}
     for shard in job.plan:
         sp = splits.setdefault(shard.split, {"images": 0, "class_counts": dict.fromkeys(map(utf8_text, job.classes), 0), "shards": []})
@@ -444,7 +485,9 @@ def _plan_summary(job: Job, timing: Timing) -> dict[str, Any]:
         "images": job.tasks,
         "splits": splits,
         "ignored_files": job.ignored_files,
+        "excluded_files": job.excluded_files,
         "warnings": job.warnings,
+        "refused": refused,  # why the real run would stop (output not empty, ...), or None
         "options": job.options,
         "elapsed_seconds": round(time.perf_counter() - timing.start, 3),
     }

@@ -332,12 +332,20 @@ def resolve_paths(paths: Iterable[str | os.PathLike[str]], split: str | None = N
                 near = [m for m in sorted(parent.iterdir()) if is_shard_candidate(m)] if parent else []
                 hint = f" ({parent} has: {_list_names(near)})" if near else ""
                 raise UsageError(f"{text}: no such file, directory or shard prefix{hint}")
+        found = []
         for m in matches:
             man, sp, entry = _manifest_for_file(m, cache)
             if sp is None:
                 sm = SHARD_RE.match(m.name)
                 sp = sm["split"] if sm else None
-            refs.append(ShardRef(m, sp, man, entry))
+            found.append(ShardRef(m, sp, man, entry))
+        if split is not None:  # --split keeps the shards of that split, whatever PATH named them
+            mine = [r for r in found if r.split == split]
+            if not mine:
+                theirs = sorted({r.split or "unknown" for r in found})
+                raise UsageError(f"{text}: no shard of split {split!r} (split {', '.join(theirs)}); drop --split or give another PATH")
+            found = mine
+        refs.extend(found)
     seen: set[Path] = set()
     unique = []
     for r in refs:
@@ -567,11 +575,15 @@ def load(
         in [0, 255] like Keras' `image_dataset_from_directory`. None keeps uint8 at stored size.
       channels: 1, 2, 3 or 4 to convert every image to (grey <-> RGB, alpha added/dropped),
         None to keep each image's stored channels.
-      shuffle_files: read the shards in a random order (seeded by `seed`) each epoch.
+      shuffle_files: read the shards in a new random order each epoch. With a `seed`, every call
+        gives the same sequence of epochs, record for record (the file order is seeded, and
+        interleaving and decoding stay deterministic unless `deterministic=False`); without
+        one, the order differs from call to call.
       as_dict: yield a dict of every schema field plus "image" (decoded) and "label".
       compression: "auto" (dataset.json, else sniffed from the first file), "none", "gzip", "zlib".
       cycle_length: shards read in parallel (default: all, at most 16).
-      deterministic: passed to `interleave`/`map`; default keeps order unless `shuffle_files`.
+      deterministic: passed to `interleave`/`map`; default keeps the order, except with
+        `shuffle_files` and no `seed` (a run with random order gains a little speed).
       verify: what is checked in Python before TensorFlow reads the shards (a problem raises
         DataError naming file, record and byte offset). "framing" (default): the record headers
         of uncompressed shards, 12 bytes a record, because TensorFlow allocates whatever length a
@@ -608,8 +620,8 @@ def load(
         raise UsageError(f"load: verify must be {', '.join(VERIFY_LEVELS)}, not {verify!r}")
     counts = _check_shards(files, comp, verify, man, split) if verify != "none" else [None] * len(files)
     compression_type = "" if comp == "none" else comp.upper()
-    if deterministic is None:
-        deterministic = not shuffle_files
+    if deterministic is None:  # a seed asks for a repeatable order: keep it through interleave and map
+        deterministic = not shuffle_files or seed is not None
     autotune = tf.data.AUTOTUNE
     spec = features_spec()
     if None in counts:  # no count to hold TensorFlow's reads against: its own errors it is

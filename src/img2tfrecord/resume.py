@@ -4,9 +4,10 @@ Every shard that closes (fsync'd, checksummed) is recorded in ``<staging>/journa
 line with a fingerprint of the job (options, classes and the exact shard plan: which files, their
 sizes, in which shard), then one line per finished shard, appended (so recording a shard costs
 the same for the first and the ten-thousandth; a line cut short by a crash is ignored).
-``--resume`` reuses the shards whose bytes still match the recorded checksum and converts only
-the rest, so the result is byte-identical to an uninterrupted run; a
-different fingerprint (input or options changed) is refused rather than silently mixed.
+``--resume`` reuses the shards whose bytes still match the recorded checksum (with ``--checksum
+none``: whose records' CRCs hold) and converts only the rest, naming each one it redoes and why,
+so the result is byte-identical to an uninterrupted run; a different fingerprint (input or
+options changed) is refused, saying what changed, rather than silently mixed.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from img2tfrecord import fs
-from img2tfrecord.errors import UsageError
+from img2tfrecord.errors import DataError, UsageError, plural
 from img2tfrecord.writer import ShardOutcome
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -26,24 +27,35 @@ if TYPE_CHECKING:  # pragma: no cover
 JOURNAL = "journal.jsonl"
 
 
-def fingerprint(job: Job) -> str:
-    """Hash of everything that decides the output bytes (not the engine or worker count)."""
+def header(job: Job) -> dict[str, Any]:
+    """The journal's first line: a fingerprint of everything that decides the output bytes (not
+    the engine or worker count), and what went into it, so that a refused --resume can say what
+    differs: the options, the classes, the number of images and a digest of each shard's files."""
     h = hashlib.sha256()
     h.update(json.dumps({"options": job.options, "classes": job.classes}, sort_keys=True, default=str).encode())
+    shards = {}
     for shard in job.plan:
         h.update(shard.name.encode())
+        one = hashlib.sha256()
         for t in shard.tasks:
-            h.update(f"\0{t[1]}\0{t[5]}".encode("utf-8", "surrogateescape"))
-    return h.hexdigest()
+            item = f"\0{t[1]}\0{t[5]}".encode("utf-8", "surrogateescape")
+            h.update(item)
+            one.update(item)
+        shards[shard.name] = one.hexdigest()[:16]
+    return {"fingerprint": h.hexdigest(), "options": _plain(job.options), "classes": list(job.classes), "images": job.tasks, "shards": shards}
+
+
+def _plain(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
 
 
 class Journal:
     """Append-only record of finished shards; safe to call from the shard-closing thread."""
 
-    def __init__(self, staging: str, job_fingerprint: str, done: dict[str, ShardOutcome] | None = None) -> None:
+    def __init__(self, staging: str, job_header: dict[str, Any], done: dict[str, ShardOutcome] | None = None) -> None:
         self.staging = staging
         self.path = fs.join(staging, JOURNAL)
-        self.fingerprint = job_fingerprint
+        self.header = job_header
         self.done: dict[str, ShardOutcome] = dict(done or {})
         self._lock = threading.Lock()
         self._save()
@@ -58,51 +70,128 @@ class Journal:
                     f.write(json.dumps(outcome.to_dict()) + "\n")
 
     def _save(self) -> None:
-        lines = [{"fingerprint": self.fingerprint}] + [o.to_dict() for o in self.done.values()]
+        lines = [self.header] + [o.to_dict() for o in self.done.values()]
         fs.write_text(self.path, "".join(json.dumps(line) + "\n" for line in lines))
 
 
-def load_done(job: Job, staging: str) -> dict[str, ShardOutcome]:
-    """The finished shards of an interrupted run of this same job, verified by their checksum.
-
-    Raises UsageError when the journal belongs to a different input or different options.
-    """
+def _entries(staging: str) -> list[Any]:
+    """The journal's lines: its header, then one per finished shard; [] without a journal."""
     path = fs.join(staging, JOURNAL)
     if not fs.exists(path):
-        return {}
+        return []
     entries = []
     for line in fs.read_bytes(path).splitlines():
         try:
             entries.append(json.loads(line))
         except ValueError:
             break  # a line cut short by a crash: what follows it is not trusted
-    if not entries or not isinstance(entries[0], dict):
-        return {}
-    if entries[0].get("fingerprint") != fingerprint(job):
+    return entries if entries and isinstance(entries[0], dict) else []
+
+
+def finished_count(staging: str) -> int | None:
+    """How many finished shards an unfinished run's journal lists; None without a journal."""
+    entries = _entries(staging)
+    return len(entries) - 1 if entries else None
+
+
+def load_done(job: Job, staging: str) -> tuple[dict[str, ShardOutcome], list[tuple[str, str]]]:
+    """The finished shards of an interrupted run of this same job, each checked (by its checksum,
+    or with --checksum none by its records' CRCs), and the journaled shards that are not reused,
+    with the reason: ({name: outcome}, [(name, why)]).
+
+    Raises UsageError, saying what differs, when the journal belongs to another input or options.
+    """
+    entries = _entries(staging)
+    if not entries:
+        return {}, []
+    now = header(job)
+    if entries[0].get("fingerprint") != now["fingerprint"]:
         raise UsageError(
-            f"the interrupted run in {job.output_dir} had a different input or different options; "
-            "run without --resume to start over"
+            f"--resume: the interrupted run in {job.output_dir} differs from this one: {'; '.join(_differences(entries[0], now))}; "
+            f"run the command it was, or drop --resume and add --overwrite to start over"
         )
     planned = {s.name for s in job.plan}
-    done = {}
+    done, redone = {}, []
     for d in entries[1:]:
         try:
             outcome = ShardOutcome.from_dict(d)
         except (TypeError, KeyError):
             continue  # written by another version
         name = outcome.info.file
-        path = fs.join(staging, name)
-        if name in planned and fs.exists(path) and _intact(path, outcome):
-            if not outcome.info.index or fs.exists(fs.join(staging, outcome.info.index)):
-                done[name] = outcome
-    return done
+        if name not in planned:
+            continue
+        why = _damage(fs.join(staging, name), outcome, job.compression)
+        if why is None and outcome.info.index and not fs.exists(fs.join(staging, outcome.info.index)):
+            why = f"its index {outcome.info.index} is missing"
+        if why is None:
+            done[name] = outcome
+        else:
+            redone.append((name, why))
+    return done, redone
 
 
-def _intact(path: str, outcome: ShardOutcome) -> bool:
-    """The shard's bytes are those journaled: its checksum matches (or, with --checksum none, its size)."""
-    if fs.getsize(path) != outcome.info.bytes:
-        return False
-    return all(fs.checksum(path, name) == digest for name, digest in outcome.info.checksums.items())
+def _differences(then: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """What differs between the journal's header and this job's, in the user's words."""
+    out = []
+    old_opts = then.get("options")
+    if isinstance(old_opts, dict):
+        for key in sorted(set(old_opts) | set(now["options"])):
+            a, b = old_opts.get(key), now["options"].get(key)
+            if a != b:
+                what = "the shard counts" if key == "shards" else "--" + key.replace("_", "-")
+                out.append(f"{what} {_shown(a)} then, {_shown(b)} now")
+    old_classes = then.get("classes")
+    if isinstance(old_classes, list) and old_classes != now["classes"]:
+        gone, new = [c for c in old_classes if c not in now["classes"]], [c for c in now["classes"] if c not in old_classes]
+        detail = ", ".join([f"{c} gone" for c in gone[:3]] + [f"{c} new" for c in new[:3]]) or "same names, other order"
+        out.append(f"the classes ({detail})")
+    old_shards = then.get("shards")
+    if out:  # the options or classes explain it (a seed or a --labels change moves every file)
+        return out
+    if isinstance(old_shards, dict) and then.get("images") != now["images"]:
+        out.append(f"the input: {then.get('images')} images then, {now['images']} now")
+    elif isinstance(old_shards, dict) and old_shards.keys() == now["shards"].keys():
+        changed = [n for n, d in now["shards"].items() if old_shards[n] != d]
+        if changed:
+            out.append(f"the input: other files (or sizes) in {plural(len(changed), 'shard')}, e.g. {changed[0]}")
+    return out or ["the input or the options (this journal does not say which)"]
+
+
+def _shown(value: Any) -> str:
+    text = "(not given)" if value is None else json.dumps(value) if not isinstance(value, str) else value
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _damage(path: str, outcome: ShardOutcome, compression: str | None) -> str | None:
+    """Why a journaled shard's bytes cannot be trusted any more, or None: its size and checksum
+    must be those journaled; with --checksum none, every record's CRC must hold and the count too."""
+    if not fs.exists(path):
+        return "the file is gone"
+    size = fs.getsize(path)
+    if size != outcome.info.bytes:
+        return f"it is {size:,} bytes, {outcome.info.bytes:,} when it was finished"
+    for name, digest in outcome.info.checksums.items():
+        if fs.checksum(path, name) != digest:
+            return f"its {name} differs from the one taken when it was finished (the file changed)"
+    if outcome.info.checksums:
+        return None
+    if fs.is_remote(path):
+        return "with --checksum none, a shard on remote storage cannot be checked"
+    from img2tfrecord.inspector import FramingError, TFRecordFile  # noqa: PLC0415 - only for --checksum none
+
+    records = 0
+    try:
+        for rec in TFRecordFile(path, compression or "none"):
+            if not rec.crc_ok:
+                return f"record {rec.index} at byte {rec.offset:,}: data CRC mismatch (the file changed)"
+            records += 1
+    except FramingError as e:
+        return f"record {e.index} at byte {e.offset:,}: {e.message}"
+    except (OSError, DataError) as e:
+        return f"cannot be read: {e}"
+    if records != outcome.info.records:
+        return f"it holds {records} records, {outcome.info.records} when it was finished"
+    return None
 
 
 def prune(staging: str, keep: set[str]) -> None:

@@ -14,6 +14,7 @@ parse with the `protobuf` runtime TensorFlow itself depends on.
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -95,6 +96,30 @@ def utf8_text(name: str) -> str:
     undecodable bytes are written as `\\xNN` so records and manifests always hold valid UTF-8.
     """
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def filename_problem(name: str) -> str | None:
+    """Why `name` is not a valid `image/filename` (README "Record schema"), or None if it is.
+
+    The one definition that `convert` writes to and `inspect --verify` checks. Valid are:
+
+    * a path below the input: relative, `/`-separated, no empty, `.` or `..` component
+      (`dog/sub/a.jpg`); any other character, a backslash included, is part of a name;
+    * a `--file-list` row outside INPUT, as listed: an absolute path (`/data/x.jpg`), a URL
+      (`gs://other-bucket/x.jpg`), or a relative path that leaves INPUT, normalized (`../x.jpg`).
+    """
+    if not name:
+        return "is empty"
+    if name.startswith("/") or _SCHEME.match(name):
+        return None
+    parts = name.split("/")
+    ups = next((i for i, p in enumerate(parts) if p != ".."), len(parts))  # a leading ../../ leaves INPUT
+    if ups == len(parts) or any(p in ("", ".", "..") for p in parts[ups:]):
+        return "is not a relative /-separated path (an empty, '.' or '..' component)"
+    return None
 
 
 def _varint(n: int) -> bytes:

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from img2tfrecord import fs
-from img2tfrecord.errors import UsageError
+from img2tfrecord.errors import UsageError, plural
+from img2tfrecord.schema import filename_problem, utf8_text
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"})
 SPLIT_DIR_NAMES = {"train": "train", "validation": "validation", "val": "validation", "test": "test"}
@@ -58,9 +59,10 @@ class Discovery:
 
     classes: list[str]
     splits: dict[str, list[ImageItem]]
-    ignored_files: int = 0
+    ignored_files: int = 0  # files that are no image candidates (notes.txt)
     warnings: list[str] = field(default_factory=list)
     presplit: bool = False
+    excluded_files: int = 0  # images of classes --labels leaves out
 
 
 def is_hidden(name: str) -> bool:
@@ -277,6 +279,14 @@ def discover(
         split_roots = {SPLIT_DIR_NAMES[e.name.lower()]: e.path for e in top_dirs}
     else:
         split_roots = {"": input_dir}
+        named = [e.name for e in top_dirs if e.name.lower() in SPLIT_DIR_NAMES]
+        if named:
+            others = [e.name for e in top_dirs if e.name.lower() not in SPLIT_DIR_NAMES]
+            warnings.append(
+                f"{input_dir} holds {'a split folder' if len(named) == 1 else 'split folders'} ({', '.join(named)}) next to class "
+                f"folders ({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): {'it is' if len(named) == 1 else 'they are'} "
+                "taken as classes; to use splits, move every class folder into train/, validation/ or test/"
+            )
 
     # class name -> split key -> candidates
     per_class: dict[str, dict[str, list[Found]]] = {}
@@ -297,13 +307,13 @@ def discover(
         per_class.setdefault(c, {})[skey] = [(p, prefix + c + "/" + r, c + "/" + r, sz) for p, r, sz in found]
     if loose:
         warnings.append(
-            f"{len(loose)} image(s) lie outside any class folder (e.g. {loose[0].name}) and are ignored: "
+            f"{plural(len(loose), 'image')} {'lies' if len(loose) == 1 else 'lie'} outside any class folder (e.g. {loose[0].name}) and {'is' if len(loose) == 1 else 'are'} ignored: "
             "put them in INPUT/CLASS/"
         )
     split_keys = list(split_roots) if presplit else (list(split) if split else ["train"])
     return _assemble(
         per_class, split_keys, presplit=presplit, split=split, seed=seed, label_offset=label_offset, labels=labels,
-        ignored=ignored, warnings=warnings, what="class folder", no_classes=(
+        ignored=ignored, warnings=warnings, what="class folder", whats="class folders", no_classes=(
             f"no class folders found in {input_dir}: expected {input_dir}/CLASS_NAME/image.jpg "
             f"(images: {', '.join(sorted(IMAGE_EXTENSIONS))})"
         ), no_images=(
@@ -325,20 +335,20 @@ def _assemble(
     ignored: int,
     warnings: list[str],
     what: str,
+    whats: str,
     no_classes: str,
     no_images: str,
 ) -> Discovery:
     """Labels, stratified splits and the seeded shuffle: shared by the folder walk and --file-list."""
+    excluded = 0
     if labels is not None:
         classes = list(labels)
         unlisted = sorted(set(per_class) - set(classes))
         if unlisted:
-            n_unlisted = sum(len(v) for c in unlisted for v in per_class[c].values())
-            ignored += n_unlisted
+            excluded = sum(len(v) for c in unlisted for v in per_class[c].values())
             warnings.append(
-                f"{len(unlisted)} {what}(s) not in --labels are ignored ({n_unlisted} files): "
-                + ", ".join(unlisted[:5])
-                + ("..." if len(unlisted) > 5 else "")
+                f"{plural(len(unlisted), what, whats)} not in --labels {'is' if len(unlisted) == 1 else 'are'} left out "
+                f"({plural(excluded, 'image')}): " + ", ".join(unlisted[:5]) + ("..." if len(unlisted) > 5 else "")
             )
     else:
         classes = sorted(per_class)
@@ -362,12 +372,19 @@ def _assemble(
                     splits[s].extend(part)
             else:
                 splits["train"].extend(items)
+    undecodable = [n for n in classes if not n.isascii() and utf8_text(n) != n]
+    undecodable += [it.filename for items in splits.values() for it in items if not it.filename.isascii() and utf8_text(it.filename) != it.filename]
+    if undecodable:
+        warnings.append(
+            f"{plural(len(undecodable), 'name')} {'is' if len(undecodable) == 1 else 'are'} not valid UTF-8 (e.g. '{utf8_text(undecodable[0])}'): records, "
+            "labels.txt and dataset.json hold the undecodable bytes as \\xNN escapes; rename the files to keep their names exact"
+        )
     for s, items in splits.items():
         items.sort(key=lambda it: it.filename)
         random.Random(f"img2tfrecord:{seed}:shuffle:{s}").shuffle(items)
     if not any(splits.values()):
         raise UsageError(no_images)
-    return Discovery(classes=classes, splits=splits, ignored_files=ignored, warnings=warnings, presplit=presplit)
+    return Discovery(classes=classes, splits=splits, ignored_files=ignored, warnings=warnings, presplit=presplit, excluded_files=excluded)
 
 
 def discover_file_list(
@@ -396,7 +413,7 @@ def discover_file_list(
         by_split[""].sort(key=lambda f: f[2])  # as the walk sorts a class folder: list order is irrelevant
     return _assemble(
         per_class, list(split) if split else ["train"], presplit=False, split=split, seed=seed,
-        label_offset=label_offset, labels=labels, ignored=0, warnings=[], what="class",
+        label_offset=label_offset, labels=labels, ignored=0, warnings=[], what="class", whats="classes",
         no_classes=f"--file-list {file_list} lists no images",
         no_images=f"--file-list {file_list}: none of the listed images belongs to a class in --labels",
     )  # fmt: skip
@@ -452,6 +469,8 @@ def _read_file_list(input_dir: str, file_list: str) -> list[tuple[Found, str]]:
                     f"{where} line {line}: cannot tell the class of {given}: it is not in a CLASS folder "
                     f"below {input_dir}; add a label column (path,label_name)"
                 )
+            if problem := filename_problem(utf8_text(rel)):
+                raise UsageError(f"{where} line {line}: {given} cannot be an image/filename: it {problem}")
             if rel in seen:
                 raise UsageError(f"{where} line {line}: {given} is listed twice (first on line {seen[rel]})")
             seen[rel] = line
@@ -476,10 +495,17 @@ def _read_file_list(input_dir: str, file_list: str) -> list[tuple[Found, str]]:
 
 
 def _resolve_listed(input_dir: str, given: str) -> tuple[str, str, bool]:
-    """(path to read, name relative to INPUT or as given, whether it lies below INPUT)."""
+    """(path to read, image/filename, whether it lies below INPUT).
+
+    The name is the path relative to INPUT when the file lies below it, else the path as
+    written (a relative one normalized: `../x.jpg`); `schema.filename_problem` accepts both.
+    """
     if fs.is_remote(given) or "://" in given:
         base = input_dir.rstrip("/") + "/"
-        return (given, given[len(base) :], True) if given.startswith(base) else (given, given, False)
+        rel = given[len(base) :]
+        if given.startswith(base) and rel not in ("", "..") and posixpath.normpath(rel) == rel and not rel.startswith("../"):
+            return given, rel, True
+        return given, given, False  # another bucket, or an object key no folder walk would name so
     if os.path.isabs(given):
         if fs.is_remote(input_dir):
             return given, given, False
@@ -489,5 +515,5 @@ def _resolve_listed(input_dir: str, given: str) -> tuple[str, str, bool]:
         return given, given, False
     rel = posixpath.normpath(given.replace(os.sep, "/"))
     if rel == ".." or rel.startswith("../"):
-        return fs.join(input_dir, given), given, False
+        return fs.join(input_dir, given), rel, False
     return fs.join(fs.local(input_dir), rel), rel, True

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 
 from img2tfrecord import fs
 from img2tfrecord.encoder import DROPPED, Result, Task, to_record
-from img2tfrecord.errors import DataError, UsageError
+from img2tfrecord.errors import DataError, UsageError, plural
 from img2tfrecord.reader import SHARD_RE, record_spans
 from img2tfrecord.schema import utf8_text
 from img2tfrecord.tf_import import record_io, tensorflow
@@ -64,7 +64,7 @@ def auto_shard_counts(
     if isinstance(requested, dict):
         unknown = sorted(set(requested) - set(split_bytes))
         if unknown:
-            raise UsageError(f"--shards names split(s) {', '.join(unknown)}; the splits are {', '.join(split_bytes)}")
+            raise UsageError(f"--shards names {'a split' if len(unknown) == 1 else 'splits'} that {'does' if len(unknown) == 1 else 'do'} not exist ({', '.join(unknown)}); the splits are {', '.join(split_bytes)}")
         counts.update({s: requested[s] for s in names if s in requested})
         per = sum(split_bytes[s] for s in counts) / max(1, sum(counts.values())) if counts else TARGET_SHARD_BYTES
         for s in names:
@@ -359,7 +359,7 @@ def check_output(output_dir: str, overwrite: bool) -> None:
     if fs.isdir(output_dir):
         existing = [n for n in fs.listdir(output_dir) if n not in (STAGING_DIR, LOCK_NAME)]
         if existing and not overwrite:
-            raise UsageError(f"output {output_dir} is not empty ({len(existing)} entries): choose another folder or add --overwrite")
+            raise UsageError(f"output {output_dir} is not empty ({plural(len(existing), 'entry', 'entries')}): choose another folder or add --overwrite")
 
 
 class OutputLock:
