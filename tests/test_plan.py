@@ -1,0 +1,103 @@
+"""The plan: which file goes in which shard, in which order, and the resume fingerprint over it.
+
+Golden values for a fixed tree and options pin the plan so that restructuring the code cannot
+move an image without a test saying so (byte-identical output across versions of the tool depends
+on it). The tree's files are not images: planning never reads them, only their names and sizes.
+Unit tests below cover the pieces: shard bounds, shard counts, the stratified split.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from img2tfrecord.errors import UsageError
+from img2tfrecord.pipeline import plan_job
+from img2tfrecord.resume import header
+from img2tfrecord.walker import discover
+from img2tfrecord.writer import auto_shard_counts, shard_bounds
+
+
+def fixed_tree(root: Path) -> Path:
+    """3 classes of 7, 5 and 4 files (one nested), sizes 1000 + 37*i bytes."""
+    src = root / "in"
+    i = 0
+    for cls, n in (("cat", 7), ("dog", 5), ("owl", 4)):
+        for k in range(n):
+            p = src / cls / ("deep/" if k == 3 else "") / f"{cls}{k}.{'png' if k % 2 else 'jpg'}"
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(b"x" * (1000 + 37 * i))
+            i += 1
+    (src / "notes.txt").write_text("not an image")
+    return src
+
+
+def plan_of(job) -> list[tuple[str, list[tuple[str, int]]]]:
+    return [(s.name, [(t[1], t[3]) for t in s.tasks]) for s in job.plan]
+
+
+GOLDEN_SPLIT_PLAN = [
+    ("train-00000-of-00002", [("cat/cat2.jpg", 0), ("dog/deep/dog3.png", 1), ("dog/dog0.jpg", 1), ("cat/cat1.png", 0), ("dog/dog4.jpg", 1), ("dog/dog1.png", 1)]),
+    ("train-00001-of-00002", [("owl/deep/owl3.png", 2), ("cat/cat4.jpg", 0), ("owl/owl0.jpg", 2), ("cat/cat0.jpg", 0), ("cat/cat5.png", 0), ("owl/owl2.jpg", 2)]),
+    ("validation-00000-of-00001", [("cat/cat6.jpg", 0), ("owl/owl1.png", 2), ("cat/deep/cat3.png", 0), ("dog/dog2.jpg", 1)]),
+]  # fmt: skip
+
+
+def test_golden_plan_and_fingerprint(tmp_path):
+    src = fixed_tree(tmp_path)
+    job = plan_job(str(src), str(tmp_path / "out"), split="train=0.7,validation=0.3", shards="train=2,validation=1", seed=3)
+    got = plan_of(job)
+    print(json.dumps(got))  # shown on failure: paste here only if the change is meant to move images
+    assert got == GOLDEN_SPLIT_PLAN
+    assert job.classes == ["cat", "dog", "owl"] and job.ignored_files == 1
+    assert header(job)["fingerprint"] == GOLDEN_FINGERPRINT
+
+
+GOLDEN_FINGERPRINT = "821beb2160ff8cb41e8e0f0c9ff8132fa4b511e19024b27ed6ddb2c165c1fbfb"
+
+
+def test_the_plan_does_not_depend_on_the_walk_order(tmp_path):
+    """Same tree made in another order (and other mtimes): same plan."""
+    a = plan_of(plan_job(str(fixed_tree(tmp_path / "a")), str(tmp_path / "oa"), shards=3))
+    src = tmp_path / "b" / "in"
+    for p in sorted((tmp_path / "a" / "in").rglob("*"), reverse=True):
+        dst = src / p.relative_to(tmp_path / "a" / "in")
+        if p.is_file():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(p.read_bytes())
+    assert plan_of(plan_job(str(src), str(tmp_path / "ob"), shards=3)) == a
+
+
+@pytest.mark.parametrize(("n", "k"), [(10, 3), (7, 7), (1, 1), (1000, 16), (5, 2)])
+def test_shard_bounds_cover_everything_once_and_differ_by_at_most_one(n, k):
+    bounds = shard_bounds(n, k)
+    assert len(bounds) == k and bounds[0][0] == 0 and bounds[-1][1] == n
+    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+    sizes = [b - a for a, b in bounds]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_shard_counts_by_total_per_split_and_by_size():
+    sizes, items = {"train": 900, "validation": 100}, {"train": 90, "validation": 10}
+    assert auto_shard_counts(sizes, items, 10)[0] == {"train": 9, "validation": 1}
+    assert auto_shard_counts(sizes, items, {"train": 3})[0] == {"train": 3, "validation": 1}
+    assert auto_shard_counts(sizes, items, None)[0] == {"train": 1, "validation": 1}  # far below 100 MiB a shard
+    counts, warnings = auto_shard_counts({"train": 10}, {"train": 4}, 8)
+    assert counts == {"train": 4} and warnings  # never more shards than images, and said
+    with pytest.raises(UsageError):
+        auto_shard_counts(sizes, items, {"test": 2})
+
+
+def test_stratified_split_keeps_every_class_in_proportion(tmp_path):
+    src = tmp_path / "in"
+    for cls, n in (("a", 50), ("b", 20), ("c", 5)):
+        (src / cls).mkdir(parents=True)
+        for i in range(n):
+            (src / cls / f"{i}.jpg").write_bytes(b"x")
+    found = discover(str(src), split={"train": 0.8, "validation": 0.2}, seed=0)
+    per = {s: {c: sum(1 for it in items if it.text == c) for c in "abc"} for s, items in found.splits.items()}
+    assert per["train"] == {"a": 40, "b": 16, "c": 4} and per["validation"] == {"a": 10, "b": 4, "c": 1}
+    again = discover(str(src), split={"train": 0.8, "validation": 0.2}, seed=0)
+    assert [it.rel for it in again.splits["train"]] == [it.rel for it in found.splits["train"]]
