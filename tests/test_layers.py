@@ -1,0 +1,116 @@
+"""The house rule of ARCHITECTURE.md, checked: which layer may import which, and no cycles.
+
+Read from the source with `ast` (nothing is imported), so a violation names the file and the
+import. Imports inside functions count too: a deferred import is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "src" / "img2tfrecord"
+
+# layer -> the layers it may import (besides itself). Lower layers never import higher ones.
+LAYERS = {
+    "base": set(),
+    "format": {"base"},
+    "conversion": {"base", "format"},
+    "engines": {"base", "format", "conversion"},
+    "inspection": {"base", "format"},
+    "loader": {"base", "format"},
+    "api": {"base", "format", "conversion", "engines", "inspection", "loader"},
+    "cli": {"base", "format", "conversion", "engines", "inspection", "loader", "api"},
+}
+BASE = {"errors", "fs", "tf_import", "cstderr"}
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")[1:]  # drop "img2tfrecord"
+    if not parts or parts == ["__main__"]:
+        return "api"
+    if parts[0] in BASE:
+        return "base"
+    if parts[0] == "conversion" and len(parts) > 1 and parts[1] == "engines":
+        return "engines"
+    if parts[0] in ("format", "conversion", "inspection", "cli"):
+        return parts[0]
+    if parts[0] == "loader":
+        return "loader"
+    raise AssertionError(f"{module}: not in any layer of ARCHITECTURE.md")
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in PKG.rglob("*.py"):
+        rel = path.relative_to(PKG.parent).with_suffix("")
+        name = ".".join(rel.parts).removesuffix(".__init__")
+        out[name] = path
+    return out
+
+
+def imports(name: str, path: Path) -> set[str]:
+    """img2tfrecord modules `name` imports (an `from x import y` of a submodule counts as x.y)."""
+    found = set()
+    known = modules()
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("img2tfrecord")}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            if not base.startswith("img2tfrecord"):
+                continue
+            for a in node.names:
+                found.add(f"{base}.{a.name}" if f"{base}.{a.name}" in known else base)
+    return {m for m in found if m != name}
+
+
+def test_every_import_goes_down_the_layers():
+    bad = []
+    for name, path in sorted(modules().items()):
+        mine = layer(name)
+        for dep in sorted(imports(name, path)):
+            theirs = layer(dep)
+            if theirs != mine and theirs not in LAYERS[mine]:
+                bad.append(f"{name} ({mine}) imports {dep} ({theirs})")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_import_cycles():
+    graph = {name: imports(name, path) for name, path in modules().items()}
+    state: dict[str, int] = {}
+
+    def visit(n: str, trail: list[str]) -> None:
+        state[n] = 1
+        for d in graph.get(n, ()):
+            if d not in graph:
+                continue
+            if state.get(d) == 1:
+                pytest.fail("import cycle: " + " -> ".join(trail[trail.index(d) :] + [d]) if d in trail else d)
+            if not state.get(d):
+                visit(d, trail + [d])
+        state[n] = 2
+
+    for n in sorted(graph):
+        if not state.get(n):
+            visit(n, [n])
+
+
+def test_every_module_imports_alone():
+    """Each module imports on its own in a fresh interpreter (no hidden order dependency)."""
+    names = sorted(n for n in modules() if not n.endswith("__main__"))
+    code = "import importlib, sys\nfor n in sys.argv[1:]:\n    importlib.import_module(n)\n    [sys.modules.pop(m) for m in list(sys.modules) if m.startswith('img2tfrecord')]\n"
+    res = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+
+
+def test_the_cli_and_help_import_no_tensorflow():
+    res = subprocess.run([sys.executable, "-c", "import img2tfrecord.cli, sys; print('tensorflow' in sys.modules)"], capture_output=True, text=True, timeout=60)
+    assert res.stdout.strip() == "False", res.stderr
