@@ -49,6 +49,17 @@ def make_dataset(root: Path, classes: dict[str, int], *, seed: int = 0, size: tu
     return out
 
 
+def tree_with_broken(root: Path) -> Path:
+    """24 images of 3 classes + 3 truncated JPEGs: with seed 0 and OPTIONS of test_beam (train=3
+    shards), two land in the same train shard, so the split is re-cut after the skips."""
+    files = make_dataset(root, {"cat": 8, "dog": 9, "fox": 7})
+    jpeg = next(p for p in files["dog"] if p.suffix == ".jpg").read_bytes()
+    for i in range(3):
+        (root / "dog" / f"broken_{i}.jpg").write_bytes(jpeg[:300])
+    (root / "notes.txt").write_text("not an image")
+    return root
+
+
 def read_records(path: Path | str, compression: str = "") -> list[dict[str, Any]]:
     """Every record of the shards of a dataset dir (or one file), parsed with tf.io.parse_single_example."""
     import tensorflow as tf

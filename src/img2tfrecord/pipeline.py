@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from img2tfrecord import dedupe, encoder, fs, writer
+from img2tfrecord import dedupe, encoder, fs, tfds_metadata, writer
 from img2tfrecord.dedupe import MODES as DEDUPE_MODES
 from img2tfrecord.encoder import EncodeOptions
 from img2tfrecord.errors import DataError, Interrupted, UsageError, WorkerDied
@@ -385,7 +385,8 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
     files = [sh["file"] for si in split_info.values() for sh in si["shards"]]
     files += [sh["index"] for si in split_info.values() for sh in si["shards"] if "index" in sh]
     try:
-        writer.publish(staging, job.output_dir, files, {LABELS_NAME: labels_text(classes), MANIFEST_NAME: manifest_text(manifest)}, job.fsync)
+        metadata = tfds_metadata.files(manifest) | {LABELS_NAME: labels_text(classes), MANIFEST_NAME: manifest_text(manifest)}
+        writer.publish(staging, job.output_dir, files, metadata, job.fsync, stale=tfds_metadata.FILE_NAMES)
     except OSError as e:
         raise DataError(f"cannot publish the dataset in {job.output_dir}: {e.strerror or e}") from None
 

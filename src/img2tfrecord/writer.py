@@ -408,15 +408,18 @@ def prepare_output(output_dir: str, overwrite: bool, keep_staging: bool = False)
     return staging
 
 
-def publish(staging: str, output_dir: str, files: list[str], metadata: dict[str, str], durable: bool = True) -> None:
-    """Move finished shards into place, then write metadata files (dataset.json last).
+def publish(staging: str, output_dir: str, files: list[str], metadata: dict[str, str], durable: bool = True,
+            stale: Iterable[str] = ()) -> None:  # fmt: skip
+    """Move finished shards into place, then write metadata files in their order (dataset.json last).
 
-    Stale artifacts of an earlier run (shards, indexes, labels.txt, dataset.json) are removed
-    first, so a dataset never mixes `-of-00004` and `-of-00005` shards.
+    Stale artifacts of an earlier run (shards, indexes, the metadata files, and the `stale` names
+    this run may not write) are removed first, so a dataset never mixes `-of-00004` and
+    `-of-00005` shards.
     """
     keep = set(files)
+    stale = set(stale) | set(metadata)
     for name in fs.listdir(output_dir):
-        if name in metadata or (SHARD_RE.match(name.removesuffix(".idx")) and name not in keep):
+        if name in stale or (SHARD_RE.match(name.removesuffix(".idx")) and name not in keep):
             fs.remove(fs.join(output_dir, name))
     for name in files:
         fs.rename(fs.join(staging, name), fs.join(output_dir, name))
