@@ -6,6 +6,8 @@ import io
 import json
 import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +120,18 @@ def cli():
         return runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
 
     return run
+
+
+def run_without_tensorflow(code: str, *args: Any) -> Any:
+    """Run `code` in a fresh interpreter (stdout: one JSON value) and return what it printed.
+
+    For the `tfrecord` package (PyPI): it registers TensorFlow's own protos (`tensorflow.BytesList`,
+    ...) in protobuf's default pool, so importing it where TensorFlow is loaded fails with
+    "duplicate symbol". Its users (PyTorch) have no TensorFlow in the process anyway.
+    """
+    res = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout)
 
 
 def png_bytes(im: Image.Image) -> bytes:
