@@ -6,6 +6,8 @@ import io
 import json
 import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,17 @@ def make_dataset(root: Path, classes: dict[str, int], *, seed: int = 0, size: tu
             ext = "png" if i % 3 == 0 else "jpg"
             out.setdefault(cls, []).append(save(im, root / cls / f"img_{i:03d}.{ext}", quality=90))
     return out
+
+
+def tree_with_broken(root: Path) -> Path:
+    """24 images of 3 classes + 3 truncated JPEGs: with seed 0 and OPTIONS of test_beam (train=3
+    shards), two land in the same train shard, so the split is re-cut after the skips."""
+    files = make_dataset(root, {"cat": 8, "dog": 9, "fox": 7})
+    jpeg = next(p for p in files["dog"] if p.suffix == ".jpg").read_bytes()
+    for i in range(3):
+        (root / "dog" / f"broken_{i}.jpg").write_bytes(jpeg[:300])
+    (root / "notes.txt").write_text("not an image")
+    return root
 
 
 def read_records(path: Path | str, compression: str = "") -> list[dict[str, Any]]:
@@ -107,6 +120,18 @@ def cli():
         return runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
 
     return run
+
+
+def run_without_tensorflow(code: str, *args: Any) -> Any:
+    """Run `code` in a fresh interpreter (stdout: one JSON value) and return what it printed.
+
+    For the `tfrecord` package (PyPI): it registers TensorFlow's own protos (`tensorflow.BytesList`,
+    ...) in protobuf's default pool, so importing it where TensorFlow is loaded fails with
+    "duplicate symbol". Its users (PyTorch) have no TensorFlow in the process anyway.
+    """
+    res = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout)
 
 
 def png_bytes(im: Image.Image) -> bytes:

@@ -16,22 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_dataset, read_records
+from conftest import make_dataset, read_records, tree_with_broken
 
 needs_beam = pytest.mark.skipif(importlib.util.find_spec("apache_beam") is None, reason="the beam extra is not installed: pip install -e '.[test,beam]'")
 
 BEAM_OPTIONS = "--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing"
 OPTIONS = ["--split", "train=0.75,validation=0.25", "--shards", "train=3,validation=1", "--index"]
-
-
-def tree_with_broken(root: Path) -> Path:
-    """24 images of 3 classes + 3 truncated JPEGs: with seed 0, two land in the same train shard."""
-    files = make_dataset(root, {"cat": 8, "dog": 9, "fox": 7})
-    jpeg = next(p for p in files["dog"] if p.suffix == ".jpg").read_bytes()
-    for i in range(3):
-        (root / "dog" / f"broken_{i}.jpg").write_bytes(jpeg[:300])
-    (root / "notes.txt").write_text("not an image")
-    return root
 
 
 def dataset_files(out: Path) -> dict[str, bytes]:

@@ -13,7 +13,7 @@ import pytest
 import xxhash
 from PIL import Image
 
-from conftest import decode, make_dataset, natural_image, pillow_pixels, read_records, save
+from conftest import decode, make_dataset, natural_image, pillow_pixels, read_records, run_without_tensorflow, save
 
 
 def sha(path: Path) -> str:
@@ -413,6 +413,43 @@ def test_default_shard_counts_aim_at_100_to_200_mb():
     assert counts == {"train": 16, "validation": 4}  # unnamed splits: in proportion to the named ones
     counts, warnings = auto_shard_counts({"train": 1000}, {"train": 3}, 8)
     assert counts == {"train": 3} and "using 3" in warnings[0]  # never more shards than images
+
+
+def test_with_index_no_shard_holds_a_single_record():
+    """A one-line .idx crashes the `tfrecord` package's reader (its issue #9): at least 2 records per shard."""
+    from img2tfrecord.writer import auto_shard_counts, shard_bounds
+
+    for n in range(2, 40):
+        for k in range(1, n + 3):
+            counts, _ = auto_shard_counts({"train": n}, {"train": n}, k, min_records=2)
+            assert min(b - a for a, b in shard_bounds(n, counts["train"])) >= 2, (n, k)
+    counts, warnings = auto_shard_counts({"train": 1000}, {"train": 5}, 4, min_records=2)
+    assert counts == {"train": 2} and "using 2 (with --index" in warnings[0]
+    counts, warnings = auto_shard_counts({"train": 10, "validation": 1}, {"train": 10, "validation": 1}, 4, min_records=2)
+    assert counts["validation"] == 1 and any(w.startswith("validation: one record in all") for w in warnings)
+
+
+def test_skips_that_would_leave_one_record_shards_make_fewer_shards(cli, tmp_path):
+    """6 images + 2 broken in 4 indexed shards: 6 records in 4 shards would hold one or two; 3 shards of 2."""
+    make_dataset(tmp_path / "in", {"a": 3, "b": 3})
+    good = (tmp_path / "in" / "a" / "img_001.jpg").read_bytes()
+    for i in range(2):
+        (tmp_path / "in" / "b" / f"broken_{i}.jpg").write_bytes(good[: len(good) // 3])
+    out = tmp_path / "out"
+    res = cli("convert", tmp_path / "in", out, "--shards", "4", "--index")
+    assert res.exit_code == 0, res.output
+    assert "train: 3 shard(s) instead of 4" in res.stderr
+    shards = json.loads((out / "dataset.json").read_text())["splits"]["train"]["shards"]
+    assert [(sh["file"], sh["records"]) for sh in shards] == [(f"train-0000{i}-of-00003", 2) for i in range(3)]
+    assert sorted(p.name for p in shard_files(out)) == [sh["file"] for sh in shards]  # the -of-00004 names are gone
+    names = run_without_tensorflow(
+        "import json, sys\nfrom tfrecord.reader import tfrecord_loader\n"
+        "print(json.dumps([bytes(ex['image/filename']).decode() for i in range(1, len(sys.argv), 2)"
+        " for ex in tfrecord_loader(sys.argv[i], sys.argv[i + 1], ['image/filename'])]))",
+        *[str(out / sh[k]) for sh in shards for k in ("file", "index")],
+    )  # each one-line index would crash it: IndexError: too many indices for array
+    assert sorted(names) == sorted(f"{c}/img_00{i}.{'png' if i == 0 else 'jpg'}" for c in "ab" for i in range(3))
+    assert cli("inspect", out, "--verify").exit_code == 0
 
 
 def test_empty_class_folder_keeps_its_label(cli, tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from pathlib import Path
@@ -15,7 +16,7 @@ from img2tfrecord.errors import UsageError
 from img2tfrecord.schema import FEATURE_TYPES
 from img2tfrecord.tf_import import tensorflow
 
-from inspect_helpers import VARIANTS, make_items, pixels, write_dataset
+from inspect_helpers import VARIANTS, encode, make_items, pixels, write_dataset
 
 CLASSES = ["cat", "dog", "fox"]
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -141,3 +142,53 @@ def test_readme_plain_tensorflow_reader_runs(data: SimpleNamespace) -> None:
     images, labels = next(iter(scope["ds"].batch(100)))
     assert images.shape[0] == len(data.rgb) and images.shape[-1] == 3
     assert sorted(labels.numpy().tolist()) == sorted(it.label for it in data.rgb)
+
+
+@pytest.mark.parametrize("formats", [{}, {"JPEG": 6}], ids=["any-format", "manifest-says-jpeg"])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_load_names_the_image_that_does_not_decode(tmp_path: Path, formats: dict, shuffle: bool) -> None:
+    """TensorFlow alone says `Invalid JPEG data or crop window`; load() names shard, record and image/filename."""
+    tf = tensorflow()
+    items = make_items(CLASSES, {"cat": 3, "dog": 3}, variants=[("JPEG", "RGB")])
+    for it in (items[1], items[2]):  # two in a row, the second its shard's last record
+        it.encoded = it.encoded[: len(it.encoded) // 2]  # cut short: the CRC is fine, the JPEG is not
+    man = write_dataset(tmp_path / "out", items, CLASSES, {"train": 2})
+    man["formats"] = formats
+    (tmp_path / "out" / "dataset.json").write_text(json.dumps(man))
+    shard = tmp_path / "out" / "train-00000-of-00002"
+    size = len(items[1].encoded)
+    want = f"{shard}: record 1: image/filename {items[1].filename} (JPEG, {size} bytes) does not decode"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(want)):
+        for _ in img2tfrecord.load(tmp_path / "out", shuffle_files=shuffle, seed=3):
+            pass
+    items[1].encoded = encode(items[1].image, "JPEG")  # now only the last record of the shard is broken
+    write_dataset(tmp_path / "out", items, CLASSES, {"train": 2})
+    want = f"{shard}: record 2: image/filename {items[2].filename} (JPEG, {len(items[2].encoded)} bytes) does not decode"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(want)):
+        for _ in img2tfrecord.load(tmp_path / "out", image_size=8):
+            pass
+
+
+def test_manifest_specialised_decoding_gives_the_same_pixels(tmp_path: Path, cli) -> None:
+    """load() drops the decoding branches dataset.json rules out; the pixels are those of the
+    general per-record decoder (what load() does for files without a manifest)."""
+    from conftest import make_dataset, natural_image, save
+
+    make_dataset(tmp_path / "in", {"a": 3, "b": 3})
+    save(natural_image(30, 20, 5, "RGBA"), tmp_path / "in" / "a" / "rgba.png")
+    save(natural_image(30, 20, 6, "LA"), tmp_path / "in" / "a" / "la.png")
+    save(natural_image(24, 28, 7, "L"), tmp_path / "in" / "b" / "grey.jpg", quality=90)
+    runs = {
+        "keep": [], "jpeg": ["--encoding", "jpeg"], "png3": ["--encoding", "png", "--channels", "3"],
+        "raw": ["--encoding", "raw"], "raw1": ["--encoding", "raw", "--channels", "1"],
+    }  # fmt: skip
+    for name, opts in runs.items():
+        out = tmp_path / name
+        assert cli("convert", tmp_path / "in", out, "--quiet", *opts).exit_code == 0
+        files = sorted(str(p) for p in out.glob("train-*-of-*"))
+        for channels in (None, 1, 3, 4) if name in ("keep", "raw") else (3,):
+            fast = by_name(img2tfrecord.load(out, channels=channels, as_dict=True))
+            general = by_name(img2tfrecord.load(files, channels=channels, as_dict=True))  # no manifest
+            assert sorted(fast) == sorted(general) and len(fast) == 9
+            for f, r in fast.items():
+                np.testing.assert_array_equal(r["image"], general[f]["image"], err_msg=f"{name} channels={channels} {f}")

@@ -436,14 +436,15 @@ NAMED = "is not a tf.train.Example with the img2tfrecord features"
         (b"\xff" * 40, "not a tf.train.Example", NAMED),  # TensorFlow alone: a UnicodeDecodeError
         (b"", "feature image/encoded is not one bytes value", NAMED),
         (example({"image": ("bytes", [PNG]), "label": ("int64", [1])}), "feature image/encoded is not one bytes value", NAMED),
-        (record(bytes(47), b"RAW", h=4, w=4, c=3), "RAW image holds 47 bytes, but 4x4x3 needs 48", "Input to reshape is a tensor with 47 values"),
-        (record(png_bomb(50_000, 50_000, real=False)), "image header claims 2,500,000,000 pixels", "PNG size too large"),
+        (record(bytes(47), b"RAW", h=4, w=4, c=3), "RAW image holds 47 bytes, but 4x4x3 needs 48", "image/filename cat/a.png (RAW, 47 bytes) does not decode"),
+        (record(png_bomb(50_000, 50_000, real=False)), "image header claims 2,500,000,000 pixels", "image/filename cat/a.png (PNG, 69 bytes) does not decode"),
         (record(h=31_623, w=31_623), "image/height x image/width claim 31,623x31,623", None),  # TensorFlow decodes the real 8x8
     ],
 )
 def test_load_on_records_that_are_no_image_examples(tmp_path: Path, tf: Any, payload: bytes, message: str, while_iterating: str | None) -> None:
     """verify="full" names file, record and offset before TensorFlow starts; the default names
-    file and record of what does not parse; decoding errors are TensorFlow's own."""
+    file and record of what does not parse, and the image/filename of what does not decode
+    (TensorFlow alone: `Input to reshape is a tensor with 47 values`, `PNG size too large`)."""
     path = tmp_path / "shard"
     path.write_bytes(GOOD + frame(payload))
     with pytest.raises(DataError, match=re.escape(f"{path}: record 1 at byte {N}: {message}")):
@@ -456,6 +457,8 @@ def test_load_on_records_that_are_no_image_examples(tmp_path: Path, tf: Any, pay
             assert while_iterating is not None and while_iterating in e.message, e.message
             if while_iterating == NAMED:
                 assert f"{path}: record 1 {NAMED}" in e.message
+            else:
+                assert f"{path}: record 1: {while_iterating}" in e.message
 
 
 def test_load_full_verify_streams_past_a_gzip_bomb(tmp_path: Path, tf: Any) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from img2tfrecord import cstderr, dedupe, encoder, fs, writer
+from img2tfrecord import cstderr, dedupe, encoder, fs, tfds_metadata, writer
 from img2tfrecord.dedupe import MODES as DEDUPE_MODES
 from img2tfrecord.encoder import EncodeOptions
 from img2tfrecord.errors import DataError, Interrupted, UsageError, WorkerDied, plural
@@ -150,7 +150,9 @@ def plan_job(
     else:
         found = discover(input_dir, split=fractions, seed=seed, label_offset=label_offset, labels=class_list)
     split_bytes = {s: _estimate_bytes(items, opts) for s, items in found.splits.items()}
-    counts, shard_warnings = writer.auto_shard_counts(split_bytes, {s: len(v) for s, v in found.splits.items()}, shard_request)
+    counts, shard_warnings = writer.auto_shard_counts(
+        split_bytes, {s: len(v) for s, v in found.splits.items()}, shard_request, writer.min_shard_records(index)
+    )
     empty = [f"split {s} has no images; no shards are written for it" for s, v in found.splits.items() if not v]
     tasks = {s: [(it.path, it.rel, it.filename, it.label, it.text, it.size) for it in items] for s, items in found.splits.items()}
     options = asdict(opts) | {
@@ -384,11 +386,19 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
     merged: dict[str, dict[str, int]] = {"formats": {}, "transcoded": {}, "depths": {}, "reduced": {}}
     split_info: dict[str, dict[str, Any]] = {}
     classes = [utf8_text(c) for c in job.classes]
+    warnings = list(job.warnings)
     for s in job.split_names:
         mine = [o for o in outcomes if o.split == s]
         if not mine:
             continue
         infos = writer.rebalance(staging, [o.info for o in mine], job.compression, job.index, job.checksum, job.fsync)
+        if len(infos) < len(mine):
+            warnings.append(f"{s}: {len(infos)} shard(s) instead of {len(mine)}: after the skipped images, more would "
+                            "leave a shard of one record, which --index readers cannot handle")  # fmt: skip
+            emit("warning", warnings[-1])
+        if job.index and sum(i.records for i in infos) == 1 and sum(len(sh.tasks) for sh in job.plan if sh.split == s) > 1:
+            warnings.append(writer.one_record_warning(s))  # planned for more, left with one after the skips
+            emit("warning", warnings[-1])
         class_counts = dict.fromkeys(classes, 0)
         for o in mine:
             for c, n in o.class_counts.items():
@@ -402,7 +412,6 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
             "shards": [i.as_json() for i in infos],
         }
     orient = sum(o.orientation_ignored for o in outcomes)
-    warnings = list(job.warnings)
     duplicates = dedupe.report(
         job.dedupe,
         ((d, rel, o.split, text) for o in outcomes for d, rel, text in o.digests),
@@ -429,7 +438,8 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
     files = [sh["file"] for si in split_info.values() for sh in si["shards"]]
     files += [sh["index"] for si in split_info.values() for sh in si["shards"] if "index" in sh]
     try:
-        writer.publish(staging, job.output_dir, files, {LABELS_NAME: labels_text(classes), MANIFEST_NAME: manifest_text(manifest)}, job.fsync)
+        metadata = tfds_metadata.files(manifest) | {LABELS_NAME: labels_text(classes), MANIFEST_NAME: manifest_text(manifest)}
+        writer.publish(staging, job.output_dir, files, metadata, job.fsync, stale=tfds_metadata.FILE_NAMES)
     except OSError as e:
         raise DataError(f"cannot publish the dataset in {job.output_dir}: {e.strerror or e}") from None
 

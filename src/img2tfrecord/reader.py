@@ -6,6 +6,8 @@ only `features_spec()` and `load()` import TensorFlow, lazily, through `tf_impor
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import glob
 import json
 import os
@@ -102,11 +104,11 @@ def record_spans(path: str | os.PathLike[str]) -> Iterator[tuple[int, int]]:
     """(offset, framed size) of every record of an uncompressed TFRecord file, from its headers
     alone; raises DataError like `check_framing`."""
     with open(path, "rb", buffering=0) as f:
-        size = os.fstat(f.fileno()).st_size
+        fd = f.fileno()
+        size = os.fstat(fd).st_size
         index = offset = 0
         while offset < size:
-            f.seek(offset)
-            head = f.read(HEADER_BYTES)
+            head = os.pread(fd, HEADER_BYTES, offset)  # one system call a record
             try:
                 length = record_length(head, size - offset)
             except HeaderError as e:
@@ -209,6 +211,17 @@ class Manifest:
     @property
     def splits(self) -> dict[str, dict[str, Any]]:
         return dict(self.data.get("splits") or {})
+
+    @property
+    def formats(self) -> list[str]:
+        """The `image/format` values of the records (JPEG, PNG, BMP, RAW); empty if not listed."""
+        return sorted(self.data.get("formats") or {})
+
+    @property
+    def stored_channels(self) -> int | None:
+        """The channel count of every image when `--channels` fixed it, else None."""
+        value = str((self.data.get("options") or {}).get("channels"))
+        return int(value) if value in ("1", "3") else None
 
     def class_name(self, label: int) -> str | None:
         i = label - self.label_offset
@@ -397,41 +410,94 @@ def _split_files(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
     return files, None, None
 
 
-def _to_channels(tf: Any, img: Any, channels: int | None) -> Any:
-    """Convert a uint8 HxWxC image of 1-4 channels (known only at run time) to `channels`."""
-    if channels is None:
+def _to_channels(tf: Any, img: Any, channels: int | None, have: int | None = None) -> Any:
+    """Convert a uint8 HxWxC image of 1-4 channels to `channels` (None: leave it).
+
+    `have`, when the manifest says how many channels every image has, picks the conversion here,
+    in Python; otherwise it is chosen per image in the graph (`tf.cond`, slower to trace).
+    """
+    if channels is None or channels == have:
         return img
-    c = tf.shape(img)[-1]
+
+    def pick(pred: Any, yes: Any, no: Any) -> Any:
+        return (yes() if pred else no()) if isinstance(pred, bool) else tf.cond(pred, yes, no)
+
+    c = tf.shape(img)[-1] if have is None else have
     color = c >= 3
-    has_alpha = tf.equal(c % 2, 0)
+    has_alpha = c % 2 == 0 if have is not None else tf.equal(c % 2, 0)
     if channels in (1, 2):
-        base = tf.cond(color, lambda: tf.image.rgb_to_grayscale(img[..., :3]), lambda: img[..., :1])
+        base = pick(color, lambda: tf.image.rgb_to_grayscale(img[..., :3]), lambda: img[..., :1])
     else:
-        base = tf.cond(color, lambda: img[..., :3], lambda: tf.tile(img[..., :1], [1, 1, 3]))
+        base = pick(color, lambda: img[..., :3], lambda: tf.tile(img[..., :1], [1, 1, 3]))
     if channels in (2, 4):
-        alpha = tf.cond(has_alpha, lambda: img[..., -1:], lambda: tf.fill(tf.concat([tf.shape(img)[:2], [1]], 0), tf.constant(255, tf.uint8)))
-        base = tf.concat([base, alpha], axis=-1)
+        opaque = lambda: tf.fill(tf.concat([tf.shape(img)[:2], [1]], 0), tf.constant(255, tf.uint8))  # noqa: E731
+        base = tf.concat([base, pick(has_alpha, lambda: img[..., -1:], opaque)], axis=-1)
     return tf.ensure_shape(base, [None, None, channels])
+
+
+def image_decoder(formats: Iterable[str] | None = None, stored_channels: int | None = None, channels: int | None = 3) -> tuple[Any, bytes]:
+    """(decode, end marker): a graph function (encoded, format, height, width, stored channels) ->
+    uint8 HxWx`channels` image, and a serialized Example with a 1x1 image it decodes.
+
+    JPEG/PNG/BMP/GIF are decoded by content, RAW by reshaping. `formats` (the `image/format`
+    values a manifest lists) and `stored_channels` (what `--channels` made every image) let it
+    drop the branches that cannot occur: tracing those branches was most of load()'s start-up.
+    With channels=3 TensorFlow's decoders convert grey and alpha themselves (the same pixels as
+    `_to_channels`: grey replicated, alpha dropped); other conversions are `_to_channels`'.
+    The end marker is what `_read_shard` appends to a shard: decodable without a branch of its own.
+    """
+    tf = tensorflow()
+    kinds = set(formats) if formats else None
+    native = 3 if channels == 3 else 0  # channels decoders convert to exactly as _to_channels does
+    marker_channels = stored_channels or 1
+
+    def raw(encoded: Any, height: Any, width: Any, stored: Any) -> Any:
+        return tf.reshape(tf.io.decode_raw(encoded, tf.uint8), tf.stack([height, width, stored]))
+
+    if kinds == {FORMAT_RAW}:
+        def decode(encoded: Any, image_format: Any, height: Any, width: Any, stored: Any) -> Any:
+            img = tf.ensure_shape(raw(encoded, height, width, stored), [None, None, stored_channels])
+            return _to_channels(tf, img, channels, stored_channels)
+    elif kinds and FORMAT_RAW not in kinds:
+        # decode_jpeg decodes by content too (one kernel for all formats), so the PNG marker works
+        op = (lambda b: tf.io.decode_jpeg(b, channels=native)) if kinds == {"JPEG"} else (
+            lambda b: tf.io.decode_image(b, channels=native, expand_animations=False))  # fmt: skip
+        have = 3 if native else stored_channels
+
+        def decode(encoded: Any, image_format: Any, height: Any, width: Any, stored: Any) -> Any:
+            return _to_channels(tf, tf.ensure_shape(op(encoded), [None, None, have]), channels, have)
+
+        return decode, _example(_tiny_png(marker_channels), "PNG", marker_channels)
+    else:  # no manifest, or one that mixes RAW with encoded images: decide per record
+        def decode(encoded: Any, image_format: Any, height: Any, width: Any, stored: Any) -> Any:
+            coded = lambda: tf.io.decode_image(encoded, channels=0, expand_animations=False, dtype=tf.uint8)  # noqa: E731
+            img = tf.cond(tf.equal(image_format, FORMAT_RAW), lambda: raw(encoded, height, width, stored), coded)
+            return _to_channels(tf, tf.ensure_shape(img, [None, None, None]), channels)
+
+    return decode, _example(bytes(marker_channels), FORMAT_RAW, marker_channels)
+
+
+def _tiny_png(channels: int) -> bytes:
+    """A 1x1 black PNG of 1 or 3 channels, made by hand (no TensorFlow op to run eagerly)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 0 if channels == 1 else 2, 0, 0, 0)  # 8-bit grey or RGB
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(bytes(1 + channels))) + chunk(b"IEND", b"")
+
+
+def _example(encoded: bytes, image_format: str, channels: int) -> bytes:
+    """A 1x1 image record (load()'s end-of-shard marker)."""
+    return serialize_example(encoded=encoded, image_format=image_format, height=1, width=1, channels=channels, label=0, text=b"", filename=b"")
 
 
 def decode_image(encoded: Any, image_format: Any, height: Any, width: Any, stored_channels: Any, channels: int | None = 3) -> Any:
     """Decode one record's image in a tf.data graph: JPEG/PNG/BMP/GIF by content, RAW by reshape."""
-    tf = tensorflow()
-
-    def raw() -> Any:
-        return tf.reshape(tf.io.decode_raw(encoded, tf.uint8), tf.stack([height, width, stored_channels]))
-
-    def coded() -> Any:
-        return tf.io.decode_image(encoded, channels=0, expand_animations=False, dtype=tf.uint8)
-
-    img = tf.cond(tf.equal(image_format, FORMAT_RAW), raw, coded)
-    img = tf.ensure_shape(img, [None, None, None])
-    return _to_channels(tf, img, channels)
+    return image_decoder(channels=channels)[0](encoded, image_format, height, width, stored_channels)
 
 
 VERIFY_LEVELS = ("none", "framing", "full")
 # Ends each shard in `_read_shard`: any Example that parses with `features_spec()` would do.
-_BLANK_EXAMPLE = serialize_example(encoded=b"", image_format=FORMAT_RAW, height=0, width=0, channels=1, label=0, text=b"", filename=b"")
 
 
 def _check_shards(files: list[str], comp: str, verify: str, man: Manifest | None, split: str) -> list[int | None]:
@@ -463,29 +529,76 @@ def _check_shards(files: list[str], comp: str, verify: str, man: Manifest | None
         return list(pool.map(one, files))  # raises the first file's error, in file order
 
 
-def _read_shard(tf: Any, file: Any, count: Any, compression_type: str, spec: dict[str, Any]) -> Any:
-    """One shard's parsed Examples; a record that cannot be read or parsed fails naming file and index.
+# load()'s in-graph checks name the shard, record and image of what TensorFlow cannot read, parse
+# or decode; bench/read.py turns them off to measure what they cost.
+_NAME_ERRORS = True
+_NOT_OURS = "is not a tf.train.Example with the img2tfrecord features"
+_SHARD_STRIDE = 1 << 40  # record number = shard * stride + index: a shard holds fewer than 2**40 records
 
-    TensorFlow's own errors name neither: `DataLossError: corrupted record at 1234`, or `Could not
-    parse example input, value: '<the raw bytes>'` (which, when those bytes are not UTF-8, even
-    surfaces as a UnicodeDecodeError). So errors are dropped where they happen (`ignore_errors`:
-    an unreadable record ends the file, an unparsable one leaves a gap in the numbering), and a
-    check that knows the file's record count reports the first missing record by its index.
+
+def _checked_records(tf: Any, files: list[str], counts: list[int], compression_type: str, spec: dict[str, Any], image_of: Any, end: bytes,
+                     out: Any, shuffle_files: bool, seed: int | None, cycle_length: int, deterministic: bool) -> Any:  # fmt: skip
+    """`out(example, image)` of every record of `files`; one that cannot be read, parsed or decoded
+    raises naming its shard, its index and, when it parses, its image/filename.
+
+    TensorFlow's own errors name none of these: `DataLossError: corrupted record at 1234`,
+    `Could not parse example input, value: '<the raw bytes>'` (which, when those bytes are not
+    UTF-8, even surfaces as a UnicodeDecodeError), `Invalid JPEG data or crop window`. So errors
+    are dropped where they happen (`ignore_errors`: an unreadable record ends its file, one that
+    does not parse or decode is left out), and one check after them all, which knows every
+    shard's record count, follows each shard's record numbers and reports the first one missing
+    (it must come after the last `ignore_errors`, which would swallow its error). Each shard ends
+    with `end`, a record the decoder decodes, so the check also sees a shard's end.
+
+    The shards' own pipelines hold no function: parsing, decoding and the check are each one
+    function of the whole stream, traced and instantiated once (load()'s first batch waited on
+    tracing and instantiating per-shard functions), and decoding is one parallel map, as in a
+    hand-written pipeline.
     """
-    end = tf.data.Dataset.from_tensors((tf.constant(_BLANK_EXAMPLE), True))  # parses; its index = records read
-    read = tf.data.TFRecordDataset(file, compression_type=compression_type).ignore_errors()
-    read = read.map(lambda r: (r, False)).concatenate(end).enumerate()
-    parsed = read.map(
-        lambda i, item: (i, tf.io.parse_single_example(item[0], spec), item[1]),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True,  # the numbering is checked in order
-    ).ignore_errors()
+    n = len(files)
+    names = tf.constant(files)
+    sizes = tf.constant(counts, tf.int64)
 
-    def fail(i: Any, j: Any) -> Any:  # the message is built only when something is wrong
-        name = tf.strings.join([file, ": record ", tf.strings.as_string(j)])  # the first one missing
+    def shard(s: Any) -> Any:  # record numbers s * 2**40 + i, and then the end marker's
+        read = tf.data.TFRecordDataset(names[s], compression_type=compression_type).ignore_errors()
+        return read.concatenate(tf.data.Dataset.from_tensors(tf.constant(end))).enumerate(start=s * _SHARD_STRIDE)
+
+    ds = tf.data.Dataset.range(n)
+    if shuffle_files:
+        ds = ds.shuffle(n, seed=seed, reshuffle_each_iteration=True)
+    ds = ds.interleave(_graph(shard), cycle_length=cycle_length, block_length=1, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+
+    def decode(number: Any, r: Any) -> Any:
+        ex = tf.io.parse_single_example(r, spec)
+        return number // _SHARD_STRIDE, number % _SHARD_STRIDE, tf.equal(r, end), out(ex, image_of(ex))
+
+    # deterministic: the check follows each shard's numbers in order (interleave keeps each shard's order)
+    ds = ds.map(_graph(decode), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if not _NAME_ERRORS:
+        return ds.filter(_graph(lambda s, i, last, x: tf.logical_not(last))).map(_graph(lambda s, i, last, x: x))
+    ds = ds.ignore_errors()
+    fields = {k: tf.io.FixedLenFeature([], tf.string) for k in ("image/encoded", "image/format", "image/filename")}
+
+    def fail(s: Any, i: Any, k: Any) -> Any:  # the message is built only when something is wrong
+        # shard s: this element is record i; k records came through before it, so when i != k
+        # record k is the first one missing; else the file ended early (i < count) or is longer.
+        file, count = names[s], sizes[s]
+        name = tf.strings.join([file, ": record ", tf.strings.as_string(k)])
+        # record k again: parsed if it parses (for its name), else fields with an empty image
+        again = tf.data.TFRecordDataset(file, compression_type=compression_type).skip(k).take(1)
+        again = again.map(lambda r: tf.io.parse_single_example(r, fields)).ignore_errors()
+        ex = again.concatenate(tf.data.Dataset.from_tensors({f: tf.constant(b"") for f in fields})).take(1).get_single_element()
+        size = tf.strings.length(ex["image/encoded"])
         msg = tf.where(
-            tf.not_equal(i, j),
-            tf.strings.join([name, " is not a tf.train.Example with the img2tfrecord features; `img2tfrecord inspect` shows what it holds"]),
+            tf.not_equal(i, k),
+            tf.where(
+                size > 0,
+                tf.strings.join([
+                    name, ": image/filename ", ex["image/filename"], " (", ex["image/format"], ", ",
+                    tf.strings.as_string(size), " bytes) does not decode; `img2tfrecord inspect --verify` shows why",
+                ]),  # fmt: skip
+                tf.strings.join([name, f" {_NOT_OURS} (or cannot be read); `img2tfrecord inspect` shows what it holds"]),
+            ),
             tf.where(
                 i < count,
                 tf.strings.join([name, " cannot be read (corrupt or cut short); `img2tfrecord inspect` shows why"]),
@@ -495,14 +608,41 @@ def _read_shard(tf: Any, file: Any, count: Any, compression_type: str, spec: dic
         with tf.control_dependencies([tf.debugging.Assert(False, [msg])]):
             return tf.constant(False)
 
-    def keep(j: Any, item: Any) -> Any:
-        i, _, last = item  # i: index among the records read; j: among those that parsed
-        ok = tf.equal(i, j) & (tf.logical_not(last) | tf.equal(i, count))
-        checked = tf.cond(ok, lambda: tf.constant(True), lambda: fail(i, j))
+    def check(seen: Any, item: Any) -> Any:
+        s, i, last, x = item
+        k = seen[s]  # records of shard s that came through so far
+        ok = tf.equal(i, k) & tf.math.logical_xor(last, i < sizes[s])  # the end marker comes exactly after `count` records
+        checked = tf.cond(ok, lambda: tf.constant(True), lambda: fail(s, i, k))
         with tf.control_dependencies([checked]):
-            return tf.logical_not(last)
+            seen = tf.tensor_scatter_nd_add(seen, [[s]], [1])
+            return seen, (last, x)
 
-    return parsed.enumerate().filter(keep).map(lambda j, item: item[1])
+    ds = ds.scan(tf.zeros([n], tf.int64), _graph(check))
+    return ds.filter(_graph(lambda last, x: tf.logical_not(last))).map(_graph(lambda last, x: x))
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while load() builds its graph.
+
+    Right after `import tensorflow` (a million-odd objects) CPython is due a full collection, and
+    graph building (thousands of ops and tensors that live on, no cycles to free) sets it off:
+    here it walked TensorFlow's objects for ~0.15 s, a third of load()'s time to the first batch.
+    Paused, that collection comes later, once, wherever the program allocates next.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _graph(fn: Any) -> Any:
+    """A tf.data function as written: ours use `tf.cond`, not Python `if`, so AutoGraph's source
+    rewriting (most of the time TensorFlow took to trace load()'s functions) is skipped."""
+    return tensorflow().autograph.experimental.do_not_convert(fn)
 
 
 def _verify_records(path: str, comp: str, man: Manifest | None) -> int:
@@ -620,43 +760,40 @@ def load(
         raise UsageError(f"load: verify must be {', '.join(VERIFY_LEVELS)}, not {verify!r}")
     counts = _check_shards(files, comp, verify, man, split) if verify != "none" else [None] * len(files)
     compression_type = "" if comp == "none" else comp.upper()
-    if deterministic is None:  # a seed asks for a repeatable order: keep it through interleave and map
-        deterministic = not shuffle_files or seed is not None
-    autotune = tf.data.AUTOTUNE
-    spec = features_spec()
-    if None in counts:  # no count to hold TensorFlow's reads against: its own errors it is
-        ds = tf.data.Dataset.from_tensor_slices(files)
-        read = lambda f: tf.data.TFRecordDataset(f, compression_type=compression_type)  # noqa: E731
-    else:
-        ds = tf.data.Dataset.from_tensor_slices((files, tf.constant(counts, tf.int64)))
-        read = lambda f, n: _read_shard(tf, f, n, compression_type, spec)  # noqa: E731
-    if shuffle_files:
-        ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-    ds = ds.interleave(
-        read,
-        cycle_length=cycle_length or min(len(files), 16),
-        block_length=1,
-        num_parallel_calls=autotune,
-        deterministic=deterministic,
-    )
+    if deterministic is None:
+        deterministic = not shuffle_files or seed is not None  # a seed asks for a repeatable order
+    with _collector_paused():  # see _collector_paused
+        spec = features_spec()
+        decode, end = image_decoder(man.formats if man else None, man.stored_channels if man else None, channels)
 
-    def to_image(ex: Any) -> Any:
-        if not isinstance(ex, dict):  # serialized, from the plain path
-            ex = tf.io.parse_single_example(ex, spec)
-        img = decode_image(
-            ex["image/encoded"], ex["image/format"], ex["image/height"], ex["image/width"], ex["image/channels"], channels
-        )
-        if image_size is not None:
-            img = tf.image.resize(img, image_size, method=resize_method)
-        label = ex["image/class/label"]
-        if as_dict:
-            return {**ex, "image": img, "label": label}
-        return img, label
+        def image_of(ex: Any) -> Any:
+            img = decode(ex["image/encoded"], ex["image/format"], ex["image/height"], ex["image/width"], ex["image/channels"])
+            return img if image_size is None else tf.image.resize(img, image_size, method=resize_method)
 
-    ds = ds.map(to_image, num_parallel_calls=autotune, deterministic=deterministic)
-    if records is not None:
-        ds = ds.apply(tf.data.experimental.assert_cardinality(records))
-    ds = ds.prefetch(autotune)
-    if man is not None:
-        ds.class_names = man.classes  # like Keras' image_dataset_from_directory
-    return ds
+        def out(ex: Any, img: Any) -> Any:
+            return {**ex, "image": img, "label": ex["image/class/label"]} if as_dict else (img, ex["image/class/label"])
+
+        if None in counts:  # no count to hold TensorFlow's reads against: its own errors it is
+            ds = tf.data.Dataset.from_tensor_slices(files)
+            if shuffle_files:
+                ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+            ds = ds.interleave(
+                _graph(lambda f: tf.data.TFRecordDataset(f, compression_type=compression_type)),
+                cycle_length=cycle_length or min(len(files), 16), block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=deterministic,
+            )  # fmt: skip
+
+            def one(r: Any) -> Any:
+                ex = tf.io.parse_single_example(r, spec)
+                return out(ex, image_of(ex))
+
+            ds = ds.map(_graph(one), num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+        else:
+            ds = _checked_records(tf, files, counts, compression_type, spec, image_of, end, out, shuffle_files, seed,
+                                  cycle_length or min(len(files), 16), deterministic)  # fmt: skip
+        if records is not None:
+            ds = ds.apply(tf.data.experimental.assert_cardinality(records))
+        ds = ds.prefetch(tf.data.AUTOTUNE)
+        if man is not None:
+            ds.class_names = man.classes  # like Keras' image_dataset_from_directory
+        return ds

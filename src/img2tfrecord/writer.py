@@ -48,15 +48,26 @@ def shard_bounds(n: int, k: int) -> list[tuple[int, int]]:
     return list(zip(cuts[:-1], cuts[1:]))
 
 
+# With --index, no shard may hold a single record: its index is one line, which the `tfrecord`
+# package (PyPI, the usual PyTorch reader of TFRecords) cannot read (numpy.loadtxt gives a 1-D
+# array; its issue #9). Two records per shard at least, so shards of one split never hold one.
+MIN_INDEXED_RECORDS = 2
+
+
+def min_shard_records(index: bool) -> int:
+    return MIN_INDEXED_RECORDS if index else 1
+
+
 def auto_shard_counts(
-    split_bytes: dict[str, int], split_items: dict[str, int], requested: int | dict[str, int] | None
+    split_bytes: dict[str, int], split_items: dict[str, int], requested: int | dict[str, int] | None, min_records: int = 1
 ) -> tuple[dict[str, int], list[str]]:
     """Shard count per split, plus warnings.
 
     * None: aim at 100-200 MiB per shard;
     * an int N: N shards in total, shared in proportion to split size (at least 1 each);
     * a dict: those counts; other splits get shards in proportion to their size.
-    Never more shards than candidate images (TFDS' rule), and never fewer than one.
+    Never more shards than candidate images (TFDS' rule) or, with `min_records` 2 (--index),
+    than half of them, so no shard holds a single record; and never fewer than one.
     """
     warnings: list[str] = []
     names = [s for s in split_bytes if split_items[s] > 0]
@@ -80,10 +91,19 @@ def auto_shard_counts(
     else:
         counts = {s: max(1, math.ceil(split_bytes[s] / TARGET_SHARD_BYTES)) for s in names}
     for s in names:
-        if counts[s] > split_items[s]:
-            warnings.append(f"{s}: {counts[s]} shards for {split_items[s]} images; using {split_items[s]}")
-            counts[s] = split_items[s]
+        most = max(1, split_items[s] // min_records)
+        if counts[s] > most:
+            why = "" if min_records == 1 else f" (with --index, a shard holds at least {min_records} records: a one-line index breaks common readers)"
+            warnings.append(f"{s}: {counts[s]} shards for {split_items[s]} images; using {most}{why}")
+            counts[s] = most
+        if min_records > 1 and split_items[s] < min_records:
+            warnings.append(one_record_warning(s))
     return counts, warnings
+
+
+def one_record_warning(split: str) -> str:
+    return (f"{split}: one record in all, so its shard's index is a single line, which the `tfrecord` package "
+            "(PyTorch) cannot read (its issue #9); DALI and TensorFlow can")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -287,15 +307,29 @@ def rebalance(staging: str, infos: list[ShardInfo], compression: str | None, ind
 
     Records move in order from the old shards into new ones: the global record order is unchanged
     and nothing is decoded, so the result is what the plan would have produced had the skipped
-    files never been there. Uncompressed local shards are re-cut as byte ranges (each TFRecord
+    files never been there. With `index`, skips that leave fewer than two records per shard make
+    fewer shards (renamed `-of-` the new count), so that none holds a single record (see
+    `MIN_INDEXED_RECORDS`). Uncompressed local shards are re-cut as byte ranges (each TFRecord
     record is self-framed), in the kernel and without TensorFlow; compressed or remote ones are
     re-read and re-written through TensorFlow.
     """
     counts = [i.records for i in infos]
-    if max(counts) - min(counts) <= 1:
+    total, k = sum(counts), len(infos)
+    k_new = min(k, max(1, total // MIN_INDEXED_RECORDS)) if index else k
+    if k_new == k and max(counts) - min(counts) <= 1:
         return infos
+    if k_new != k:
+        split = SHARD_RE.match(infos[0].file)["split"]
+        targets = [ShardInfo(shard_name(split, i, k_new)) for i in range(k_new)]
+    else:
+        targets = [ShardInfo(i.file) for i in infos]
     cut = _recut_bytes if not compression and not fs.is_remote(staging) else _recut_tf
-    new = cut(staging, infos, shard_bounds(sum(counts), len(infos)), compression, index, checksum, durable)
+    new = cut(staging, infos, targets, shard_bounds(total, k_new), compression, index, checksum, durable)
+    if k_new != k:  # the old names are not reused: remove them (and their indexes)
+        for info in infos:
+            fs.remove(fs.join(staging, info.file))
+            if index and info.index:
+                fs.remove(fs.join(staging, info.index))
     for info in new:
         fs.rename(fs.join(staging, info.file + ".rebalanced"), fs.join(staging, info.file))
         if index:
@@ -303,13 +337,13 @@ def rebalance(staging: str, infos: list[ShardInfo], compression: str | None, ind
     return new
 
 
-def _recut_tf(staging: str, infos: list[ShardInfo], bounds: list[tuple[int, int]], compression: str | None, index: bool, checksum: str,
-              durable: bool) -> list[ShardInfo]:  # fmt: skip
+def _recut_tf(staging: str, infos: list[ShardInfo], targets: list[ShardInfo], bounds: list[tuple[int, int]], compression: str | None,
+              index: bool, checksum: str, durable: bool) -> list[ShardInfo]:  # fmt: skip
     tf = tensorflow()
     old = [fs.join(staging, i.file) for i in infos]
     records = iter(tf.data.TFRecordDataset(old, compression_type=COMPRESSIONS[compression]).as_numpy_iterator())
     new = []
-    for info, (a, b) in zip(infos, bounds):
+    for info, (a, b) in zip(targets, bounds):
         sw = ShardWriter(staging, info.file + ".rebalanced", compression, index, final_name=info.file, checksum=checksum)
         for _ in range(b - a):
             sw.write(next(records))
@@ -317,14 +351,14 @@ def _recut_tf(staging: str, infos: list[ShardInfo], bounds: list[tuple[int, int]
     return [sw.close(durable) for sw in new]
 
 
-def _recut_bytes(staging: str, infos: list[ShardInfo], bounds: list[tuple[int, int]], compression: str | None, index: bool, checksum: str,
-                 durable: bool) -> list[ShardInfo]:  # fmt: skip
+def _recut_bytes(staging: str, infos: list[ShardInfo], targets: list[ShardInfo], bounds: list[tuple[int, int]], compression: str | None,
+                 index: bool, checksum: str, durable: bool) -> list[ShardInfo]:  # fmt: skip
     spans = []  # (old file, offset, framed size) of every record, in order
     for info in infos:
         path = fs.join(staging, info.file)
         spans += [(path, offset, size) for offset, size in record_spans(path)]
     new = []
-    for info, (a, b) in zip(infos, bounds):
+    for info, (a, b) in zip(targets, bounds):
         out = ShardInfo(info.file, records=b - a)
         path = fs.join(staging, info.file + ".rebalanced")
         with open(path, "wb") as dst:
@@ -423,15 +457,18 @@ def prepare_output(output_dir: str, overwrite: bool, keep_staging: bool = False)
     return staging
 
 
-def publish(staging: str, output_dir: str, files: list[str], metadata: dict[str, str], durable: bool = True) -> None:
-    """Move finished shards into place, then write metadata files (dataset.json last).
+def publish(staging: str, output_dir: str, files: list[str], metadata: dict[str, str], durable: bool = True,
+            stale: Iterable[str] = ()) -> None:  # fmt: skip
+    """Move finished shards into place, then write metadata files in their order (dataset.json last).
 
-    Stale artifacts of an earlier run (shards, indexes, labels.txt, dataset.json) are removed
-    first, so a dataset never mixes `-of-00004` and `-of-00005` shards.
+    Stale artifacts of an earlier run (shards, indexes, the metadata files, and the `stale` names
+    this run may not write) are removed first, so a dataset never mixes `-of-00004` and
+    `-of-00005` shards.
     """
     keep = set(files)
+    stale = set(stale) | set(metadata)
     for name in fs.listdir(output_dir):
-        if name in metadata or (SHARD_RE.match(name.removesuffix(".idx")) and name not in keep):
+        if name in stale or (SHARD_RE.match(name.removesuffix(".idx")) and name not in keep):
             fs.remove(fs.join(output_dir, name))
     for name in files:
         fs.rename(fs.join(staging, name), fs.join(output_dir, name))
