@@ -37,7 +37,7 @@ READ = """
 import json, os, sys, time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow as tf
-import img2tfrecord.reader as reader
+import img2tfrecord.loader as reader
 kind, out, src = sys.argv[1:4]
 SIZE, BATCH = int(sys.argv[4]), int(sys.argv[5])
 t0 = time.perf_counter()

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from img2tfrecord.reader import masked_crc
-from img2tfrecord.schema import FEATURE_TYPES, serialize_example
+from img2tfrecord.loader import masked_crc
+from img2tfrecord.format.schema import FEATURE_TYPES, serialize_example
 
 CLASS_COLORS = {"cat": (220, 40, 40), "dog": (40, 200, 40), "fox": (40, 60, 220), "owl": (200, 200, 40)}
 MODE_CHANNELS = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
@@ -177,7 +177,7 @@ def write_frames(path: Path, payloads: list[bytes]) -> list[int]:
 
 def example(features: dict[str, tuple[str, list]]) -> bytes:
     """A tf.train.Example from {key: (kind, values)}, kind in bytes/float/int64."""
-    from img2tfrecord.schema import Example
+    from img2tfrecord.format.schema import Example
 
     ex = Example()
     for key, (kind, values) in features.items():

@@ -106,7 +106,7 @@ def test_missing_beam_is_a_usage_error_with_the_install_command(cli, tmp_path, m
     assert "pip install 'img2tfrecord[beam]'" in res.stderr and "Traceback" not in res.output
     assert not (tmp_path / "out").exists()
     # a fresh import of the engine module (no Beam at all) still gives the hint, not an ImportError
-    monkeypatch.delitem(sys.modules, "img2tfrecord.beam_engine", raising=False)
+    monkeypatch.delitem(sys.modules, "img2tfrecord.conversion.engines.beam", raising=False)
     res = cli("convert", tmp_path / "in", tmp_path / "out", "--engine", "beam", "--dry-run")
     assert res.exit_code == 2 and "pip install 'img2tfrecord[beam]'" in res.stderr
 
@@ -130,7 +130,7 @@ def test_bad_beam_options_are_usage_errors(cli, tmp_path, args, message):
 
 @needs_beam
 def test_default_flags_fill_only_what_the_user_did_not_say():
-    from img2tfrecord.beam_engine import pipeline_flags, unknown_options
+    from img2tfrecord.conversion.engines.beam import pipeline_flags, unknown_options
 
     assert pipeline_flags(None, workers=8, shards=3) == [
         "--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=3",
@@ -145,8 +145,8 @@ def test_default_flags_fill_only_what_the_user_did_not_say():
 
 @needs_beam
 def test_plan_lines_round_trip_undecodable_names():
-    from img2tfrecord.beam_engine import shard_from_json, shard_to_json
-    from img2tfrecord.writer import ShardTask
+    from img2tfrecord.conversion.engines.beam import shard_from_json, shard_to_json
+    from img2tfrecord.conversion.write import ShardTask
 
     name = b"caf\xe9/\xff.jpg".decode("utf-8", "surrogateescape")
     shard = ShardTask("train", 1, 4, ((f"/d/{name}", name, name, 3, "caf\udce9", 123),))
@@ -177,7 +177,7 @@ def ram_files(path: str) -> dict[str, bytes]:
 @needs_beam
 def test_remote_input_and_output_give_the_same_bytes(both_engines):
     """ram:// in, ram:// out (gfile listing in threads, staging, rename-publish): same dataset as on disk."""
-    from img2tfrecord.pipeline import convert
+    from img2tfrecord.conversion.convert import convert
 
     root, local_out, *_ = both_engines
     ram_upload(root, "ram://t1/in")
@@ -193,7 +193,7 @@ def test_remote_input_and_output_give_the_same_bytes(both_engines):
 @needs_beam
 def test_beam_on_remote_paths_with_a_file_list(both_engines):
     """Beam (in-process runner, so ram:// is shared) + a remote --file-list: the folder walk's bytes again."""
-    from img2tfrecord.pipeline import convert
+    from img2tfrecord.conversion.convert import convert
 
     root, local_out, *_ = both_engines
     ram_upload(root, "ram://t2/in")
@@ -219,9 +219,9 @@ def test_beam_on_remote_paths_with_a_file_list(both_engines):
 @needs_beam
 def test_dataflow_refuses_local_images(tmp_path, monkeypatch):
     """Remote workers cannot read this machine's disk: said before anything runs."""
-    from img2tfrecord import beam_engine
+    from img2tfrecord.conversion.engines import beam as beam_engine
     from img2tfrecord.errors import UsageError
-    from img2tfrecord.pipeline import plan_job
+    from img2tfrecord.conversion.convert import plan_job
 
     make_dataset(tmp_path / "in", {"a": 2})
     job = plan_job(str(tmp_path / "in"), "ram://t3/out")

@@ -26,7 +26,7 @@ from PIL import Image, ImageOps
 
 import img2tfrecord
 from conformance_cases import H, W, Case, damaged, matrix, upright_gray16, upright_rgb, write
-from img2tfrecord.imageformat import png_header
+from img2tfrecord.format.images import png_header
 
 ENCODINGS = ("keep", "png", "jpeg", "raw")
 CASES = matrix() + damaged()

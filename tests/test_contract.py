@@ -52,8 +52,8 @@ def test_file_list_rows_outside_input_pass_verify(cli, tmp_path):
 
 
 def test_remote_rows_outside_input_are_valid_names():
-    from img2tfrecord.schema import filename_problem
-    from img2tfrecord.walker import _resolve_listed
+    from img2tfrecord.format.schema import filename_problem
+    from img2tfrecord.conversion.walk import _resolve_listed
 
     for given, name in [
         ("gs://other-bucket/extra/img_001.jpg", "gs://other-bucket/extra/img_001.jpg"),
@@ -168,7 +168,7 @@ def test_finished_shards_are_not_thrown_away_unasked(cli, eight_shards, tmp_path
 
 
 def test_a_locked_output_is_refused_before_any_other_message(cli, eight_shards, tmp_path):
-    from img2tfrecord.writer import OutputLock
+    from img2tfrecord.conversion.write import OutputLock
 
     out = tmp_path / "out"
     interrupted_run(eight_shards, out)
@@ -337,7 +337,7 @@ def test_images_left_out_by_labels_are_counted_apart_from_non_images(cli, tmp_pa
 
 
 def test_inspect_messages_say_one_record_and_no_internal_names(cli, tmp_path):
-    from img2tfrecord.writer import COMPRESSIONS  # noqa: F401 - TensorFlow's writer below
+    from img2tfrecord.conversion.write import COMPRESSIONS  # noqa: F401 - TensorFlow's writer below
     import tensorflow as tf
 
     path = tmp_path / "odd.tfrecord"

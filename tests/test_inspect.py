@@ -24,10 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image, ImageOps
 
-from img2tfrecord import inspector
-from img2tfrecord.cli_inspect import inspect_command
-from img2tfrecord.reader import masked_crc
-from img2tfrecord.schema import FEATURE_TYPES
+from img2tfrecord.inspection import scan as inspector
+from img2tfrecord.cli.inspect import inspect_command
+from img2tfrecord.loader import masked_crc
+from img2tfrecord.format.schema import FEATURE_TYPES
 from img2tfrecord.tf_import import tensorflow
 
 from inspect_helpers import (
@@ -416,7 +416,7 @@ def test_exit_code_and_fast_import_in_a_real_process(ours: SimpleNamespace, tmp_
 @pytest.mark.parametrize("encoding", ["keep", "raw"])
 def test_extract_round_trip_through_convert(tmp_path: Path, encoding: str) -> None:
     import img2tfrecord
-    from img2tfrecord.inspector import read_records, parse_record, RawRecord
+    from img2tfrecord.inspection.scan import read_records, parse_record, RawRecord
 
     src = tmp_path / "src"
     for cls, color in [("cat", CLASS_COLORS["cat"]), ("dog", CLASS_COLORS["dog"])]:
@@ -509,7 +509,7 @@ def test_contact_sheet_rows_per_class_with_labels_and_orientation(ours: SimpleNa
 
 
 def test_memory_stays_flat_on_a_large_shard(tmp_path: Path) -> None:
-    from img2tfrecord.schema import serialize_example
+    from img2tfrecord.format.schema import serialize_example
 
     path = tmp_path / "big.tfrecord"
     h, w, c = 512, 512, 4  # 1 MiB of pixels per record, 48 MiB in all

@@ -13,7 +13,7 @@ import pytest
 
 import img2tfrecord
 from img2tfrecord.errors import UsageError
-from img2tfrecord.schema import FEATURE_TYPES
+from img2tfrecord.format.schema import FEATURE_TYPES
 from img2tfrecord.tf_import import tensorflow
 
 from inspect_helpers import VARIANTS, encode, make_items, pixels, write_dataset

@@ -31,11 +31,11 @@ from hypothesis import strategies as st
 from PIL import Image
 
 import img2tfrecord
-from img2tfrecord import inspector
+from img2tfrecord.inspection import scan as inspector
 from img2tfrecord.cli import main
 from img2tfrecord.errors import DataError, UsageError
-from img2tfrecord.inspector import FramingError, TFRecordFile
-from img2tfrecord.reader import check_framing, masked_crc
+from img2tfrecord.inspection.scan import FramingError, TFRecordFile
+from img2tfrecord.loader import check_framing, masked_crc
 from img2tfrecord.tf_import import tensorflow
 
 from inspect_helpers import encode, example, frame, make_items, picture, write_dataset

@@ -150,7 +150,7 @@ def test_output_inside_or_equal_to_input_is_refused(cli, tmp_path):
 
 def test_header_probe_agrees_with_pillow(tmp_path):
     """--no-validate reads JPEG headers itself; on every kind of JPEG it must find what Pillow finds."""
-    from img2tfrecord.encoder import EncodeOptions, encode_image, probe_jpeg
+    from img2tfrecord.conversion.encode import EncodeOptions, encode_image, probe_jpeg
 
     exif = Image.Exif()
     exif[0x0112] = 6

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from img2tfrecord.schema import COLORSPACES, parse_example, serialize_example
+from img2tfrecord.format.schema import COLORSPACES, parse_example, serialize_example
 
 
 @pytest.mark.parametrize("payload", [b"", b"\xff\xd8" + bytes(range(256)) * 500])

@@ -97,9 +97,9 @@ def test_channels_keep_gives_each_image_its_own(outputs):
 
 def test_metadata_comes_from_the_manifest_alone(outputs, tmp_path):
     """Deterministic (no path, time or engine in it), written with dataset.json, and not a shard to anyone."""
-    from img2tfrecord import tfds_metadata
-    from img2tfrecord.inspector import inspect
-    from img2tfrecord.reader import load
+    from img2tfrecord.format import tfds as tfds_metadata
+    from img2tfrecord.inspection.scan import inspect
+    from img2tfrecord.loader import load
 
     out = outputs["keep"]
     names = ["dataset_info.json", "features.json", "image.class.label.labels.txt"]
@@ -127,8 +127,7 @@ def test_label_offset_and_odd_class_names(tmp_path):
     """The names file TFDS reads: placeholders below a positive --label-offset; none if TFDS would misread it."""
     from tensorflow_datasets.core.features import FeaturesDict
 
-    from img2tfrecord import tfds_metadata
-
+    from img2tfrecord.format import tfds as tfds_metadata
     def tfds_label(manifest: dict):
         d = tmp_path / str(len(list(tmp_path.iterdir())))
         d.mkdir()

@@ -15,23 +15,23 @@ __all__ = ["__version__", "convert", "load", "FEATURES", "read_records", "parse_
 def __getattr__(name: str) -> Any:
     # Lazy attributes keep `import img2tfrecord` (and the CLI's --help) free of TensorFlow.
     if name == "convert":
-        from img2tfrecord.pipeline import convert
+        from img2tfrecord.conversion.convert import convert
 
         return convert
     if name == "load":
-        from img2tfrecord.reader import load
+        from img2tfrecord.loader import load
 
         return load
     if name == "read_records":  # without TensorFlow: serialized records of a shard, CRC-checked
-        from img2tfrecord.inspector import read_records
+        from img2tfrecord.inspection.scan import read_records
 
         return read_records
     if name == "parse_example":  # without TensorFlow: one serialized Example -> {key: [values]}
-        from img2tfrecord.schema import parse_example
+        from img2tfrecord.format.schema import parse_example
 
         return parse_example
     if name == "FEATURES":
-        from img2tfrecord.reader import features_spec
+        from img2tfrecord.loader import features_spec
 
         return features_spec()
     raise AttributeError(f"module 'img2tfrecord' has no attribute {name!r}")

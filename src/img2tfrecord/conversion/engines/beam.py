@@ -38,14 +38,16 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from img2tfrecord import cstderr, encoder, fs, writer
-from img2tfrecord.encoder import EncodeOptions
+from img2tfrecord import cstderr, fs
+from img2tfrecord.conversion import encode as encoder
+from img2tfrecord.conversion import write as writer
+from img2tfrecord.conversion.encode import EncodeOptions
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.tf_import import tensorflow
-from img2tfrecord.writer import ShardOutcome, ShardTask
+from img2tfrecord.conversion.write import ShardOutcome, ShardTask
 
 if TYPE_CHECKING:
-    from img2tfrecord.pipeline import EventSink, Job
+    from img2tfrecord.conversion.convert import EventSink, Job
 
 INSTALL_HINT = "pip install 'img2tfrecord[beam]'"
 PLAN_NAME = "plan.jsonl"

@@ -1,4 +1,4 @@
-"""`img2tfrecord convert`: options in, img2tfrecord.pipeline.convert() called, summary out."""
+"""`img2tfrecord convert`: options in, img2tfrecord.conversion.convert.convert() called, summary out."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from img2tfrecord.errors import Img2TFRecordError, Interrupted, plural
-from img2tfrecord.schema import DEFAULT_MAX_PIXELS
+from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
 
 
 def _err(msg: str) -> None:
@@ -132,7 +132,7 @@ def convert_command(input_dir: str, output_dir: str, labels_file: str | None, as
     Exit codes: 0 success (skipped files are reported), 1 data failure (--strict with bad images,
     I/O error), 2 usage error.
     """
-    from img2tfrecord.pipeline import convert
+    from img2tfrecord.conversion.convert import convert
 
     if kw.get("beam_options") and kw.get("engine") != "beam":
         _err("error: --beam-options configures the Beam engine: add --engine beam")

@@ -34,7 +34,7 @@ from google.protobuf.message import DecodeError
 from img2tfrecord import cstderr
 from img2tfrecord.fs import CHECKSUMS, hasher
 from img2tfrecord.errors import DataError, UsageError
-from img2tfrecord.reader import (
+from img2tfrecord.loader import (
     FOOTER_BYTES,
     HEADER_BYTES,
     LABELS,
@@ -49,7 +49,7 @@ from img2tfrecord.reader import (
     record_length,
     resolve_paths,
 )
-from img2tfrecord.schema import COLORSPACES, DEFAULT_MAX_PIXELS, FEATURE_TYPES, FORMAT_RAW, Example, filename_problem
+from img2tfrecord.format.schema import COLORSPACES, DEFAULT_MAX_PIXELS, FEATURE_TYPES, FORMAT_RAW, Example, filename_problem
 
 JSON_FORMAT_VERSION = 1
 _CHUNK = 1 << 22  # reads from streams of unknown size grow by at most 4 MiB at a time

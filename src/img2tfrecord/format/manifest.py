@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from img2tfrecord import __version__
-from img2tfrecord.schema import FEATURE_TYPES
+from img2tfrecord.format.schema import FEATURE_TYPES
 
 MANIFEST_NAME = "dataset.json"
 LABELS_NAME = "labels.txt"

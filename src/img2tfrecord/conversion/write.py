@@ -22,10 +22,10 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, BinaryIO
 
 from img2tfrecord import fs
-from img2tfrecord.encoder import DROPPED, Result, Task, to_record
+from img2tfrecord.conversion.encode import DROPPED, Result, Task, to_record
 from img2tfrecord.errors import DataError, UsageError, plural
-from img2tfrecord.reader import SHARD_RE, record_spans
-from img2tfrecord.schema import utf8_text
+from img2tfrecord.loader import SHARD_RE, record_spans
+from img2tfrecord.format.schema import utf8_text
 from img2tfrecord.tf_import import record_io, tensorflow
 
 TARGET_SHARD_BYTES = 200 * 1024 * 1024  # ceil(total / 200 MiB) shards -> each in (100, 200] MiB

@@ -10,11 +10,10 @@ import importlib
 import click
 
 from img2tfrecord import __version__
-
 # name -> (module, attribute, one-line help shown by `img2tfrecord --help`)
 COMMANDS = {
-    "convert": ("img2tfrecord.cli_convert", "convert_command", "Convert an image folder into sharded TFRecords."),
-    "inspect": ("img2tfrecord.cli_inspect", "inspect_command", "Inspect, verify, extract or preview TFRecord shards."),
+    "convert": ("img2tfrecord.cli.convert", "convert_command", "Convert an image folder into sharded TFRecords."),
+    "inspect": ("img2tfrecord.cli.inspect", "inspect_command", "Inspect, verify, extract or preview TFRecord shards."),
 }
 
 

@@ -37,8 +37,8 @@ import xxhash
 from PIL import BmpImagePlugin, GifImagePlugin, Image, ImageFile, ImageOps, PngImagePlugin, TiffImagePlugin, UnidentifiedImageError, WebPImagePlugin
 
 from img2tfrecord import cstderr
-from img2tfrecord.imageformat import describe_unknown, jpeg_frame_problem, png_header, sniff, tf_error_message, tf_png_channels
-from img2tfrecord.schema import DEFAULT_MAX_PIXELS, FORMAT_RAW, serialize_example, utf8_text
+from img2tfrecord.format.images import describe_unknown, jpeg_frame_problem, png_header, sniff, tf_error_message, tf_png_channels
+from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS, FORMAT_RAW, serialize_example, utf8_text
 from img2tfrecord.tf_import import tensorflow
 
 # We enforce our own --max-pixels before decoding; Pillow's global limit would raise at open().

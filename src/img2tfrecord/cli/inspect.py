@@ -191,7 +191,7 @@ def inspect_command(
 
     Exit status: 0 if no problem was found, 1 if any was, 2 for usage errors.
     """
-    from img2tfrecord import inspector  # noqa: PLC0415 - keeps --help fast
+    from img2tfrecord.inspection import scan as inspector  # noqa: PLC0415 - keeps --help fast
 
     try:
         if extract_all and not extract_dir:

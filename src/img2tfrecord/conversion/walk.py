@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 from img2tfrecord import fs
 from img2tfrecord.errors import UsageError, plural
-from img2tfrecord.schema import filename_problem, utf8_text
+from img2tfrecord.format.schema import filename_problem, utf8_text
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"})
 SPLIT_DIR_NAMES = {"train": "train", "validation": "validation", "val": "validation", "test": "test"}

@@ -18,15 +18,19 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from img2tfrecord import cstderr, dedupe, encoder, fs, tfds_metadata, writer
-from img2tfrecord.dedupe import MODES as DEDUPE_MODES
-from img2tfrecord.encoder import EncodeOptions
+from img2tfrecord import cstderr, fs
+from img2tfrecord.conversion import dedupe
+from img2tfrecord.conversion import encode as encoder
+from img2tfrecord.format import tfds as tfds_metadata
+from img2tfrecord.conversion import write as writer
+from img2tfrecord.conversion.dedupe import MODES as DEDUPE_MODES
+from img2tfrecord.conversion.encode import EncodeOptions
 from img2tfrecord.errors import DataError, Interrupted, UsageError, WorkerDied, plural
-from img2tfrecord.resume import Journal, finished_count, header, load_done, prune
-from img2tfrecord.manifest import LABELS_NAME, MANIFEST_NAME, build_manifest, labels_text, manifest_text
-from img2tfrecord.walker import ImageItem, discover, discover_file_list, parse_split_spec, read_labels_file
-from img2tfrecord.schema import DEFAULT_MAX_PIXELS, utf8_text
-from img2tfrecord.writer import ShardOutcome, ShardTask
+from img2tfrecord.conversion.resume import Journal, finished_count, header, load_done, prune
+from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME, build_manifest, labels_text, manifest_text
+from img2tfrecord.conversion.walk import ImageItem, discover, discover_file_list, parse_split_spec, read_labels_file
+from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS, utf8_text
+from img2tfrecord.conversion.write import ShardOutcome, ShardTask
 
 UNKNOWN_IMAGE_BYTES = 110_000  # assumed size of a file listed without one (remote walk): an ImageNet JPEG
 ENGINES = ("local", "beam")
@@ -228,7 +232,7 @@ def convert(
     for path, what in ((input_dir, "input"), (output_dir, "output"), (options.get("file_list") or "", "--file-list")):
         fs.check_remote(path, what)  # a missing file system or an unreachable bucket: one line, before any work
     if engine == "beam":  # before a long listing: Beam installed, options parse, paths fit the runner
-        from img2tfrecord.beam_engine import preflight
+        from img2tfrecord.conversion.engines.beam import preflight
 
         preflight(beam_options, input_dir, output_dir)
     if engine != "local" and options.get("dedupe") == "drop":
@@ -300,11 +304,11 @@ def _run(job: Job, engine: str, workers: int | None, overwrite: bool, resume: bo
     journal = Journal(staging, header(job), done)
     try:
         if engine == "beam":
-            from img2tfrecord.beam_engine import run_beam
+            from img2tfrecord.conversion.engines.beam import run_beam
 
             outcomes = run_beam(job, staging, beam_options, emit, workers=workers or os.cpu_count() or 1)
         else:
-            from img2tfrecord.local_engine import run_local
+            from img2tfrecord.conversion.engines.local import run_local
 
             outcomes = run_local(job, staging, workers, emit, progress, timing, journal)
         return finalize(job, staging, outcomes, timing, emit, engine=engine)

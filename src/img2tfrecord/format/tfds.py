@@ -21,7 +21,7 @@ import json
 from typing import Any
 
 from img2tfrecord import __version__
-from img2tfrecord.schema import FEATURE_TYPES
+from img2tfrecord.format.schema import FEATURE_TYPES
 
 DATASET_INFO_NAME = "dataset_info.json"
 FEATURES_NAME = "features.json"

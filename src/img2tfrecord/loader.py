@@ -24,8 +24,8 @@ from google.protobuf.message import DecodeError
 
 from img2tfrecord import cstderr
 from img2tfrecord.errors import DataError, UsageError
-from img2tfrecord.manifest import LABELS_NAME, MANIFEST_NAME
-from img2tfrecord.schema import FEATURE_TYPES, FORMAT_RAW, serialize_example
+from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME
+from img2tfrecord.format.schema import FEATURE_TYPES, FORMAT_RAW, serialize_example
 from img2tfrecord.tf_import import tensorflow
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -651,8 +651,8 @@ def _verify_records(path: str, comp: str, man: Manifest | None) -> int:
     TensorFlow's errors (`corrupted record at 1234`, `Could not parse example input`) name
     neither the file nor the record, so `load(verify="full")` finds them first.
     """
-    from img2tfrecord.inspector import FramingError, TFRecordFile, image_problem, pixel_limit  # noqa: PLC0415 - cycle
-    from img2tfrecord.schema import Example  # noqa: PLC0415
+    from img2tfrecord.inspection.scan import FramingError, TFRecordFile, image_problem, pixel_limit  # noqa: PLC0415 - cycle
+    from img2tfrecord.format.schema import Example  # noqa: PLC0415
 
     n = 0
     max_pixels = pixel_limit(man)

@@ -1,0 +1,1 @@
+"""From an image folder to a published dataset: walk, plan, encode, write, finalize, publish."""

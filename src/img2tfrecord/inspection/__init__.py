@@ -1,0 +1,1 @@
+"""Reading shards without TensorFlow: statistics, checks, extraction, the contact sheet, the report."""
