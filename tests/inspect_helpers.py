@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from img2tfrecord.loader import masked_crc
+from img2tfrecord.format.framing import masked_crc
 from img2tfrecord.format.schema import FEATURE_TYPES, serialize_example
 
 CLASS_COLORS = {"cat": (220, 40, 40), "dog": (40, 200, 40), "fox": (40, 60, 220), "owl": (200, 200, 40)}

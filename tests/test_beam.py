@@ -146,7 +146,7 @@ def test_default_flags_fill_only_what_the_user_did_not_say():
 @needs_beam
 def test_plan_lines_round_trip_undecodable_names():
     from img2tfrecord.conversion.engines.beam import shard_from_json, shard_to_json
-    from img2tfrecord.conversion.write import ShardTask
+    from img2tfrecord.conversion.plan import ShardTask
 
     name = b"caf\xe9/\xff.jpg".decode("utf-8", "surrogateescape")
     shard = ShardTask("train", 1, 4, ((f"/d/{name}", name, name, 3, "caf\udce9", 123),))
@@ -221,7 +221,7 @@ def test_dataflow_refuses_local_images(tmp_path, monkeypatch):
     """Remote workers cannot read this machine's disk: said before anything runs."""
     from img2tfrecord.conversion.engines import beam as beam_engine
     from img2tfrecord.errors import UsageError
-    from img2tfrecord.conversion.convert import plan_job
+    from img2tfrecord.conversion.plan import plan_job
 
     make_dataset(tmp_path / "in", {"a": 2})
     job = plan_job(str(tmp_path / "in"), "ram://t3/out")

@@ -168,7 +168,7 @@ def test_finished_shards_are_not_thrown_away_unasked(cli, eight_shards, tmp_path
 
 
 def test_a_locked_output_is_refused_before_any_other_message(cli, eight_shards, tmp_path):
-    from img2tfrecord.conversion.write import OutputLock
+    from img2tfrecord.conversion.output import OutputLock
 
     out = tmp_path / "out"
     interrupted_run(eight_shards, out)
@@ -337,7 +337,7 @@ def test_images_left_out_by_labels_are_counted_apart_from_non_images(cli, tmp_pa
 
 
 def test_inspect_messages_say_one_record_and_no_internal_names(cli, tmp_path):
-    from img2tfrecord.conversion.write import COMPRESSIONS  # noqa: F401 - TensorFlow's writer below
+    from img2tfrecord.conversion.options import TF_COMPRESSION  # noqa: F401 - TensorFlow's writer below
     import tensorflow as tf
 
     path = tmp_path / "odd.tfrecord"

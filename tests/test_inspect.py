@@ -26,7 +26,7 @@ from PIL import Image, ImageOps
 
 from img2tfrecord.inspection import scan as inspector
 from img2tfrecord.cli.inspect import inspect_command
-from img2tfrecord.loader import masked_crc
+from img2tfrecord.format.framing import masked_crc
 from img2tfrecord.format.schema import FEATURE_TYPES
 from img2tfrecord.tf_import import tensorflow
 
@@ -42,6 +42,8 @@ from inspect_helpers import (
     write_dataset,
     write_frames,
 )
+from img2tfrecord.inspection.sheet import GAP, LABEL_WIDTH, THUMB, contact_sheet_size
+from img2tfrecord.format.framing import TFRecordFile
 
 CLASSES = ["cat", "dog", "fox", "owl"]  # owl has no images: an empty class keeps its label
 
@@ -320,7 +322,7 @@ def test_reader_agrees_with_tensorflow(tmp_path: Path, payloads: list[bytes], co
     with tf.io.TFRecordWriter(str(path), tf.io.TFRecordOptions(compression_type=comp)) as w:
         for p in payloads:
             w.write(p)
-    f = inspector.TFRecordFile(path)
+    f = TFRecordFile(path)
     assert [r.data for r in f] == payloads
     assert f.compression == ({"": "none"}.get(comp) or comp.lower())
 
@@ -416,7 +418,8 @@ def test_exit_code_and_fast_import_in_a_real_process(ours: SimpleNamespace, tmp_
 @pytest.mark.parametrize("encoding", ["keep", "raw"])
 def test_extract_round_trip_through_convert(tmp_path: Path, encoding: str) -> None:
     import img2tfrecord
-    from img2tfrecord.inspection.scan import read_records, parse_record, RawRecord
+    from img2tfrecord.format.framing import read_records, RawRecord
+    from img2tfrecord.inspection.records import parse_record
 
     src = tmp_path / "src"
     for cls, color in [("cat", CLASS_COLORS["cat"]), ("dog", CLASS_COLORS["dog"])]:
@@ -480,10 +483,10 @@ def test_contact_sheet_rows_per_class_with_labels_and_orientation(ours: SimpleNa
     assert r.exit_code == 0, r.output
     im = Image.open(sheet)
     assert im.format == "PNG"
-    assert im.size == inspector.contact_sheet_size(4, 3)  # 4 classes (owl too, empty), 3 per row
+    assert im.size == contact_sheet_size(4, 3)  # 4 classes (owl too, empty), 3 per row
     assert f"contact sheet: {sheet} ({im.width}x{im.height}, 4 rows)" in r.stdout
     arr = np.asarray(im.convert("RGB")).astype(int)
-    T, G, L = inspector.THUMB, inspector.GAP, inspector.LABEL_WIDTH
+    T, G, L = THUMB, GAP, LABEL_WIDTH
     order = [it for items in ours.shard_items.values() for it in items]
     for row, cls in enumerate(CLASSES):
         y0 = G + row * (T + G)

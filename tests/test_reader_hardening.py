@@ -34,11 +34,14 @@ import img2tfrecord
 from img2tfrecord.inspection import scan as inspector
 from img2tfrecord.cli import main
 from img2tfrecord.errors import DataError, UsageError
-from img2tfrecord.inspection.scan import FramingError, TFRecordFile
-from img2tfrecord.loader import check_framing, masked_crc
+from img2tfrecord.format import framing
+from img2tfrecord.format.framing import FramingError, TFRecordFile
+from img2tfrecord.format.framing import check_framing, masked_crc
 from img2tfrecord.tf_import import tensorflow
 
 from inspect_helpers import encode, example, frame, make_items, picture, write_dataset
+from img2tfrecord.format.framing import MAX_RECORD_BYTES, RawRecord, read_records
+from img2tfrecord.inspection.sheet import MAX_SHEET_CELLS, contact_sheet_size
 
 MB = 1 << 20
 MEMORY_LIMIT = 100 * MB  # growth allowed while reading a file that claims gigabytes
@@ -301,8 +304,8 @@ def test_a_record_too_big_to_hold_is_crc_checked_while_streaming_past_it(tmp_pat
         assert [(r.oversize, r.crc_ok, r.length) for r in recs] == [(False, True, N - 16), (True, True, len(big)), (True, False, len(big)), (False, True, N - 16)]
         assert recs[1].data == b"" and recs[3].offset == N + 2 * len(frame(big))
         with pytest.raises(DataError, match=rf"record 1 at byte {N}: {len(big):,} data bytes, more than max_record_bytes=1,000"):
-            list(inspector.read_records(path, max_record_bytes=1000))
-        monkeypatch.setattr(inspector, "MAX_RECORD_BYTES", 1000)
+            list(read_records(path, max_record_bytes=1000))
+        monkeypatch.setattr(framing, "MAX_RECORD_BYTES", 1000)
         report = inspector.inspect([path])
         monkeypatch.undo()
         assert [(p.record, p.message.split(":")[0]) for p in report.problems] == [
@@ -322,9 +325,9 @@ def test_contact_sheet_rows_are_capped_whatever_labels_a_file_invents(tmp_path: 
         r = CliRunner().invoke(main, ["inspect", str(path), "--contact-sheet", str(sheet), "-n", "20", "--json"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
     c = json.loads(r.stdout)["contact_sheet"]
-    rows = inspector.MAX_SHEET_CELLS // 20
+    rows = MAX_SHEET_CELLS // 20
     assert c["rows"] == rows and c["omitted"] == 3000 - rows and c["unreadable"] == 0
-    assert Image.open(sheet).size == inspector.contact_sheet_size(rows, 20)
+    assert Image.open(sheet).size == contact_sheet_size(rows, 20)
 
 
 def test_extract_survives_names_the_file_system_refuses(tmp_path: Path) -> None:
@@ -472,13 +475,13 @@ def test_load_full_verify_streams_past_a_gzip_bomb(tmp_path: Path, tf: Any) -> N
 # --------------------------------------------------------------------------- properties
 
 
-def _read(path: Path, max_record: int | None = None) -> tuple[str | None, list[inspector.RawRecord], FramingError | DataError | None]:
+def _read(path: Path, max_record: int | None = None) -> tuple[str | None, list[RawRecord], FramingError | DataError | None]:
     """Everything the reader yields from a file, and how it stopped."""
     try:
         f = TFRecordFile(path, max_record_bytes=max_record)
     except DataError as e:  # not TFRecord at all: a file-level problem
         return None, [], e
-    recs: list[inspector.RawRecord] = []
+    recs: list[RawRecord] = []
     try:
         for r in f:
             recs.append(r)
@@ -487,7 +490,7 @@ def _read(path: Path, max_record: int | None = None) -> tuple[str | None, list[i
     return f.compression, recs, None
 
 
-def _check_reader(path: Path, max_record: int | None = None) -> tuple[str | None, list[inspector.RawRecord], Any]:
+def _check_reader(path: Path, max_record: int | None = None) -> tuple[str | None, list[RawRecord], Any]:
     """The reader's invariants on any file: consecutive records, offsets inside the file, one clean stop."""
     with deadline(20):
         comp, recs, err = _read(path, max_record)
@@ -497,7 +500,7 @@ def _check_reader(path: Path, max_record: int | None = None) -> tuple[str | None
         assert (r.index, r.offset) == (i, pos)
         pos += 16 + r.length
         if r.oversize:
-            assert r.data == b"" and r.length > (max_record or inspector.MAX_RECORD_BYTES)
+            assert r.data == b"" and r.length > (max_record or MAX_RECORD_BYTES)
     if comp == "none":
         assert pos <= size
     if isinstance(err, FramingError):
@@ -591,7 +594,7 @@ def test_property_damaged_shard_yields_what_was_written_or_a_problem(
         ]
     with deadline(20):
         try:
-            got = list(inspector.read_records(path))
+            got = list(read_records(path))
         except DataError as e:
             assert str(e).startswith(f"{path}: ") and "\n" not in str(e)
         else:

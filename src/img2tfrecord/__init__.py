@@ -23,7 +23,7 @@ def __getattr__(name: str) -> Any:
 
         return load
     if name == "read_records":  # without TensorFlow: serialized records of a shard, CRC-checked
-        from img2tfrecord.inspection.scan import read_records
+        from img2tfrecord.format.framing import read_records
 
         return read_records
     if name == "parse_example":  # without TensorFlow: one serialized Example -> {key: [values]}

@@ -9,17 +9,13 @@ from __future__ import annotations
 import contextlib
 import gc
 import glob
-import json
 import os
-import re
 import struct
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
-import google_crc32c
 from google.protobuf.message import DecodeError
 
 from img2tfrecord import cstderr
@@ -27,346 +23,21 @@ from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME
 from img2tfrecord.format.schema import FEATURE_TYPES, FORMAT_RAW, serialize_example
 from img2tfrecord.tf_import import tensorflow
+from img2tfrecord.format.framing import COMPRESSIONS
+from img2tfrecord.format.layout import read_manifest
+from img2tfrecord.format.layout import Manifest, is_shard_candidate, shard_files_in
+from img2tfrecord.format.framing import check_framing, detect_compression
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
 
 MANIFEST, LABELS = MANIFEST_NAME, LABELS_NAME  # the names convert writes
-# {split}-{i:05d}-of-{n:05d}, no extension even when compressed (README "Output layout").
-SHARD_RE = re.compile(r"^(?P<split>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})$")
-# Files that sit beside shards but are never shards: a glob or prefix never selects them.
-_AUX_SUFFIXES = (".idx", ".json", ".txt", ".tmp", ".partial", ".lock")
-
-COMPRESSIONS = ("none", "gzip", "zlib")
 
 
 # --------------------------------------------------------------------------- framing and sniffing
 
 
-HEADER_BYTES = 12  # uint64 length + uint32 masked CRC of the length
-FOOTER_BYTES = 4  # uint32 masked CRC of the data
-
-
-def mask_crc(crc: int) -> int:
-    """TFRecord's CRC mask (record_writer.h): rotate right by 15 and add a constant."""
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def masked_crc(data: bytes | bytearray | memoryview) -> int:
-    """TFRecord's masked CRC-32C of `data`."""
-    return mask_crc(google_crc32c.value(bytes(data) if isinstance(data, memoryview) else data))
-
-
-def is_record_header(head: bytes) -> bool:
-    """True when `head` (12 bytes) is a length whose CRC matches: the start of a TFRecord."""
-    if len(head) < 12:
-        return False
-    (crc,) = struct.unpack_from("<I", head, 8)
-    return masked_crc(head[:8]) == crc
-
-
-class HeaderError(ValueError):
-    """A record header that cannot be used; the message says why (no file or offset in it)."""
-
-
-def record_length(head: bytes, left: int | None) -> int:
-    """The data length a record header announces, or HeaderError.
-
-    `left` is how many bytes the file holds from this header on, when known. A length the file
-    cannot hold is refused here, before anyone allocates it: its CRC may well be valid (a broken
-    or malicious writer), and TensorFlow's reader reserves the claimed length up front.
-    """
-    if len(head) < HEADER_BYTES:
-        raise HeaderError(f"truncated record header: {len(head)} of {HEADER_BYTES} bytes (file cut short?)")
-    if not is_record_header(head):
-        raise HeaderError("corrupt record header: the length's CRC does not match; cannot read on")
-    (length,) = struct.unpack_from("<Q", head)
-    if left is not None and length + HEADER_BYTES + FOOTER_BYTES > left:
-        more = max(0, left - HEADER_BYTES)
-        if more >= length:
-            raise HeaderError(f"truncated record: its {length:,} data bytes are there but its data CRC is cut short")
-        raise HeaderError(f"truncated record: it claims {length:,} data bytes but the file holds {more:,} more")
-    return length
-
-
-def check_framing(path: str | os.PathLike[str]) -> int:
-    """Walk the record headers of an uncompressed TFRecord file; return its record count.
-
-    Reads 12 bytes per record and seeks over the data, so it costs about 2 us a record. Raises
-    DataError naming the record and byte offset of a truncated file, a corrupt header or a length
-    the file cannot hold (which makes TensorFlow allocate that length, or crash the process).
-    Data CRCs are not checked: that needs every byte (`inspect --verify`).
-    """
-    return sum(1 for _ in record_spans(path))
-
-
-def record_spans(path: str | os.PathLike[str]) -> Iterator[tuple[int, int]]:
-    """(offset, framed size) of every record of an uncompressed TFRecord file, from its headers
-    alone; raises DataError like `check_framing`."""
-    with open(path, "rb", buffering=0) as f:
-        fd = f.fileno()
-        size = os.fstat(fd).st_size
-        index = offset = 0
-        while offset < size:
-            head = os.pread(fd, HEADER_BYTES, offset)  # one system call a record
-            try:
-                length = record_length(head, size - offset)
-            except HeaderError as e:
-                msg = str(e)
-                if index == 0 and msg.startswith("corrupt"):
-                    try:  # a better word for a file that is no (uncompressed) TFRecord at all
-                        msg = f"a {detect_compression(path)}-compressed file, read as uncompressed"
-                    except DataError as de:
-                        msg = str(de).removeprefix(f"{path}: ")
-                raise DataError(f"{path}: record {index} at byte {offset:,}: {msg}") from None
-            yield offset, HEADER_BYTES + length + FOOTER_BYTES
-            offset += HEADER_BYTES + length + FOOTER_BYTES
-            index += 1
-
-
-_MAGIC_NAMES: list[tuple[bytes, str]] = [
-    (b"\xff\xd8\xff", "a JPEG image"),
-    (b"\x89PNG\r\n\x1a\n", "a PNG image"),
-    (b"GIF8", "a GIF image"),
-    (b"BM", "a BMP image"),
-    (b"PK\x03\x04", "a zip archive"),
-    (b"\x1f\x8b", "a gzip file"),
-    (b"%PDF", "a PDF document"),
-    (b"\x93NUMPY", "a NumPy array"),
-    (b"{", "JSON or text"),
-]
-
-
-def describe_bytes(head: bytes) -> str:
-    """Name what a non-TFRecord file looks like, for a clear error message."""
-    if len(head) >= 262 and head[257:262] == b"ustar":
-        return "a tar archive"
-    for magic, name in _MAGIC_NAMES:
-        if head.startswith(magic):
-            return name
-    if head and all(32 <= b < 127 or b in b"\r\n\t" for b in head[:64]):
-        return "text"
-    return "starts with " + head[:8].hex(" ")
-
-
-def detect_compression(path: str | os.PathLike[str]) -> str:
-    """Return "none", "gzip" or "zlib" from a file's first bytes, or raise DataError.
-
-    An uncompressed TFRecord starts with a length whose masked CRC-32C follows it, which a
-    compressed stream (or any other file) almost never does by chance; gzip has the magic
-    1f 8b; zlib has no reliable magic, so we decompress the start and look for a record header.
-    An empty file is an empty uncompressed TFRecord file (TensorFlow reads 0 records from it).
-    """
-    with open(path, "rb") as f:
-        head = f.read(1 << 16)
-    if not head or is_record_header(head):
-        return "none"
-    if head[:2] == b"\x1f\x8b":
-        inner = _decompress_start(head, 16 + zlib.MAX_WBITS)
-        if inner is None or (inner and not is_record_header(inner)):
-            raise DataError(f"{path}: a gzip file, but not of TFRecords (or corrupt at the start)")
-        return "gzip"
-    if len(head) >= 2 and head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0:
-        inner = _decompress_start(head, zlib.MAX_WBITS)
-        if inner is not None and (not inner or is_record_header(inner)):
-            return "zlib"
-    if len(head) < 12:
-        raise DataError(f"{path}: not a TFRecord file ({len(head)} bytes, shorter than one record header)")
-    raise DataError(
-        f"{path}: not a TFRecord file (no valid record header at byte 0; it looks like {describe_bytes(head)})"
-    )
-
-
-def _decompress_start(head: bytes, wbits: int) -> bytes | None:
-    """The first bytes of a compressed stream, or None if `head` does not decompress."""
-    try:
-        return zlib.decompressobj(wbits).decompress(head, 64)
-    except zlib.error:
-        return None
-
-
 # --------------------------------------------------------------------------- manifests and discovery
-
-
-@dataclass
-class Manifest:
-    """A parsed dataset.json: what convert promised about an output directory."""
-
-    dir: Path
-    data: dict[str, Any]
-
-    @property
-    def classes(self) -> list[str]:
-        return list(self.data.get("classes") or [])
-
-    @property
-    def label_offset(self) -> int:
-        return int(self.data.get("label_offset") or 0)
-
-    @property
-    def compression(self) -> str:
-        """"none", "gzip" or "zlib" (dataset.json writes null for none)."""
-        return ((self.data.get("options") or {}).get("compression") or "none").lower()
-
-    @property
-    def splits(self) -> dict[str, dict[str, Any]]:
-        return dict(self.data.get("splits") or {})
-
-    @property
-    def formats(self) -> list[str]:
-        """The `image/format` values of the records (JPEG, PNG, BMP, RAW); empty if not listed."""
-        return sorted(self.data.get("formats") or {})
-
-    @property
-    def stored_channels(self) -> int | None:
-        """The channel count of every image when `--channels` fixed it, else None."""
-        value = str((self.data.get("options") or {}).get("channels"))
-        return int(value) if value in ("1", "3") else None
-
-    def class_name(self, label: int) -> str | None:
-        i = label - self.label_offset
-        classes = self.classes
-        return classes[i] if 0 <= i < len(classes) else None
-
-    def shards(self, split: str | None = None) -> list["ShardRef"]:
-        """Every shard the manifest lists (of one split, or of all in manifest order)."""
-        splits = self.splits
-        if split is not None and split not in splits:
-            raise UsageError(f"{self.dir / MANIFEST} has no split {split!r}; its splits: {', '.join(splits) or 'none'}")
-        out = []
-        for name, info in splits.items():
-            if split is not None and name != split:
-                continue
-            for entry in info.get("shards") or []:
-                if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
-                    raise DataError(f"{self.dir / MANIFEST}: split {name}: a shard entry without a file name")
-                out.append(ShardRef(self.dir / entry["file"], name, self, entry))
-        return out
-
-
-@dataclass
-class ShardRef:
-    """One file to read; `manifest`/`entry` are set when a dataset.json describes it."""
-
-    path: Path
-    split: str | None = None
-    manifest: Manifest | None = None
-    entry: dict[str, Any] | None = field(default=None, repr=False)
-
-
-def read_manifest(directory: str | os.PathLike[str]) -> Manifest | None:
-    """The directory's dataset.json, None if it has none; a broken one is a DataError."""
-    path = Path(directory) / MANIFEST
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DataError(f"{path}: cannot read the manifest: {e}") from e
-    if not isinstance(data, dict) or not isinstance(data.get("splits", {}), dict):
-        raise DataError(f"{path}: not an img2tfrecord manifest (no 'splits' object)")
-    return Manifest(Path(directory), data)
-
-
-def is_shard_candidate(path: Path) -> bool:
-    """A regular file that could be a shard: not an index, manifest, label list or temp file."""
-    return path.is_file() and not path.name.startswith(".") and not path.name.lower().endswith(_AUX_SUFFIXES)
-
-
-def shard_files_in(directory: Path, split: str | None = None) -> list[Path]:
-    """Files named like shards in `directory`, sorted (optionally of one split)."""
-    out = []
-    for p in sorted(directory.iterdir()):
-        m = SHARD_RE.match(p.name)
-        if m and p.is_file() and (split is None or m["split"] == split):
-            out.append(p)
-    return out
-
-
-def _manifest_for_file(path: Path, cache: dict[Path, Manifest | None]) -> tuple[Manifest | None, str | None, dict | None]:
-    """If the file's directory has a dataset.json listing it, that manifest, split and entry."""
-    d = path.parent.resolve()
-    if d not in cache:
-        cache[d] = read_manifest(d)
-    man = cache[d]
-    if man is None:
-        return None, None, None
-    for name, info in man.splits.items():
-        for entry in info.get("shards") or []:
-            if entry.get("file") == path.name:
-                return man, name, entry
-    return man, None, None
-
-
-def _list_names(paths: Sequence[Path], limit: int = 8) -> str:
-    names = [p.name if len({q.parent for q in paths}) == 1 else str(p) for p in paths[:limit]]
-    more = f" and {len(paths) - limit} more" if len(paths) > limit else ""
-    return ", ".join(names) + more
-
-
-def resolve_paths(paths: Iterable[str | os.PathLike[str]], split: str | None = None) -> list[ShardRef]:
-    """Turn inspect's PATH arguments into shard files.
-
-    A PATH is a file, a glob, an output directory (its dataset.json lists the shards; without one,
-    the files named like shards), or a prefix that matches exactly one shard file. Anything
-    missing or ambiguous is a UsageError naming what it matched.
-    """
-    refs: list[ShardRef] = []
-    cache: dict[Path, Manifest | None] = {}
-    for raw in paths:
-        text = os.fspath(raw)
-        p = Path(text)
-        if p.is_dir() or (p.is_file() and p.name == MANIFEST):
-            d = p if p.is_dir() else p.parent
-            man = read_manifest(d)
-            if man is not None:
-                refs.extend(man.shards(split))
-                continue
-            files = shard_files_in(d, split)
-            if not files:
-                what = f"of split {split!r} " if split else ""
-                raise UsageError(f"{text}: no {MANIFEST} and no shard files {what}(named NAME-NNNNN-of-NNNNN) in this directory")
-            refs.extend(ShardRef(f, SHARD_RE.match(f.name)["split"]) for f in files)
-            continue
-        if p.is_file():
-            matches = [p]
-        elif glob.has_magic(text):
-            matches = [Path(m) for m in sorted(glob.glob(text))]
-            matches = [m for m in matches if is_shard_candidate(m)]
-            if not matches:
-                raise UsageError(f"{text}: the pattern matches no shard file")
-        else:
-            matches = [Path(m) for m in sorted(glob.glob(glob.escape(text) + "*"))]
-            matches = [m for m in matches if is_shard_candidate(m)]
-            if len(matches) > 1:
-                raise UsageError(f"{text}: ambiguous, it is a prefix of {len(matches)} files: {_list_names(matches)}")
-            if not matches:
-                parent = p.parent if p.parent.is_dir() else None
-                near = [m for m in sorted(parent.iterdir()) if is_shard_candidate(m)] if parent else []
-                hint = f" ({parent} has: {_list_names(near)})" if near else ""
-                raise UsageError(f"{text}: no such file, directory or shard prefix{hint}")
-        found = []
-        for m in matches:
-            man, sp, entry = _manifest_for_file(m, cache)
-            if sp is None:
-                sm = SHARD_RE.match(m.name)
-                sp = sm["split"] if sm else None
-            found.append(ShardRef(m, sp, man, entry))
-        if split is not None:  # --split keeps the shards of that split, whatever PATH named them
-            mine = [r for r in found if r.split == split]
-            if not mine:
-                theirs = sorted({r.split or "unknown" for r in found})
-                raise UsageError(f"{text}: no shard of split {split!r} (split {', '.join(theirs)}); drop --split or give another PATH")
-            found = mine
-        refs.extend(found)
-    seen: set[Path] = set()
-    unique = []
-    for r in refs:
-        key = r.path.resolve()
-        if key not in seen:
-            seen.add(key)
-            unique.append(r)
-    return unique
 
 
 # --------------------------------------------------------------------------- TensorFlow side
@@ -651,7 +322,8 @@ def _verify_records(path: str, comp: str, man: Manifest | None) -> int:
     TensorFlow's errors (`corrupted record at 1234`, `Could not parse example input`) name
     neither the file nor the record, so `load(verify="full")` finds them first.
     """
-    from img2tfrecord.inspection.scan import FramingError, TFRecordFile, image_problem, pixel_limit  # noqa: PLC0415 - cycle
+    from img2tfrecord.format.framing import FramingError, TFRecordFile  # noqa: PLC0415 - cycle
+    from img2tfrecord.inspection.checks import image_problem, pixel_limit  # noqa: PLC0415 - cycle
     from img2tfrecord.format.schema import Example  # noqa: PLC0415
 
     n = 0

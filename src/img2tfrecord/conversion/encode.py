@@ -29,7 +29,6 @@ import itertools
 import os
 import warnings
 from collections.abc import Callable, Container, Iterable, Iterator
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import simplejpeg
@@ -38,16 +37,15 @@ from PIL import BmpImagePlugin, GifImagePlugin, Image, ImageFile, ImageOps, PngI
 
 from img2tfrecord import cstderr
 from img2tfrecord.format.images import describe_unknown, jpeg_frame_problem, png_header, sniff, tf_error_message, tf_png_channels
-from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS, FORMAT_RAW, serialize_example, utf8_text
+from img2tfrecord.format.schema import FORMAT_RAW, serialize_example, utf8_text
 from img2tfrecord.tf_import import tensorflow
+from img2tfrecord.conversion.options import EncodeOptions
 
 # We enforce our own --max-pixels before decoding; Pillow's global limit would raise at open().
 Image.MAX_IMAGE_PIXELS = None
 ImageFile.LOAD_TRUNCATED_IMAGES = False
 warnings.filterwarnings("ignore", module="PIL")
 
-ENCODINGS = ("keep", "jpeg", "png", "raw")
-CHANNEL_CHOICES = ("keep", "1", "3")
 
 # Modes an image is brought to before encoding, and their channels / bits per sample.
 STORED_MODES = {"L": (1, 8), "LA": (2, 8), "RGB": (3, 8), "RGBA": (4, 8), "I;16": (1, 16)}
@@ -62,22 +60,6 @@ _TRANSPOSE = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
 
 class SkipImage(Exception):
     """This file cannot become a record; the message says why (shown to the user)."""
-
-
-@dataclass(frozen=True)
-class EncodeOptions:
-    """Everything that shapes the bytes of a record (all of it goes into dataset.json)."""
-
-    encoding: str = "keep"
-    quality: int = 95
-    resize: tuple[int, int] | int | None = None  # N: shorter side to N; (W, H): exact size
-    channels: str = "keep"
-    max_pixels: int = DEFAULT_MAX_PIXELS
-    validate: bool = True
-
-    @property
-    def reencodes(self) -> bool:
-        return self.encoding != "keep" or self.resize is not None or self.channels != "keep"
 
 
 class Result(NamedTuple):

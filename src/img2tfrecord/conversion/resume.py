@@ -22,7 +22,7 @@ from img2tfrecord.errors import DataError, UsageError, plural
 from img2tfrecord.conversion.write import ShardOutcome
 
 if TYPE_CHECKING:  # pragma: no cover
-    from img2tfrecord.conversion.convert import Job
+    from img2tfrecord.conversion.plan import Job
 
 JOURNAL = "journal.jsonl"
 
@@ -177,7 +177,7 @@ def _damage(path: str, outcome: ShardOutcome, compression: str | None) -> str | 
         return None
     if fs.is_remote(path):
         return "with --checksum none, a shard on remote storage cannot be checked"
-    from img2tfrecord.inspection.scan import FramingError, TFRecordFile  # noqa: PLC0415 - only for --checksum none
+    from img2tfrecord.format.framing import FramingError, TFRecordFile  # noqa: PLC0415 - only for --checksum none
 
     records = 0
     try:

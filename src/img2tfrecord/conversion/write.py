@@ -14,7 +14,6 @@ runs the same `write_shard`, so the bytes do not depend on the engine.
 from __future__ import annotations
 
 import itertools
-import math
 import os
 from array import array
 from collections.abc import Callable, Iterable, Mapping
@@ -22,111 +21,18 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, BinaryIO
 
 from img2tfrecord import fs
-from img2tfrecord.conversion.encode import DROPPED, Result, Task, to_record
-from img2tfrecord.errors import DataError, UsageError, plural
-from img2tfrecord.loader import SHARD_RE, record_spans
+from img2tfrecord.conversion.encode import DROPPED, Result, to_record
+from img2tfrecord.errors import DataError
+from img2tfrecord.format.naming import SHARD_RE
+from img2tfrecord.format.framing import record_spans
 from img2tfrecord.format.schema import utf8_text
 from img2tfrecord.tf_import import record_io, tensorflow
+from img2tfrecord.conversion.options import DEFAULT_CHECKSUM, TF_COMPRESSION
+from img2tfrecord.conversion.plan import MIN_INDEXED_RECORDS, ShardTask, shard_bounds
+from img2tfrecord.format.framing import RECORD_OVERHEAD
+from img2tfrecord.format.naming import shard_name
 
-TARGET_SHARD_BYTES = 200 * 1024 * 1024  # ceil(total / 200 MiB) shards -> each in (100, 200] MiB
-STAGING_DIR = ".img2tfrecord-staging"
-LOCK_NAME = ".img2tfrecord.lock"  # held (flock) by the run writing into an output directory
-COMPRESSIONS = {None: "", "gzip": "GZIP", "zlib": "ZLIB"}
-RECORD_OVERHEAD = 16  # uint64 length + uint32 crc + uint32 crc (record_writer.h)
 WRITEBACK_BYTES = 16 * 1024 * 1024  # with writeback on, ask the kernel to flush every this many bytes
-DEFAULT_CHECKSUM = "xxh3_128"  # every record also carries TFRecord's own CRC-32C
-
-
-def shard_name(split: str, index: int, count: int) -> str:
-    """`train-00002-of-00016`: Inception's and tf.raw_ops.ShardedFilename's pattern."""
-    return f"{split}-{index:05d}-of-{count:05d}"
-
-
-def shard_bounds(n: int, k: int) -> list[tuple[int, int]]:
-    """[start, end) of each of k shards over n records; sizes differ by at most one."""
-    cuts = [round(n * i / k) for i in range(k + 1)]
-    return list(zip(cuts[:-1], cuts[1:]))
-
-
-# With --index, no shard may hold a single record: its index is one line, which the `tfrecord`
-# package (PyPI, the usual PyTorch reader of TFRecords) cannot read (numpy.loadtxt gives a 1-D
-# array; its issue #9). Two records per shard at least, so shards of one split never hold one.
-MIN_INDEXED_RECORDS = 2
-
-
-def min_shard_records(index: bool) -> int:
-    return MIN_INDEXED_RECORDS if index else 1
-
-
-def auto_shard_counts(
-    split_bytes: dict[str, int], split_items: dict[str, int], requested: int | dict[str, int] | None, min_records: int = 1
-) -> tuple[dict[str, int], list[str]]:
-    """Shard count per split, plus warnings.
-
-    * None: aim at 100-200 MiB per shard;
-    * an int N: N shards in total, shared in proportion to split size (at least 1 each);
-    * a dict: those counts; other splits get shards in proportion to their size.
-    Never more shards than candidate images (TFDS' rule) or, with `min_records` 2 (--index),
-    than half of them, so no shard holds a single record; and never fewer than one.
-    """
-    warnings: list[str] = []
-    names = [s for s in split_bytes if split_items[s] > 0]
-    counts: dict[str, int] = {}
-    if isinstance(requested, dict):
-        unknown = sorted(set(requested) - set(split_bytes))
-        if unknown:
-            raise UsageError(f"--shards names {'a split' if len(unknown) == 1 else 'splits'} that {'does' if len(unknown) == 1 else 'do'} not exist ({', '.join(unknown)}); the splits are {', '.join(split_bytes)}")
-        counts.update({s: requested[s] for s in names if s in requested})
-        per = sum(split_bytes[s] for s in counts) / max(1, sum(counts.values())) if counts else TARGET_SHARD_BYTES
-        for s in names:
-            counts.setdefault(s, max(1, round(split_bytes[s] / per)))
-    elif isinstance(requested, int):
-        total = sum(split_bytes[s] for s in names) or 1
-        exact = {s: requested * split_bytes[s] / total for s in names}
-        counts = {s: max(1, int(exact[s])) for s in names}
-        for s in sorted(names, key=lambda s: exact[s] - int(exact[s]), reverse=True):
-            if sum(counts.values()) >= requested:
-                break
-            counts[s] += 1
-    else:
-        counts = {s: max(1, math.ceil(split_bytes[s] / TARGET_SHARD_BYTES)) for s in names}
-    for s in names:
-        most = max(1, split_items[s] // min_records)
-        if counts[s] > most:
-            why = "" if min_records == 1 else f" (with --index, a shard holds at least {min_records} records: a one-line index breaks common readers)"
-            warnings.append(f"{s}: {counts[s]} shards for {split_items[s]} images; using {most}{why}")
-            counts[s] = most
-        if min_records > 1 and split_items[s] < min_records:
-            warnings.append(one_record_warning(s))
-    return counts, warnings
-
-
-def one_record_warning(split: str) -> str:
-    return (f"{split}: one record in all, so its shard's index is a single line, which the `tfrecord` package "
-            "(PyTorch) cannot read (its issue #9); DALI and TensorFlow can")  # fmt: skip
-
-
-@dataclass(frozen=True)
-class ShardTask:
-    """One shard of the plan: which images, in which order. The unit of work of every engine."""
-
-    split: str
-    index: int
-    count: int
-    tasks: tuple[Task, ...]
-
-    @property
-    def name(self) -> str:
-        return shard_name(self.split, self.index, self.count)
-
-
-def make_plan(splits: dict[str, list[Task]], counts: dict[str, int]) -> list[ShardTask]:
-    return [
-        ShardTask(s, i, counts[s], tuple(tasks[a:b]))
-        for s, tasks in splits.items()
-        if tasks
-        for i, (a, b) in enumerate(shard_bounds(len(tasks), counts[s]))
-    ]
 
 
 @dataclass
@@ -189,9 +95,9 @@ def record_writer(path: str, compression: str | None) -> Any:
     paths need TensorFlow's file systems, so they take `tf.io.TFRecordWriter` itself."""
     if fs.is_remote(path):
         tf = tensorflow()
-        return tf.io.TFRecordWriter(path, tf.io.TFRecordOptions(compression_type=COMPRESSIONS[compression]))
+        return tf.io.TFRecordWriter(path, tf.io.TFRecordOptions(compression_type=TF_COMPRESSION[compression]))
     rio = record_io()
-    return rio.RecordWriter(path, rio.RecordWriterOptions(COMPRESSIONS[compression]))
+    return rio.RecordWriter(path, rio.RecordWriterOptions(TF_COMPRESSION[compression]))
 
 
 def seal(path: str, info: ShardInfo, sizes: Iterable[int], index: bool, durable: bool, checksum: str) -> ShardInfo:
@@ -341,7 +247,7 @@ def _recut_tf(staging: str, infos: list[ShardInfo], targets: list[ShardInfo], bo
               index: bool, checksum: str, durable: bool) -> list[ShardInfo]:  # fmt: skip
     tf = tensorflow()
     old = [fs.join(staging, i.file) for i in infos]
-    records = iter(tf.data.TFRecordDataset(old, compression_type=COMPRESSIONS[compression]).as_numpy_iterator())
+    records = iter(tf.data.TFRecordDataset(old, compression_type=TF_COMPRESSION[compression]).as_numpy_iterator())
     new = []
     for info, (a, b) in zip(targets, bounds):
         sw = ShardWriter(staging, info.file + ".rebalanced", compression, index, final_name=info.file, checksum=checksum)
@@ -386,97 +292,3 @@ def _copy_range(src_path: str, offset: int, length: int, dst: BinaryIO) -> None:
             length -= n
 
 
-def check_output(output_dir: str, overwrite: bool) -> None:
-    """Refuse a non-empty output directory unless --overwrite (exit 2, before any work)."""
-    if fs.exists(output_dir) and not fs.isdir(output_dir):
-        raise UsageError(f"output {output_dir} exists and is not a directory")
-    if fs.isdir(output_dir):
-        existing = [n for n in fs.listdir(output_dir) if n not in (STAGING_DIR, LOCK_NAME)]
-        if existing and not overwrite:
-            raise UsageError(f"output {output_dir} is not empty ({plural(len(existing), 'entry', 'entries')}): choose another folder or add --overwrite")
-
-
-class OutputLock:
-    """One run at a time per output directory: a second run would empty the first one's staging
-    folder (or, with --resume, write the same shard files). An advisory flock on a hidden file,
-    released by the kernel if the run dies; nothing on object stores (no locks there)."""
-
-    def __init__(self, output_dir: str) -> None:
-        self.path = fs.join(output_dir, LOCK_NAME)
-        self.output_dir = output_dir
-        self._fd: int | None = None
-
-    def acquire(self) -> None:
-        if fs.is_remote(self.output_dir):
-            return
-        try:
-            import fcntl
-        except ImportError:  # not POSIX
-            return
-        try:
-            os.makedirs(self.output_dir, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise UsageError(f"cannot create output {self.output_dir}: {e.strerror or e}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
-            os.close(fd)
-            raise UsageError(
-                f"another img2tfrecord run (pid {holder}) is writing to {self.output_dir}: wait for it, or stop it and add --resume"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            try:
-                os.remove(self.path)
-            except OSError:
-                pass
-            os.close(self._fd)
-            self._fd = None
-
-
-def prepare_output(output_dir: str, overwrite: bool, keep_staging: bool = False) -> str:
-    """Check the output directory and create the staging folder inside it; return its path.
-
-    The staging folder of an interrupted run is emptied, unless `keep_staging` (--resume).
-    """
-    check_output(output_dir, overwrite)
-    staging = fs.join(output_dir, STAGING_DIR)
-    try:
-        fs.makedirs(output_dir)
-        if not keep_staging:
-            fs.rmtree(staging)
-        fs.makedirs(staging)
-    except OSError as e:
-        raise UsageError(f"cannot create output {output_dir}: {e.strerror or e}") from None
-    return staging
-
-
-def publish(staging: str, output_dir: str, files: list[str], metadata: dict[str, str], durable: bool = True,
-            stale: Iterable[str] = ()) -> None:  # fmt: skip
-    """Move finished shards into place, then write metadata files in their order (dataset.json last).
-
-    Stale artifacts of an earlier run (shards, indexes, the metadata files, and the `stale` names
-    this run may not write) are removed first, so a dataset never mixes `-of-00004` and
-    `-of-00005` shards.
-    """
-    keep = set(files)
-    stale = set(stale) | set(metadata)
-    for name in fs.listdir(output_dir):
-        if name in stale or (SHARD_RE.match(name.removesuffix(".idx")) and name not in keep):
-            fs.remove(fs.join(output_dir, name))
-    for name in files:
-        fs.rename(fs.join(staging, name), fs.join(output_dir, name))
-    for name, text in metadata.items():
-        fs.write_text(fs.join(output_dir, name), text)
-    fs.rmtree(staging)
-    if durable and not fs.is_remote(output_dir):
-        try:
-            fs.fsync(output_dir)
-        except OSError:
-            pass

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import struct
+
 from typing import NamedTuple
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -135,3 +136,28 @@ def jpeg_frame_problem(data: bytes) -> str | None:
             return None
         pos += 2 + length
     return None
+
+
+_IMAGE_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\xff\xd8\xff", "JPEG"),
+    (b"\x89PNG\r\n\x1a\n", "PNG"),
+    (b"GIF87a", "GIF"),
+    (b"GIF89a", "GIF"),
+    (b"BM", "BMP"),
+)
+
+
+_EXTENSIONS = {"JPEG": (".jpg", ".jpeg", ".jpe", ".jfif"), "PNG": (".png",), "BMP": (".bmp",), "GIF": (".gif",), "WEBP": (".webp",)}
+
+
+def sniff_image_format(data: bytes) -> str | None:
+    """JPEG/PNG/GIF/BMP/WEBP from the first bytes; None if it is none of them."""
+    for magic, name in _IMAGE_MAGIC:
+        if data.startswith(magic):
+            return name
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "WEBP"
+    return None
+
+
+_MODE_CHANNELS = {"1": 1, "L": 1, "I": 1, "I;16": 1, "F": 1, "LA": 2, "La": 2, "RGB": 3, "YCbCr": 3, "RGBA": 4, "CMYK": 4}

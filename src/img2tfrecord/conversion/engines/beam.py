@@ -41,13 +41,16 @@ from typing import TYPE_CHECKING
 from img2tfrecord import cstderr, fs
 from img2tfrecord.conversion import encode as encoder
 from img2tfrecord.conversion import write as writer
-from img2tfrecord.conversion.encode import EncodeOptions
+from img2tfrecord.conversion.options import EncodeOptions
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.tf_import import tensorflow
-from img2tfrecord.conversion.write import ShardOutcome, ShardTask
+from img2tfrecord.conversion.write import ShardOutcome
+from img2tfrecord.conversion.plan import ShardTask
+from img2tfrecord.conversion.options import DEFAULT_CHECKSUM
 
 if TYPE_CHECKING:
-    from img2tfrecord.conversion.convert import EventSink, Job
+    from img2tfrecord.conversion.events import EventSink
+    from img2tfrecord.conversion.plan import Job
 
 INSTALL_HINT = "pip install 'img2tfrecord[beam]'"
 PLAN_NAME = "plan.jsonl"
@@ -255,7 +258,7 @@ class WriteShardFn(_DoFn):  # type: ignore[misc, valid-type]
     """
 
     def __init__(self, staging: str, plan_path: str, opts: EncodeOptions, compression: str | None, index: bool, no_digests: bool = False,
-                 checksum: str = writer.DEFAULT_CHECKSUM) -> None:  # fmt: skip
+                 checksum: str = DEFAULT_CHECKSUM) -> None:  # fmt: skip
         super().__init__()
         self.staging = staging
         self.plan_path = plan_path

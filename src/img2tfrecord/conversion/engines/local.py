@@ -35,14 +35,17 @@ from img2tfrecord import cstderr, fs
 from img2tfrecord.conversion import encode as encoder
 from img2tfrecord.conversion import write as writer
 from img2tfrecord.conversion.dedupe import Deduper
-from img2tfrecord.conversion.encode import EncodeOptions, Task
+from img2tfrecord.conversion.options import EncodeOptions
+from img2tfrecord.conversion.encode import Task
 from img2tfrecord.errors import WorkerDied
 from img2tfrecord.conversion.resume import Journal
 from img2tfrecord.tf_import import record_io, tensorflow
-from img2tfrecord.conversion.write import ShardOutcome, ShardTask
+from img2tfrecord.conversion.write import ShardOutcome
+from img2tfrecord.conversion.plan import ShardTask
 
 if TYPE_CHECKING:
-    from img2tfrecord.conversion.convert import EventSink, Job, Timing
+    from img2tfrecord.conversion.events import EventSink, Timing
+    from img2tfrecord.conversion.plan import Job
 
 PREFETCH_BYTES = 64 * 1024 * 1024  # one process: images encoded ahead while TensorFlow imports
 PROGRESS_EVERY = 0.2  # seconds between a worker's progress messages

@@ -1,0 +1,29 @@
+"""What a run reports while it runs: messages (`EventSink`) and timing (`Timing`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+EventSink = Callable[[str, str], None]
+
+
+@dataclass
+class Timing:
+    """When the run started, and when steady state began with how much already done.
+
+    Steady state is the second half of the images: by then the interpreter, the worker pool and
+    TensorFlow's ~3 s import are behind, and so is the backlog encoded while TensorFlow imported.
+    """
+
+    start: float = field(default_factory=time.perf_counter)
+    steady_from: float = 0.0
+    images_before: int = 0
+    bytes_before: int = 0
+    workers: int | None = None  # worker processes actually used (local engine)
+
+    def image_done(self, images: int, nbytes: int, total: int) -> None:
+        if not self.steady_from and images >= total // 2 and images < total:
+            self.steady_from, self.images_before, self.bytes_before = time.perf_counter(), images, nbytes

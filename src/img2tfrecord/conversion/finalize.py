@@ -1,0 +1,143 @@
+"""After the engine: re-cut shards after skips, build the manifest, publish, and the run's summary."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+from img2tfrecord.conversion import dedupe
+from img2tfrecord.format import tfds as tfds_metadata
+from img2tfrecord.conversion import write as writer
+from img2tfrecord.errors import DataError, plural
+from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME, build_manifest, labels_text, manifest_text
+from img2tfrecord.format.schema import utf8_text
+from img2tfrecord.conversion.write import ShardOutcome
+from img2tfrecord.conversion.events import EventSink, Timing
+from img2tfrecord.conversion.plan import Job
+from img2tfrecord.conversion.plan import one_record_warning
+from img2tfrecord.conversion.output import publish
+
+
+def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timing, emit: EventSink, engine: str = "local") -> dict[str, Any]:
+    """Merge shard outcomes, rebalance after skips, publish, and build the summary."""
+    skipped = [s for o in outcomes for s in o.skipped]
+    if job.strict and skipped:  # engines that cannot stop early (Beam) end up here
+        first = skipped[0]
+        raise DataError(f"--strict: {plural(len(skipped), 'unusable image')}, e.g. {first['path']}: {first['reason']}; nothing was published")
+    merged: dict[str, dict[str, int]] = {"formats": {}, "transcoded": {}, "depths": {}, "reduced": {}}
+    split_info: dict[str, dict[str, Any]] = {}
+    classes = [utf8_text(c) for c in job.classes]
+    warnings = list(job.warnings)
+    for s in job.split_names:
+        mine = [o for o in outcomes if o.split == s]
+        if not mine:
+            continue
+        infos = writer.rebalance(staging, [o.info for o in mine], job.compression, job.index, job.checksum, job.fsync)
+        if len(infos) < len(mine):
+            warnings.append(f"{s}: {len(infos)} shard(s) instead of {len(mine)}: after the skipped images, more would "
+                            "leave a shard of one record, which --index readers cannot handle")  # fmt: skip
+            emit("warning", warnings[-1])
+        if job.index and sum(i.records for i in infos) == 1 and sum(len(sh.tasks) for sh in job.plan if sh.split == s) > 1:
+            warnings.append(one_record_warning(s))  # planned for more, left with one after the skips
+            emit("warning", warnings[-1])
+        class_counts = dict.fromkeys(classes, 0)
+        for o in mine:
+            for c, n in o.class_counts.items():
+                class_counts[c] += n
+            for key in ("formats", "transcoded", "depths", "reduced"):
+                for k, n in getattr(o, key).items():
+                    merged[key][k] = merged[key].get(k, 0) + n
+        split_info[s] = {
+            "records": sum(i.records for i in infos),
+            "class_counts": class_counts,
+            "shards": [i.as_json() for i in infos],
+        }
+    orient = sum(o.orientation_ignored for o in outcomes)
+    duplicates = dedupe.report(
+        job.dedupe,
+        ((d, rel, o.split, text) for o in outcomes for d, rel, text in o.digests),
+        [d for o in outcomes for d in o.dropped],
+    ) if job.dedupe != "off" else {"mode": "off"}  # fmt: skip
+    if line := dedupe.summary_line(duplicates):
+        warnings.append(line)
+        emit("warning", line)
+    if merged["reduced"]:
+        warnings.append("stored with fewer bits than their source: " + ", ".join(f"{plural(n, 'image')}: {why}" for why, n in sorted(merged["reduced"].items())))
+        emit("warning", warnings[-1])
+    if orient:
+        warnings.append(
+            f"{plural(orient, 'image')} {'carries' if orient == 1 else 'carry'} an EXIF rotation that --encoding keep leaves to the reader "
+            "(TensorFlow's decoders ignore it); use --encoding jpeg or png to store them upright"
+        )
+        emit("warning", warnings[-1])
+    t_end = time.perf_counter()
+    manifest = build_manifest(
+        classes=classes, label_offset=job.label_offset, options=job.options, splits=split_info, skipped=skipped,
+        transcoded=merged["transcoded"], formats=merged["formats"], depths=merged["depths"], reduced=merged["reduced"], ignored_files=job.ignored_files, engine=engine,
+        duplicates=duplicates, excluded_files=job.excluded_files,
+    )  # fmt: skip
+    files = [sh["file"] for si in split_info.values() for sh in si["shards"]]
+    files += [sh["index"] for si in split_info.values() for sh in si["shards"] if "index" in sh]
+    try:
+        metadata = tfds_metadata.files(manifest) | {LABELS_NAME: labels_text(classes), MANIFEST_NAME: manifest_text(manifest)}
+        publish(staging, job.output_dir, files, metadata, job.fsync, stale=tfds_metadata.FILE_NAMES)
+    except OSError as e:
+        raise DataError(f"cannot publish the dataset in {job.output_dir}: {e.strerror or e}") from None
+
+    images = sum(o.images for o in outcomes)
+    bytes_read = sum(o.bytes_read for o in outcomes)
+    elapsed = max(t_end - timing.start, 1e-9)
+    steady = max(t_end - (timing.steady_from or timing.start), 1e-9)
+    return {
+        "input": job.input_dir,
+        "output": job.output_dir,
+        "dry_run": False,
+        "engine": engine,
+        "classes": classes,
+        "images": images,
+        "records": sum(si["records"] for si in split_info.values()),
+        "bytes": sum(sh["bytes"] for si in split_info.values() for sh in si["shards"]),
+        "input_bytes": bytes_read,
+        "skipped": skipped,  # as in dataset.json: [{"path", "split", "reason"}]
+        "skipped_count": len(skipped),
+        "duplicates": {k: v for k, v in duplicates.items() if k != "groups"},  # dataset.json's, without the list of groups
+        "ignored_files": job.ignored_files,
+        "excluded_files": job.excluded_files,
+        "transcoded": manifest["transcoded"],
+        "formats": manifest["formats"],
+        "splits": {
+            s: {"records": si["records"], "shards": len(si["shards"]), "bytes": sum(sh["bytes"] for sh in si["shards"])}
+            for s, si in split_info.items()
+        },
+        "warnings": warnings,
+        "workers": timing.workers,
+        "elapsed_seconds": round(elapsed, 3),
+        "images_per_second": round(images / elapsed, 1),
+        "mb_per_second": round(bytes_read / 1e6 / elapsed, 2),
+        "steady_seconds": round(steady, 3),
+        "steady_images_per_second": round((images - timing.images_before) / steady, 1),
+        "steady_mb_per_second": round((bytes_read - timing.bytes_before) / 1e6 / steady, 2),
+    }
+
+
+def _plan_summary(job: Job, timing: Timing, refused: str | None = None) -> dict[str, Any]:
+    splits: dict[str, Any] = {}
+    for shard in job.plan:
+        sp = splits.setdefault(shard.split, {"images": 0, "class_counts": dict.fromkeys(map(utf8_text, job.classes), 0), "shards": []})
+        sp["images"] += len(shard.tasks)
+        sp["shards"].append({"file": shard.name, "images": len(shard.tasks)})
+        for t in shard.tasks:
+            sp["class_counts"][utf8_text(t[4])] += 1
+    return {
+        "input": job.input_dir,
+        "output": job.output_dir,
+        "dry_run": True,
+        "classes": [utf8_text(c) for c in job.classes],
+        "images": job.tasks,
+        "splits": splits,
+        "ignored_files": job.ignored_files,
+        "excluded_files": job.excluded_files,
+        "warnings": job.warnings,
+        "refused": refused,  # why the real run would stop (output not empty, ...), or None
+        "options": job.options,
+        "elapsed_seconds": round(time.perf_counter() - timing.start, 3),
+    }

@@ -1,0 +1,75 @@
+"""Options that shape the output, their allowed values (the CLI's choices come from here) and their parsing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from img2tfrecord.errors import UsageError
+
+from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
+
+import re
+
+
+ENGINES = ("local", "beam")
+
+
+def parse_resize(value: str | int | tuple[int, int] | None) -> int | tuple[int, int] | None:
+    """'256' -> 256 (shorter side); '224x224' -> (224, 224) (exact)."""
+    if value is None or isinstance(value, (int, tuple)):
+        ok = value is None or (isinstance(value, int) and value > 0) or (isinstance(value, tuple) and min(value) > 0)
+        if not ok:
+            raise UsageError(f"bad --resize {value!r}: sizes must be positive")
+        return value
+    m = re.fullmatch(r"\s*(\d+)\s*(?:[xX]\s*(\d+)\s*)?", str(value))
+    if not m or int(m.group(1)) == 0 or (m.group(2) is not None and int(m.group(2)) == 0):
+        raise UsageError(f"bad --resize {value!r}: use N (shorter side to N) or WxH, e.g. 256 or 224x224")
+    return int(m.group(1)) if m.group(2) is None else (int(m.group(1)), int(m.group(2)))
+
+
+def parse_shards(value: str | int | dict[str, int] | None) -> int | dict[str, int] | None:
+    """'16' -> 16 in total; 'train=16,validation=2' -> per split."""
+    if value is None or isinstance(value, (dict, int)):
+        counts = value.values() if isinstance(value, dict) else [value] if value is not None else []
+        if any(not isinstance(c, int) or c < 1 for c in counts):
+            raise UsageError(f"bad --shards {value!r}: shard counts must be whole numbers >= 1")
+        return value
+    text = str(value).strip()
+    if text.isdigit():
+        return parse_shards(int(text))
+    out: dict[str, int] = {}
+    for part in text.split(","):
+        name, sep, n = part.strip().partition("=")
+        if not sep or not n.strip().isdigit():
+            raise UsageError(f"bad --shards {value!r}: use N or e.g. train=16,validation=2")
+        if name.strip() in out:
+            raise UsageError(f"bad --shards {value!r}: {name.strip()} given twice")
+        out[name.strip()] = int(n)
+    return parse_shards(out)
+
+
+ENCODINGS = ("keep", "jpeg", "png", "raw")
+
+
+CHANNEL_CHOICES = ("keep", "1", "3")
+
+
+@dataclass(frozen=True)
+class EncodeOptions:
+    """Everything that shapes the bytes of a record (all of it goes into dataset.json)."""
+
+    encoding: str = "keep"
+    quality: int = 95
+    resize: tuple[int, int] | int | None = None  # N: shorter side to N; (W, H): exact size
+    channels: str = "keep"
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    validate: bool = True
+
+    @property
+    def reencodes(self) -> bool:
+        return self.encoding != "keep" or self.resize is not None or self.channels != "keep"
+
+
+TF_COMPRESSION = {None: "", "gzip": "GZIP", "zlib": "ZLIB"}  # --compression -> TensorFlow's compression_type
+
+
+DEFAULT_CHECKSUM = "xxh3_128"  # every record also carries TFRecord's own CRC-32C

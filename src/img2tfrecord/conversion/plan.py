@@ -1,0 +1,239 @@
+"""The plan: which images, in which order, in which shard. Made once, from the walk and the options only, so the output bytes depend on nothing else.
+
+A split's shuffled candidate list is cut at `round(n * i / k)` (as TFDS does), so every shard mixes classes."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+from img2tfrecord import fs
+from img2tfrecord.conversion.dedupe import MODES as DEDUPE_MODES
+from img2tfrecord.conversion.options import EncodeOptions
+from img2tfrecord.errors import UsageError
+from img2tfrecord.conversion.walk import ImageItem, discover, discover_file_list, parse_split_spec, read_labels_file
+from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
+
+import math
+from img2tfrecord.conversion.encode import Task
+from img2tfrecord.conversion.options import TF_COMPRESSION, parse_resize, parse_shards
+from img2tfrecord.format.naming import shard_name
+from img2tfrecord.conversion.options import CHANNEL_CHOICES, DEFAULT_CHECKSUM, ENCODINGS
+
+
+TARGET_SHARD_BYTES = 200 * 1024 * 1024  # ceil(total / 200 MiB) shards -> each in (100, 200] MiB
+
+
+def shard_bounds(n: int, k: int) -> list[tuple[int, int]]:
+    """[start, end) of each of k shards over n records; sizes differ by at most one."""
+    cuts = [round(n * i / k) for i in range(k + 1)]
+    return list(zip(cuts[:-1], cuts[1:]))
+
+
+# With --index, no shard may hold a single record: its index is one line, which the `tfrecord`
+# package (PyPI, the usual PyTorch reader of TFRecords) cannot read (numpy.loadtxt gives a 1-D
+# array; its issue #9). Two records per shard at least, so shards of one split never hold one.
+MIN_INDEXED_RECORDS = 2
+
+
+def min_shard_records(index: bool) -> int:
+    return MIN_INDEXED_RECORDS if index else 1
+
+
+def auto_shard_counts(
+    split_bytes: dict[str, int], split_items: dict[str, int], requested: int | dict[str, int] | None, min_records: int = 1
+) -> tuple[dict[str, int], list[str]]:
+    """Shard count per split, plus warnings.
+
+    * None: aim at 100-200 MiB per shard;
+    * an int N: N shards in total, shared in proportion to split size (at least 1 each);
+    * a dict: those counts; other splits get shards in proportion to their size.
+    Never more shards than candidate images (TFDS' rule) or, with `min_records` 2 (--index),
+    than half of them, so no shard holds a single record; and never fewer than one.
+    """
+    warnings: list[str] = []
+    names = [s for s in split_bytes if split_items[s] > 0]
+    counts: dict[str, int] = {}
+    if isinstance(requested, dict):
+        unknown = sorted(set(requested) - set(split_bytes))
+        if unknown:
+            raise UsageError(f"--shards names {'a split' if len(unknown) == 1 else 'splits'} that {'does' if len(unknown) == 1 else 'do'} not exist ({', '.join(unknown)}); the splits are {', '.join(split_bytes)}")
+        counts.update({s: requested[s] for s in names if s in requested})
+        per = sum(split_bytes[s] for s in counts) / max(1, sum(counts.values())) if counts else TARGET_SHARD_BYTES
+        for s in names:
+            counts.setdefault(s, max(1, round(split_bytes[s] / per)))
+    elif isinstance(requested, int):
+        total = sum(split_bytes[s] for s in names) or 1
+        exact = {s: requested * split_bytes[s] / total for s in names}
+        counts = {s: max(1, int(exact[s])) for s in names}
+        for s in sorted(names, key=lambda s: exact[s] - int(exact[s]), reverse=True):
+            if sum(counts.values()) >= requested:
+                break
+            counts[s] += 1
+    else:
+        counts = {s: max(1, math.ceil(split_bytes[s] / TARGET_SHARD_BYTES)) for s in names}
+    for s in names:
+        most = max(1, split_items[s] // min_records)
+        if counts[s] > most:
+            why = "" if min_records == 1 else f" (with --index, a shard holds at least {min_records} records: a one-line index breaks common readers)"
+            warnings.append(f"{s}: {counts[s]} shards for {split_items[s]} images; using {most}{why}")
+            counts[s] = most
+        if min_records > 1 and split_items[s] < min_records:
+            warnings.append(one_record_warning(s))
+    return counts, warnings
+
+
+def one_record_warning(split: str) -> str:
+    return (f"{split}: one record in all, so its shard's index is a single line, which the `tfrecord` package "
+            "(PyTorch) cannot read (its issue #9); DALI and TensorFlow can")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """One shard of the plan: which images, in which order. The unit of work of every engine."""
+
+    split: str
+    index: int
+    count: int
+    tasks: tuple[Task, ...]
+
+    @property
+    def name(self) -> str:
+        return shard_name(self.split, self.index, self.count)
+
+
+def make_plan(splits: dict[str, list[Task]], counts: dict[str, int]) -> list[ShardTask]:
+    return [
+        ShardTask(s, i, counts[s], tuple(tasks[a:b]))
+        for s, tasks in splits.items()
+        if tasks
+        for i, (a, b) in enumerate(shard_bounds(len(tasks), counts[s]))
+    ]
+
+
+UNKNOWN_IMAGE_BYTES = 110_000  # assumed size of a file listed without one (remote walk): an ImageNet JPEG
+
+
+@dataclass
+class Job:
+    """A validated, planned conversion: everything an engine needs, nothing engine-specific."""
+
+    input_dir: str
+    output_dir: str
+    opts: EncodeOptions
+    classes: list[str]
+    label_offset: int
+    options: dict[str, Any]
+    plan: list[ShardTask]
+    split_names: list[str]
+    ignored_files: int
+    compression: str | None
+    index: bool
+    strict: bool
+    dedupe: str = "report"
+    checksum: str = DEFAULT_CHECKSUM
+    fsync: bool = True  # shards durable before publishing (does not change the bytes)
+    estimated_bytes: int = 0  # output size estimate (exact-ish for --encoding keep)
+    warnings: list[str] = field(default_factory=list)
+    excluded_files: int = 0  # images of classes not in --labels
+
+    @property
+    def tasks(self) -> int:
+        return sum(len(s.tasks) for s in self.plan)
+
+
+def plan_job(
+    input_dir: str,
+    output_dir: str,
+    *,
+    shards: str | int | dict[str, int] | None = None,
+    split: str | dict[str, float] | None = None,
+    seed: int = 0,
+    label_offset: int = 0,
+    labels: str | list[str] | None = None,
+    encoding: str = "keep",
+    quality: int = 95,
+    resize: str | int | tuple[int, int] | None = None,
+    channels: str = "keep",
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    validate: bool = True,
+    strict: bool = False,
+    compression: str | None = None,
+    index: bool = False,
+    file_list: str | None = None,
+    dedupe: str = "report",
+    checksum: str = DEFAULT_CHECKSUM,
+    fsync: bool = True,
+) -> Job:
+    """Check the options, walk the input (or read `file_list`) and cut it into shards. Raises UsageError."""
+    if encoding not in ENCODINGS:
+        raise UsageError(f"bad --encoding {encoding!r}: choose one of {', '.join(ENCODINGS)}")
+    if str(channels) not in CHANNEL_CHOICES:
+        raise UsageError(f"bad --channels {channels!r}: choose keep, 1 or 3")
+    if not 1 <= quality <= 100:
+        raise UsageError(f"bad --quality {quality}: choose 1..100")
+    if max_pixels < 1:
+        raise UsageError(f"bad --max-pixels {max_pixels}: must be positive")
+    if compression not in TF_COMPRESSION:
+        raise UsageError(f"bad --compression {compression!r}: choose gzip or zlib")
+    if checksum not in fs.CHECKSUMS:
+        raise UsageError(f"bad --checksum {checksum!r}: choose {', '.join(fs.CHECKSUMS)}")
+    if dedupe not in DEDUPE_MODES:
+        raise UsageError(f"bad --dedupe {dedupe!r}: choose report, drop or off")
+    if index and compression:
+        raise UsageError("--index describes uncompressed shards (DALI cannot read compressed TFRecords): drop --compression or --index")
+    opts = EncodeOptions(
+        encoding=encoding, quality=quality, resize=parse_resize(resize), channels=str(channels),
+        max_pixels=max_pixels, validate=validate,
+    )  # fmt: skip
+    shard_request = parse_shards(shards)
+    fractions = parse_split_spec(split) if isinstance(split, str) else split
+    class_list = read_labels_file(labels) if isinstance(labels, str) else labels
+    check_paths(input_dir, output_dir)
+
+    if file_list:
+        found = discover_file_list(input_dir, file_list, split=fractions, seed=seed, label_offset=label_offset, labels=class_list)
+    else:
+        found = discover(input_dir, split=fractions, seed=seed, label_offset=label_offset, labels=class_list)
+    split_bytes = {s: _estimate_bytes(items, opts) for s, items in found.splits.items()}
+    counts, shard_warnings = auto_shard_counts(
+        split_bytes, {s: len(v) for s, v in found.splits.items()}, shard_request, min_shard_records(index)
+    )
+    empty = [f"split {s} has no images; no shards are written for it" for s, v in found.splits.items() if not v]
+    tasks = {s: [(it.path, it.rel, it.filename, it.label, it.text, it.size) for it in items] for s, items in found.splits.items()}
+    options = asdict(opts) | {
+        "resize": list(opts.resize) if isinstance(opts.resize, tuple) else opts.resize,
+        "seed": seed, "label_offset": label_offset, "compression": compression, "index": index,
+        "split": fractions, "shards": dict(counts), "labels": class_list, "dedupe": dedupe, "checksum": checksum,
+    }  # fmt: skip
+    return Job(
+        input_dir=input_dir, output_dir=output_dir, opts=opts, classes=found.classes, label_offset=label_offset,
+        options=options, plan=make_plan(tasks, counts), split_names=list(found.splits),
+        ignored_files=found.ignored_files, compression=compression, index=index, strict=strict, dedupe=dedupe, checksum=checksum, fsync=fsync,
+        warnings=found.warnings + shard_warnings + empty, estimated_bytes=sum(split_bytes.values()),
+        excluded_files=found.excluded_files,
+    )  # fmt: skip
+
+
+def check_paths(input_dir: str, output_dir: str) -> None:
+    """Refuse an output inside the input (or equal to it): the walk would read its own shards."""
+    if not fs.is_remote(input_dir) and not fs.is_remote(output_dir):
+        in_abs, out_abs = os.path.realpath(input_dir), os.path.realpath(output_dir)
+        if out_abs == in_abs or out_abs.startswith(in_abs + os.sep):
+            raise UsageError(f"output {output_dir} is inside input {input_dir}: the tool would read its own output; choose another folder")
+
+
+def _estimate_bytes(items: list[ImageItem], opts: EncodeOptions) -> int:
+    """Rough output size of a split, used only to choose a default shard count."""
+    source = sum(it.size for it in items)
+    unknown = sum(1 for it in items if not it.size)  # remote listings carry no sizes
+    if unknown:
+        known = len(items) - unknown
+        source += unknown * (source // known if known else UNKNOWN_IMAGE_BYTES)
+    if opts.resize is None:
+        return source * (10 if opts.encoding == "raw" else 1)
+    w, h = (opts.resize, opts.resize * 4 // 3) if isinstance(opts.resize, int) else opts.resize
+    if opts.encoding == "raw":
+        return len(items) * w * h * 3
+    per_pixel = {"png": 1.5, "jpeg": 0.3, "keep": 0.3}[opts.encoding]
+    return min(source, int(len(items) * w * h * per_pixel))

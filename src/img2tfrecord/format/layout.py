@@ -1,0 +1,196 @@
+"""Where a dataset's shards are: from an output directory (its dataset.json), shard files or globs, to `ShardRef`s with their manifest entry. Used by inspect and load()."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from img2tfrecord.errors import DataError, UsageError
+from img2tfrecord.format.manifest import MANIFEST_NAME as MANIFEST
+from img2tfrecord.format.naming import SHARD_RE, _AUX_SUFFIXES
+if TYPE_CHECKING:  # pragma: no cover
+    pass
+
+
+@dataclass
+class Manifest:
+    """A parsed dataset.json: what convert promised about an output directory."""
+
+    dir: Path
+    data: dict[str, Any]
+
+    @property
+    def classes(self) -> list[str]:
+        return list(self.data.get("classes") or [])
+
+    @property
+    def label_offset(self) -> int:
+        return int(self.data.get("label_offset") or 0)
+
+    @property
+    def compression(self) -> str:
+        """"none", "gzip" or "zlib" (dataset.json writes null for none)."""
+        return ((self.data.get("options") or {}).get("compression") or "none").lower()
+
+    @property
+    def splits(self) -> dict[str, dict[str, Any]]:
+        return dict(self.data.get("splits") or {})
+
+    @property
+    def formats(self) -> list[str]:
+        """The `image/format` values of the records (JPEG, PNG, BMP, RAW); empty if not listed."""
+        return sorted(self.data.get("formats") or {})
+
+    @property
+    def stored_channels(self) -> int | None:
+        """The channel count of every image when `--channels` fixed it, else None."""
+        value = str((self.data.get("options") or {}).get("channels"))
+        return int(value) if value in ("1", "3") else None
+
+    def class_name(self, label: int) -> str | None:
+        i = label - self.label_offset
+        classes = self.classes
+        return classes[i] if 0 <= i < len(classes) else None
+
+    def shards(self, split: str | None = None) -> list["ShardRef"]:
+        """Every shard the manifest lists (of one split, or of all in manifest order)."""
+        splits = self.splits
+        if split is not None and split not in splits:
+            raise UsageError(f"{self.dir / MANIFEST} has no split {split!r}; its splits: {', '.join(splits) or 'none'}")
+        out = []
+        for name, info in splits.items():
+            if split is not None and name != split:
+                continue
+            for entry in info.get("shards") or []:
+                if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
+                    raise DataError(f"{self.dir / MANIFEST}: split {name}: a shard entry without a file name")
+                out.append(ShardRef(self.dir / entry["file"], name, self, entry))
+        return out
+
+
+@dataclass
+class ShardRef:
+    """One file to read; `manifest`/`entry` are set when a dataset.json describes it."""
+
+    path: Path
+    split: str | None = None
+    manifest: Manifest | None = None
+    entry: dict[str, Any] | None = field(default=None, repr=False)
+
+
+def read_manifest(directory: str | os.PathLike[str]) -> Manifest | None:
+    """The directory's dataset.json, None if it has none; a broken one is a DataError."""
+    path = Path(directory) / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DataError(f"{path}: cannot read the manifest: {e}") from e
+    if not isinstance(data, dict) or not isinstance(data.get("splits", {}), dict):
+        raise DataError(f"{path}: not an img2tfrecord manifest (no 'splits' object)")
+    return Manifest(Path(directory), data)
+
+
+def is_shard_candidate(path: Path) -> bool:
+    """A regular file that could be a shard: not an index, manifest, label list or temp file."""
+    return path.is_file() and not path.name.startswith(".") and not path.name.lower().endswith(_AUX_SUFFIXES)
+
+
+def shard_files_in(directory: Path, split: str | None = None) -> list[Path]:
+    """Files named like shards in `directory`, sorted (optionally of one split)."""
+    out = []
+    for p in sorted(directory.iterdir()):
+        m = SHARD_RE.match(p.name)
+        if m and p.is_file() and (split is None or m["split"] == split):
+            out.append(p)
+    return out
+
+
+def _manifest_for_file(path: Path, cache: dict[Path, Manifest | None]) -> tuple[Manifest | None, str | None, dict | None]:
+    """If the file's directory has a dataset.json listing it, that manifest, split and entry."""
+    d = path.parent.resolve()
+    if d not in cache:
+        cache[d] = read_manifest(d)
+    man = cache[d]
+    if man is None:
+        return None, None, None
+    for name, info in man.splits.items():
+        for entry in info.get("shards") or []:
+            if entry.get("file") == path.name:
+                return man, name, entry
+    return man, None, None
+
+
+def _list_names(paths: Sequence[Path], limit: int = 8) -> str:
+    names = [p.name if len({q.parent for q in paths}) == 1 else str(p) for p in paths[:limit]]
+    more = f" and {len(paths) - limit} more" if len(paths) > limit else ""
+    return ", ".join(names) + more
+
+
+def resolve_paths(paths: Iterable[str | os.PathLike[str]], split: str | None = None) -> list[ShardRef]:
+    """Turn inspect's PATH arguments into shard files.
+
+    A PATH is a file, a glob, an output directory (its dataset.json lists the shards; without one,
+    the files named like shards), or a prefix that matches exactly one shard file. Anything
+    missing or ambiguous is a UsageError naming what it matched.
+    """
+    refs: list[ShardRef] = []
+    cache: dict[Path, Manifest | None] = {}
+    for raw in paths:
+        text = os.fspath(raw)
+        p = Path(text)
+        if p.is_dir() or (p.is_file() and p.name == MANIFEST):
+            d = p if p.is_dir() else p.parent
+            man = read_manifest(d)
+            if man is not None:
+                refs.extend(man.shards(split))
+                continue
+            files = shard_files_in(d, split)
+            if not files:
+                what = f"of split {split!r} " if split else ""
+                raise UsageError(f"{text}: no {MANIFEST} and no shard files {what}(named NAME-NNNNN-of-NNNNN) in this directory")
+            refs.extend(ShardRef(f, SHARD_RE.match(f.name)["split"]) for f in files)
+            continue
+        if p.is_file():
+            matches = [p]
+        elif glob.has_magic(text):
+            matches = [Path(m) for m in sorted(glob.glob(text))]
+            matches = [m for m in matches if is_shard_candidate(m)]
+            if not matches:
+                raise UsageError(f"{text}: the pattern matches no shard file")
+        else:
+            matches = [Path(m) for m in sorted(glob.glob(glob.escape(text) + "*"))]
+            matches = [m for m in matches if is_shard_candidate(m)]
+            if len(matches) > 1:
+                raise UsageError(f"{text}: ambiguous, it is a prefix of {len(matches)} files: {_list_names(matches)}")
+            if not matches:
+                parent = p.parent if p.parent.is_dir() else None
+                near = [m for m in sorted(parent.iterdir()) if is_shard_candidate(m)] if parent else []
+                hint = f" ({parent} has: {_list_names(near)})" if near else ""
+                raise UsageError(f"{text}: no such file, directory or shard prefix{hint}")
+        found = []
+        for m in matches:
+            man, sp, entry = _manifest_for_file(m, cache)
+            if sp is None:
+                sm = SHARD_RE.match(m.name)
+                sp = sm["split"] if sm else None
+            found.append(ShardRef(m, sp, man, entry))
+        if split is not None:  # --split keeps the shards of that split, whatever PATH named them
+            mine = [r for r in found if r.split == split]
+            if not mine:
+                theirs = sorted({r.split or "unknown" for r in found})
+                raise UsageError(f"{text}: no shard of split {split!r} (split {', '.join(theirs)}); drop --split or give another PATH")
+            found = mine
+        refs.extend(found)
+    seen: set[Path] = set()
+    unique = []
+    for r in refs:
+        key = r.path.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(r)
+    return unique

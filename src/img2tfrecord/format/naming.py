@@ -1,0 +1,28 @@
+"""File names of a dataset: shards (`train-00002-of-00016`, Inception's and tf.raw_ops.ShardedFilename's pattern), and the files that sit beside them."""
+
+from __future__ import annotations
+
+
+import re
+from typing import TYPE_CHECKING
+if TYPE_CHECKING:  # pragma: no cover
+    pass
+
+
+# {split}-{i:05d}-of-{n:05d}, no extension even when compressed (README "Output layout").
+SHARD_RE = re.compile(r"^(?P<split>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})$")
+
+
+# Files that sit beside shards but are never shards: a glob or prefix never selects them.
+_AUX_SUFFIXES = (".idx", ".json", ".txt", ".tmp", ".partial", ".lock")
+
+
+STAGING_DIR = ".img2tfrecord-staging"
+
+
+LOCK_NAME = ".img2tfrecord.lock"  # held (flock) by the run writing into an output directory
+
+
+def shard_name(split: str, index: int, count: int) -> str:
+    """`train-00002-of-00016`: Inception's and tf.raw_ops.ShardedFilename's pattern."""
+    return f"{split}-{index:05d}-of-{count:05d}"

@@ -1,0 +1,137 @@
+"""One record as inspect sees it: which keys hold the image, label and shape, whatever tool wrote it."""
+
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass
+from typing import Any
+from google.protobuf.message import DecodeError
+from img2tfrecord.format.schema import FORMAT_RAW, Example
+from img2tfrecord.format.framing import RawRecord
+from img2tfrecord.format.images import _MODE_CHANNELS, sniff_image_format
+
+
+OUR_FORMATS = ("JPEG", "PNG", "BMP", FORMAT_RAW)
+
+
+# Where other tools keep the same facts (Inception/ImageNet tooling uses our keys; TFDS and
+# hand-written converters often use the short ones). First match wins.
+ROLE_KEYS: dict[str, tuple[str, ...]] = {
+    "image": ("image/encoded", "image", "image_raw", "image/raw", "encoded", "img", "jpeg", "png"),
+    "format": ("image/format", "format"),
+    "height": ("image/height", "height"),
+    "width": ("image/width", "width"),
+    "channels": ("image/channels", "channels", "image/depth", "depth"),
+    "colorspace": ("image/colorspace", "colorspace"),
+    "label": ("image/class/label", "label", "image/label", "class", "label_id"),
+    "text": ("image/class/text", "image/class/synset", "label_text", "class_name", "text"),
+    "filename": ("image/filename", "filename", "file_name", "image/source_id", "path"),
+}
+
+
+class NotExample(Exception):
+    """The record is framed correctly but is not a tf.train.Example."""
+
+
+@dataclass(slots=True)
+class RecordInfo:
+    """What one Example says about its image, whichever keys its writer used."""
+
+    index: int
+    offset: int
+    features: dict[str, tuple[str | None, int]]
+    image: bytes | None = None
+    format: str | None = None  # as stored in image/format, else sniffed from the bytes
+    height: int | None = None
+    width: int | None = None
+    channels: int | None = None
+    colorspace: str | None = None
+    label: int | None = None
+    text: str | None = None
+    filename: str | None = None
+
+    def row(self) -> dict[str, Any]:
+        """The record's line of the report's table."""
+        return {
+            "index": self.index,
+            "offset": self.offset,
+            "filename": self.filename,
+            "label": self.label,
+            "text": self.text,
+            "height": self.height,
+            "width": self.width,
+            "channels": self.channels,
+            "format": self.format,
+            "encoded_bytes": len(self.image) if self.image is not None else None,
+        }
+
+
+def parse_record(rec: RawRecord) -> RecordInfo:
+    """Parse a record as a tf.train.Example and pick out the image facts; raises NotExample."""
+    ex = Example()
+    try:
+        ex.ParseFromString(rec.data)
+    except DecodeError as e:
+        raise NotExample(f"not a tf.train.Example ({str(e).replace('img2tfrecord_pb.', 'tensorflow.')})") from e  # our private pool's name
+    if rec.data and not ex.HasField("features"):
+        raise NotExample("not a tf.train.Example (protobuf without a features field)")
+    fm = ex.features.feature
+    features: dict[str, tuple[str | None, int]] = {}
+    for key, feat in fm.items():
+        kind = feat.WhichOneof("kind")
+        features[key] = (kind[:-5], len(getattr(feat, kind).value)) if kind else (None, 0)
+
+    def first(role: str, kind: str) -> Any:
+        for key in ROLE_KEYS[role]:
+            got = features.get(key)
+            if got and got[0] == kind and got[1]:
+                return getattr(fm[key], kind + "_list").value[0]
+        return None
+
+    def text(role: str) -> str | None:
+        v = first(role, "bytes")
+        return v.decode("utf-8", "replace") if v is not None else None
+
+    info = RecordInfo(rec.index, rec.offset, features)
+    info.image = first("image", "bytes")
+    if info.image is None:  # a foreign key name: take the first bytes feature that is an image
+        for key, (kind, n) in sorted(features.items()):
+            if kind == "bytes" and n:
+                v = fm[key].bytes_list.value[0]
+                if sniff_image_format(v[:16]):
+                    info.image = v
+                    break
+    info.format = text("format")
+    if info.format is not None:
+        info.format = info.format[:64].upper()  # a name; a longer value is garbage, keep it small
+        if info.format == "JPG":
+            info.format = "JPEG"
+    elif info.image is not None:
+        info.format = sniff_image_format(info.image[:16])
+    info.height, info.width, info.channels = first("height", "int64"), first("width", "int64"), first("channels", "int64")
+    info.colorspace = text("colorspace")
+    info.label = first("label", "int64")
+    info.text = text("text")
+    info.filename = text("filename")
+    if info.image is not None and info.format != FORMAT_RAW and None in (info.height, info.width, info.channels):
+        _fill_size_from_header(info)
+    return info
+
+
+def _fill_size_from_header(info: RecordInfo) -> None:
+    """Size from the image header (Pillow reads no pixels for this) when the record lacks it."""
+    from PIL import Image  # noqa: PLC0415
+
+    try:
+        with warnings.catch_warnings(), Image.open(io.BytesIO(info.image or b"")) as im:
+            warnings.simplefilter("ignore")  # DecompressionBombWarning: only the header is read
+            w, h = im.size
+            c = _MODE_CHANNELS.get(im.mode)
+            if im.mode == "P":
+                c = 4 if "transparency" in im.info else 3
+    except Exception:  # noqa: BLE001 - any undecodable header just leaves the size unknown
+        return
+    info.height = info.height if info.height is not None else h
+    info.width = info.width if info.width is not None else w
+    info.channels = info.channels if info.channels is not None else c

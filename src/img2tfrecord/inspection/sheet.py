@@ -1,0 +1,165 @@
+"""`inspect --contact-sheet`: a PNG with a row of thumbnails per class, for eyeballing a dataset."""
+
+from __future__ import annotations
+
+import io
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+from img2tfrecord.errors import UsageError
+from img2tfrecord.format.layout import Manifest
+from img2tfrecord.format.schema import FORMAT_RAW
+from img2tfrecord.inspection.checks import MAX_PIXELS, image_problem
+from img2tfrecord.inspection.records import RecordInfo
+from img2tfrecord.inspection.extract import _raw_to_png
+
+
+THUMB = 96  # thumbnail cell, pixels square
+
+
+GAP = 6  # between cells and around the sheet
+
+
+LABEL_WIDTH = 220  # the text column on the left of each row
+
+
+def contact_sheet_size(rows: int, per_row: int) -> tuple[int, int]:
+    """(width, height) of a contact sheet with `rows` classes and `per_row` thumbnails each."""
+    return LABEL_WIDTH + per_row * (THUMB + GAP) + GAP, max(1, rows) * (THUMB + GAP) + GAP
+
+
+def _thumbnail(info: RecordInfo, max_pixels: int = MAX_PIXELS) -> Any:
+    """An RGB thumbnail of the pixels as stored (no EXIF rotation: what TensorFlow decodes).
+
+    Small images are scaled up to the cell, so a 32x32 dataset is as easy to judge as a photo one.
+    None when the image must not be decoded (`image_problem`).
+    """
+    from PIL import Image, ImageOps  # noqa: PLC0415
+
+    if info.format == FORMAT_RAW:
+        png = _raw_to_png(info)
+        if png is None:
+            return None
+        img = Image.open(io.BytesIO(png))
+    else:
+        if image_problem(info.image or b"", info.format, info.height, info.width, info.channels, max_pixels) is not None:
+            return None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # DecompressionBombWarning: the size was checked above
+            img = Image.open(io.BytesIO(info.image or b""))
+        img.draft("RGB", (THUMB, THUMB))  # JPEG: decode at reduced scale
+    img.load()
+    if img.mode.startswith("I"):  # a 16-bit PNG: Pillow's convert would clip to 255 (white); scale as TensorFlow does
+        import numpy as np  # noqa: PLC0415
+
+        img = Image.fromarray((np.asarray(img).astype(np.uint32) >> 8).clip(0, 255).astype(np.uint8), "L")
+    if img.mode not in ("L", "LA", "RGB", "RGBA"):
+        img = img.convert("RGBA" if img.mode in ("PA", "P") and "transparency" in img.info else "RGB")
+    img = ImageOps.contain(img, (THUMB, THUMB))
+    if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
+        img = img.convert("RGBA")
+        bg = Image.new("RGBA", img.size, (255, 255, 255, 255))
+        return Image.alpha_composite(bg, img).convert("RGB")
+    return img.convert("RGB")
+
+
+# A sheet is for eyeballing: past these, labels are left out, so a file inventing a million labels
+# cannot make the sheet (4 bytes a pixel in Pillow) or the thumbnails waiting for it take gigabytes.
+MAX_SHEET_ROWS = 200
+
+
+MAX_SHEET_CELLS = 1000  # rows x thumbnails per row: at most ~15 Mpixel, ~60 MB
+
+
+def _label_text(text: str, limit: int = 60) -> str:
+    """One short line of drawable text: control characters (newlines too) become spaces."""
+    text = "".join(" " if ch < " " or "\x7f" <= ch <= "\x9f" else ch for ch in text[: limit + 1])
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class ContactSheet:
+    """A grid of thumbnails, one row per class (label and name), up to `per_class` each.
+
+    Rows and cells are capped (MAX_SHEET_ROWS, MAX_SHEET_CELLS); images of labels past the cap
+    are counted in `omitted`.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], per_class: int) -> None:
+        self.path = Path(path)
+        if per_class < 1:
+            raise UsageError("--contact-sheet needs -n of at least 1 (thumbnails per class)")
+        if self.path.parent and not self.path.parent.is_dir():
+            raise UsageError(f"{self.path}: its directory does not exist")
+        if self.path.is_dir():
+            raise UsageError(f"{self.path}: is a directory; give a .png file name")
+        self.per_class = min(per_class, MAX_SHEET_CELLS)
+        self.max_rows = max(1, min(MAX_SHEET_ROWS, MAX_SHEET_CELLS // self.per_class))
+        self.rows: dict[int | None, list[Any]] = {}
+        self.names: dict[int | None, str | None] = {}
+        self.broken = 0
+        self.omitted = 0  # images whose label did not get a row
+
+    def _row(self, label: int | None) -> list[Any] | None:
+        row = self.rows.get(label)
+        if row is None and len(self.rows) < self.max_rows:
+            row = self.rows[label] = []
+        return row
+
+    def add_classes(self, man: Manifest) -> None:
+        for i, name in enumerate(man.classes):
+            if self._row(i + man.label_offset) is not None:
+                self.names.setdefault(i + man.label_offset, name)
+
+    def add(self, info: RecordInfo, class_name: str | None, max_pixels: int = MAX_PIXELS) -> None:
+        if info.image is None:
+            return
+        cells = self._row(info.label)
+        if cells is None:
+            self.omitted += 1
+            return
+        if self.names.get(info.label) is None:
+            self.names[info.label] = class_name
+        if len(cells) >= self.per_class:
+            return
+        try:
+            thumb = _thumbnail(info, max_pixels)
+        except Exception:  # noqa: BLE001 - an undecodable image gets a marked cell, not a crash
+            thumb = None
+        if thumb is None:
+            self.broken += 1
+        cells.append(thumb)
+
+    def render(self) -> dict[str, Any]:
+        from PIL import Image, ImageDraw, ImageFont  # noqa: PLC0415
+
+        keys = sorted((k for k in self.rows if k is not None)) + ([None] if None in self.rows else [])
+        width, height = contact_sheet_size(len(keys), self.per_class)
+        sheet = Image.new("RGB", (width, height), (255, 255, 255))
+        draw = ImageDraw.Draw(sheet)
+        try:
+            font = ImageFont.load_default(size=14)
+        except TypeError:  # Pillow < 10.1
+            font = ImageFont.load_default()
+        for r, key in enumerate(keys):
+            y = GAP + r * (THUMB + GAP)
+            name = self.names.get(key)
+            label = _label_text(("no label" if key is None else f"{key}") + (f"  {name}" if name else ""))
+            while draw.textlength(label, font=font) > LABEL_WIDTH - 2 * GAP and len(label) > 2:
+                label = label[:-2] + "…"
+            draw.text((GAP, y + THUMB // 2), label, fill=(0, 0, 0), font=font, anchor="lm")
+            if not self.rows[key]:
+                draw.text((LABEL_WIDTH, y + THUMB // 2), "(no images)", fill=(150, 150, 150), font=font, anchor="lm")
+            for i, thumb in enumerate(self.rows[key]):
+                x = LABEL_WIDTH + i * (THUMB + GAP)
+                draw.rectangle([x, y, x + THUMB - 1, y + THUMB - 1], fill=(235, 235, 235))
+                if thumb is None:
+                    draw.line([x, y, x + THUMB - 1, y + THUMB - 1], fill=(200, 0, 0), width=3)
+                    draw.line([x, y + THUMB - 1, x + THUMB - 1, y], fill=(200, 0, 0), width=3)
+                    continue
+                sheet.paste(thumb, (x + (THUMB - thumb.width) // 2, y + (THUMB - thumb.height) // 2))
+        sheet.save(self.path, "PNG")
+        return {
+            "file": str(self.path), "width": width, "height": height, "rows": len(keys), "per_row": self.per_class,
+            "unreadable": self.broken, "omitted": self.omitted,
+        }  # fmt: skip
