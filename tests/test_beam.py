@@ -15,7 +15,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from conftest import make_dataset, read_records, tree_with_broken
 
 needs_beam = pytest.mark.skipif(importlib.util.find_spec("apache_beam") is None, reason="the beam extra is not installed: pip install -e '.[test,beam]'")
@@ -220,8 +219,8 @@ def test_beam_on_remote_paths_with_a_file_list(both_engines):
 def test_dataflow_refuses_local_images(tmp_path, monkeypatch):
     """Remote workers cannot read this machine's disk: said before anything runs."""
     from img2tfrecord.conversion.engines import beam as beam_engine
-    from img2tfrecord.errors import UsageError
     from img2tfrecord.conversion.plan import plan_job
+    from img2tfrecord.errors import UsageError
 
     make_dataset(tmp_path / "in", {"a": 2})
     job = plan_job(str(tmp_path / "in"), "ram://t3/out")

@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import make_dataset, read_records
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,10 +22,19 @@ import re
 
 import numpy as np
 import pytest
+from conformance_cases import (
+    Case,
+    H,
+    W,
+    damaged,
+    matrix,
+    upright_gray16,
+    upright_rgb,
+    write,
+)
 from PIL import Image, ImageOps
 
 import img2tfrecord
-from conformance_cases import H, W, Case, damaged, matrix, upright_gray16, upright_rgb, write
 from img2tfrecord.format.images import png_header
 
 ENCODINGS = ("keep", "png", "jpeg", "raw")

@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from conftest import make_dataset, natural_image, read_records, save
 
 
@@ -52,8 +51,8 @@ def test_file_list_rows_outside_input_pass_verify(cli, tmp_path):
 
 
 def test_remote_rows_outside_input_are_valid_names():
-    from img2tfrecord.format.schema import filename_problem
     from img2tfrecord.conversion.walk import _resolve_listed
+    from img2tfrecord.format.schema import filename_problem
 
     for given, name in [
         ("gs://other-bucket/extra/img_001.jpg", "gs://other-bucket/extra/img_001.jpg"),
@@ -337,8 +336,9 @@ def test_images_left_out_by_labels_are_counted_apart_from_non_images(cli, tmp_pa
 
 
 def test_inspect_messages_say_one_record_and_no_internal_names(cli, tmp_path):
-    from img2tfrecord.conversion.options import TF_COMPRESSION  # noqa: F401 - TensorFlow's writer below
     import tensorflow as tf
+
+    from img2tfrecord.conversion.options import TF_COMPRESSION  # noqa: F401 - TensorFlow's writer below
 
     path = tmp_path / "odd.tfrecord"
     with tf.io.TFRecordWriter(str(path)) as w:
@@ -396,6 +396,7 @@ def test_summary_and_manifest_keys_mean_one_thing(cli, tmp_path):
 
 def test_pillow_lower_bound_excludes_known_decoder_cves():
     import re
+
     import tomllib
 
     deps = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["dependencies"]

@@ -11,9 +11,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xxhash
+from conftest import (
+    decode,
+    make_dataset,
+    natural_image,
+    pillow_pixels,
+    read_records,
+    run_without_tensorflow,
+    save,
+)
 from PIL import Image
-
-from conftest import decode, make_dataset, natural_image, pillow_pixels, read_records, run_without_tensorflow, save
 
 
 def sha(path: Path) -> str:

@@ -22,14 +22,6 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from PIL import Image, ImageOps
-
-from img2tfrecord.inspection import scan as inspector
-from img2tfrecord.cli.inspect import inspect_command
-from img2tfrecord.format.framing import masked_crc
-from img2tfrecord.format.schema import FEATURE_TYPES
-from img2tfrecord.tf_import import tensorflow
-
 from inspect_helpers import (
     CLASS_COLORS,
     encode,
@@ -42,8 +34,14 @@ from inspect_helpers import (
     write_dataset,
     write_frames,
 )
+from PIL import Image, ImageOps
+
+from img2tfrecord.cli.inspect import inspect_command
+from img2tfrecord.format.framing import TFRecordFile, masked_crc
+from img2tfrecord.format.schema import FEATURE_TYPES
+from img2tfrecord.inspection import scan as inspector
 from img2tfrecord.inspection.sheet import GAP, LABEL_WIDTH, THUMB, contact_sheet_size
-from img2tfrecord.format.framing import TFRecordFile
+from img2tfrecord.tf_import import tensorflow
 
 CLASSES = ["cat", "dog", "fox", "owl"]  # owl has no images: an empty class keeps its label
 
@@ -418,7 +416,7 @@ def test_exit_code_and_fast_import_in_a_real_process(ours: SimpleNamespace, tmp_
 @pytest.mark.parametrize("encoding", ["keep", "raw"])
 def test_extract_round_trip_through_convert(tmp_path: Path, encoding: str) -> None:
     import img2tfrecord
-    from img2tfrecord.format.framing import read_records, RawRecord
+    from img2tfrecord.format.framing import RawRecord, read_records
     from img2tfrecord.inspection.records import parse_record
 
     src = tmp_path / "src"

@@ -21,18 +21,23 @@ LAYERS = {
     "format": {"base"},
     "conversion": {"base", "format"},
     "engines": {"base", "format", "conversion"},
+    "run": {"base", "format", "conversion", "engines"},  # conversion.convert: picks an engine
     "inspection": {"base", "format"},
     "loader": {"base", "format"},
-    "api": {"base", "format", "conversion", "engines", "inspection", "loader"},
-    "cli": {"base", "format", "conversion", "engines", "inspection", "loader", "api"},
+    "api": {"base", "format", "conversion", "engines", "run", "inspection", "loader"},
+    "cli": {"base", "format", "conversion", "engines", "run", "inspection", "loader", "api"},
 }
-BASE = {"errors", "fs", "tf_import", "cstderr"}
+BASE = {"errors", "fs", "tf_import", "cstderr", "_version"}
 
 
 def layer(module: str) -> str:
     parts = module.split(".")[1:]  # drop "img2tfrecord"
-    if not parts or parts == ["__main__"]:
+    if not parts:
         return "api"
+    if parts == ["__main__"]:
+        return "cli"
+    if parts == ["conversion", "convert"]:
+        return "run"
     if parts[0] in BASE:
         return "base"
     if parts[0] == "conversion" and len(parts) > 1 and parts[1] == "engines":

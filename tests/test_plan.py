@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from img2tfrecord.errors import UsageError
-from img2tfrecord.conversion.plan import plan_job
+from img2tfrecord.conversion.plan import auto_shard_counts, plan_job, shard_bounds
 from img2tfrecord.conversion.resume import header
 from img2tfrecord.conversion.walk import discover
-from img2tfrecord.conversion.plan import auto_shard_counts, shard_bounds
+from img2tfrecord.errors import UsageError
 
 
 def fixed_tree(root: Path) -> Path:

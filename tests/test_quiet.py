@@ -10,9 +10,8 @@ import subprocess
 import sys
 
 import numpy as np
-from PIL import Image
-
 from conformance_cases import damaged, upright_rgb
+from PIL import Image
 from test_cli_process import NOISE, run
 
 OURS = re.compile(r"^(skipped|warning|note): |^Wrote \d+ image|^Inspected|^\s*$")

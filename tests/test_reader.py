@@ -10,13 +10,12 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from inspect_helpers import VARIANTS, encode, make_items, pixels, write_dataset
 
 import img2tfrecord
 from img2tfrecord.errors import UsageError
 from img2tfrecord.format.schema import FEATURE_TYPES
 from img2tfrecord.tf_import import tensorflow
-
-from inspect_helpers import VARIANTS, encode, make_items, pixels, write_dataset
 
 CLASSES = ["cat", "dog", "fox"]
 README = Path(__file__).resolve().parents[1] / "README.md"

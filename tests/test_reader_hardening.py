@@ -28,20 +28,25 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from inspect_helpers import encode, example, frame, make_items, picture, write_dataset
 from PIL import Image
 
 import img2tfrecord
-from img2tfrecord.inspection import scan as inspector
 from img2tfrecord.cli import main
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.format import framing
-from img2tfrecord.format.framing import FramingError, TFRecordFile
-from img2tfrecord.format.framing import check_framing, masked_crc
-from img2tfrecord.tf_import import tensorflow
-
-from inspect_helpers import encode, example, frame, make_items, picture, write_dataset
-from img2tfrecord.format.framing import MAX_RECORD_BYTES, RawRecord, read_records
+from img2tfrecord.format.framing import (
+    MAX_RECORD_BYTES,
+    FramingError,
+    RawRecord,
+    TFRecordFile,
+    check_framing,
+    masked_crc,
+    read_records,
+)
+from img2tfrecord.inspection import scan as inspector
 from img2tfrecord.inspection.sheet import MAX_SHEET_CELLS, contact_sheet_size
+from img2tfrecord.tf_import import tensorflow
 
 MB = 1 << 20
 MEMORY_LIMIT = 100 * MB  # growth allowed while reading a file that claims gigabytes

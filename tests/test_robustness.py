@@ -14,9 +14,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import (
+    decode,
+    make_dataset,
+    natural_image,
+    pillow_pixels,
+    read_records,
+    save,
+)
 from PIL import Image
-
-from conftest import decode, make_dataset, natural_image, pillow_pixels, read_records, save
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -150,8 +156,8 @@ def test_output_inside_or_equal_to_input_is_refused(cli, tmp_path):
 
 def test_header_probe_agrees_with_pillow(tmp_path):
     """--no-validate reads JPEG headers itself; on every kind of JPEG it must find what Pillow finds."""
-    from img2tfrecord.conversion.options import EncodeOptions
     from img2tfrecord.conversion.encode import encode_image, probe_jpeg
+    from img2tfrecord.conversion.options import EncodeOptions
 
     exif = Image.Exif()
     exif[0x0112] = 6

@@ -15,8 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds  # the test extra: a missing install fails, it does not skip
-
-from conftest import decode, make_dataset, natural_image, read_records, save, tree_with_broken
+from conftest import (
+    decode,
+    make_dataset,
+    natural_image,
+    read_records,
+    save,
+    tree_with_broken,
+)
 
 OPTIONS = ["--split", "train=0.75,validation=0.25", "--shards", "train=3,validation=1", "--index"]
 MODES = {  # name -> convert options, the image feature TFDS should see (shape, dtype)

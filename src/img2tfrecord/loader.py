@@ -20,13 +20,16 @@ from google.protobuf.message import DecodeError
 
 from img2tfrecord import cstderr
 from img2tfrecord.errors import DataError, UsageError
+from img2tfrecord.format.framing import COMPRESSIONS, check_framing, detect_compression
+from img2tfrecord.format.layout import (
+    Manifest,
+    is_shard_candidate,
+    read_manifest,
+    shard_files_in,
+)
 from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME
 from img2tfrecord.format.schema import FEATURE_TYPES, FORMAT_RAW, serialize_example
 from img2tfrecord.tf_import import tensorflow
-from img2tfrecord.format.framing import COMPRESSIONS
-from img2tfrecord.format.layout import read_manifest
-from img2tfrecord.format.layout import Manifest, is_shard_candidate, shard_files_in
-from img2tfrecord.format.framing import check_framing, detect_compression
 
 if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
@@ -323,7 +326,8 @@ def _verify_records(path: str, comp: str, man: Manifest | None) -> int:
     neither the file nor the record, so `load(verify="full")` finds them first.
     """
     from img2tfrecord.format.framing import FramingError, TFRecordFile  # noqa: PLC0415 - cycle
-    from img2tfrecord.inspection.checks import image_problem, pixel_limit  # noqa: PLC0415 - cycle
+    from img2tfrecord.format.images import image_problem  # noqa: PLC0415 - cycle
+    from img2tfrecord.format.layout import pixel_limit  # noqa: PLC0415 - cycle
     from img2tfrecord.format.schema import Example  # noqa: PLC0415
 
     n = 0

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from types import ModuleType
 
 from img2tfrecord import cstderr
+
 _lock = threading.RLock()  # one lock: the light and the full import must never run at once
 _tf: ModuleType | None = None
 _rio: ModuleType | None = None

@@ -10,6 +10,7 @@ import importlib
 import click
 
 from img2tfrecord import __version__
+
 # name -> (module, attribute, one-line help shown by `img2tfrecord --help`)
 COMMANDS = {
     "convert": ("img2tfrecord.cli.convert", "convert_command", "Convert an image folder into sharded TFRecords."),

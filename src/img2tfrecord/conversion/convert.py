@@ -15,14 +15,27 @@ from collections.abc import Callable
 from typing import Any
 
 from img2tfrecord import cstderr, fs
-from img2tfrecord.errors import DataError, Interrupted, UsageError, WorkerDied, plural
-from img2tfrecord.conversion.resume import Journal, finished_count, header, load_done, prune
-from img2tfrecord.conversion.options import ENGINES
 from img2tfrecord.conversion.events import EventSink, Timing
-from img2tfrecord.conversion.plan import Job, check_paths, plan_job
-from img2tfrecord.conversion.output import _check_space, _cleanup, _describe_io, _space_note
 from img2tfrecord.conversion.finalize import _plan_summary, finalize
-from img2tfrecord.conversion.output import OutputLock, check_output, prepare_output
+from img2tfrecord.conversion.options import ENGINES
+from img2tfrecord.conversion.output import (
+    OutputLock,
+    _check_space,
+    _cleanup,
+    _describe_io,
+    _space_note,
+    check_output,
+    prepare_output,
+)
+from img2tfrecord.conversion.plan import Job, check_paths, plan_job
+from img2tfrecord.conversion.resume import (
+    Journal,
+    finished_count,
+    header,
+    load_done,
+    prune,
+)
+from img2tfrecord.errors import DataError, Interrupted, UsageError, WorkerDied, plural
 from img2tfrecord.format.naming import STAGING_DIR
 
 

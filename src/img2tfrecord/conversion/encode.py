@@ -33,13 +33,30 @@ from typing import NamedTuple
 
 import simplejpeg
 import xxhash
-from PIL import BmpImagePlugin, GifImagePlugin, Image, ImageFile, ImageOps, PngImagePlugin, TiffImagePlugin, UnidentifiedImageError, WebPImagePlugin
+from PIL import (
+    BmpImagePlugin,
+    GifImagePlugin,
+    Image,
+    ImageFile,
+    ImageOps,
+    PngImagePlugin,
+    TiffImagePlugin,
+    UnidentifiedImageError,
+    WebPImagePlugin,
+)
 
 from img2tfrecord import cstderr
-from img2tfrecord.format.images import describe_unknown, jpeg_frame_problem, png_header, sniff, tf_error_message, tf_png_channels
+from img2tfrecord.conversion.options import EncodeOptions
+from img2tfrecord.format.images import (
+    describe_unknown,
+    jpeg_frame_problem,
+    png_header,
+    sniff,
+    tf_error_message,
+    tf_png_channels,
+)
 from img2tfrecord.format.schema import FORMAT_RAW, serialize_example, utf8_text
 from img2tfrecord.tf_import import tensorflow
-from img2tfrecord.conversion.options import EncodeOptions
 
 # We enforce our own --max-pixels before decoding; Pillow's global limit would raise at open().
 Image.MAX_IMAGE_PIXELS = None
@@ -253,11 +270,14 @@ def to_record(task: Task, result: Result) -> bytes:
 
 def _read(path: str) -> bytes:
     """The file's bytes, read through one open file descriptor (one fstat, one read)."""
-    import errno, stat  # noqa: E401, PLC0415
+    import errno  # noqa: E401, PLC0415
+    import stat
 
     try:
         if "://" in path:
-            from img2tfrecord import fs  # remote input: tf.io.gfile (imports TensorFlow in this worker)
+            from img2tfrecord import (
+                fs,  # remote input: tf.io.gfile (imports TensorFlow in this worker)
+            )
 
             data = fs.read_bytes(path)
         else:

@@ -6,7 +6,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-
 EventSink = Callable[[str, str], None]
 
 

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import time
 from typing import Any
+
 from img2tfrecord.conversion import dedupe
-from img2tfrecord.format import tfds as tfds_metadata
 from img2tfrecord.conversion import write as writer
-from img2tfrecord.errors import DataError, plural
-from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME, build_manifest, labels_text, manifest_text
-from img2tfrecord.format.schema import utf8_text
-from img2tfrecord.conversion.write import ShardOutcome
 from img2tfrecord.conversion.events import EventSink, Timing
-from img2tfrecord.conversion.plan import Job
-from img2tfrecord.conversion.plan import one_record_warning
 from img2tfrecord.conversion.output import publish
+from img2tfrecord.conversion.plan import Job, one_record_warning
+from img2tfrecord.conversion.write import ShardOutcome
+from img2tfrecord.errors import DataError, plural
+from img2tfrecord.format import tfds as tfds_metadata
+from img2tfrecord.format.manifest import (
+    LABELS_NAME,
+    MANIFEST_NAME,
+    build_manifest,
+    labels_text,
+    manifest_text,
+)
+from img2tfrecord.format.schema import utf8_text
 
 
 def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timing, emit: EventSink, engine: str = "local") -> dict[str, Any]:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from img2tfrecord.errors import UsageError
-
-from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
-
 import re
+from dataclasses import dataclass
 
+from img2tfrecord.errors import UsageError
+from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
 
 ENGINES = ("local", "beam")
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
-from img2tfrecord import fs
-from img2tfrecord.errors import DataError, UsageError, plural
-
 from collections.abc import Iterable
-from img2tfrecord.format.naming import SHARD_RE
+
+from img2tfrecord import fs
 from img2tfrecord.conversion.events import EventSink
 from img2tfrecord.conversion.plan import Job
-from img2tfrecord.format.naming import LOCK_NAME, STAGING_DIR
+from img2tfrecord.errors import DataError, UsageError, plural
+from img2tfrecord.format.naming import LOCK_NAME, SHARD_RE, STAGING_DIR
 
 
 def check_output(output_dir: str, overwrite: bool) -> None:

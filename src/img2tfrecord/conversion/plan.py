@@ -4,22 +4,33 @@ A split's shuffled candidate list is cut at `round(n * i / k)` (as TFDS does), s
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
 from img2tfrecord import fs
 from img2tfrecord.conversion.dedupe import MODES as DEDUPE_MODES
-from img2tfrecord.conversion.options import EncodeOptions
-from img2tfrecord.errors import UsageError
-from img2tfrecord.conversion.walk import ImageItem, discover, discover_file_list, parse_split_spec, read_labels_file
-from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
-
-import math
 from img2tfrecord.conversion.encode import Task
-from img2tfrecord.conversion.options import TF_COMPRESSION, parse_resize, parse_shards
+from img2tfrecord.conversion.options import (
+    CHANNEL_CHOICES,
+    DEFAULT_CHECKSUM,
+    ENCODINGS,
+    TF_COMPRESSION,
+    EncodeOptions,
+    parse_resize,
+    parse_shards,
+)
+from img2tfrecord.conversion.walk import (
+    ImageItem,
+    discover,
+    discover_file_list,
+    parse_split_spec,
+    read_labels_file,
+)
+from img2tfrecord.errors import UsageError
 from img2tfrecord.format.naming import shard_name
-from img2tfrecord.conversion.options import CHANNEL_CHOICES, DEFAULT_CHECKSUM, ENCODINGS
-
+from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
 
 TARGET_SHARD_BYTES = 200 * 1024 * 1024  # ceil(total / 200 MiB) shards -> each in (100, 200] MiB
 

@@ -18,8 +18,8 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from img2tfrecord import fs
-from img2tfrecord.errors import DataError, UsageError, plural
 from img2tfrecord.conversion.write import ShardOutcome
+from img2tfrecord.errors import DataError, UsageError, plural
 
 if TYPE_CHECKING:  # pragma: no cover
     from img2tfrecord.conversion.plan import Job

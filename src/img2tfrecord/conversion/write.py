@@ -22,15 +22,13 @@ from typing import Any, BinaryIO
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.encode import DROPPED, Result, to_record
-from img2tfrecord.errors import DataError
-from img2tfrecord.format.naming import SHARD_RE
-from img2tfrecord.format.framing import record_spans
-from img2tfrecord.format.schema import utf8_text
-from img2tfrecord.tf_import import record_io, tensorflow
 from img2tfrecord.conversion.options import DEFAULT_CHECKSUM, TF_COMPRESSION
 from img2tfrecord.conversion.plan import MIN_INDEXED_RECORDS, ShardTask, shard_bounds
-from img2tfrecord.format.framing import RECORD_OVERHEAD
-from img2tfrecord.format.naming import shard_name
+from img2tfrecord.errors import DataError
+from img2tfrecord.format.framing import RECORD_OVERHEAD, record_spans
+from img2tfrecord.format.naming import SHARD_RE, shard_name
+from img2tfrecord.format.schema import utf8_text
+from img2tfrecord.tf_import import record_io, tensorflow
 
 WRITEBACK_BYTES = 16 * 1024 * 1024  # with writeback on, ask the kernel to flush every this many bytes
 

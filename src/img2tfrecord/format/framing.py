@@ -4,20 +4,19 @@ One streaming reader (`TFRecordFile`, `read_records`) for inspect, verify and re
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
-from typing import Any, BinaryIO
-from img2tfrecord.errors import DataError
-
 import gzip
+import os
 import struct
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO, Iterator
+
 import google_crc32c
+
+from img2tfrecord.errors import DataError
 from img2tfrecord.fs import hasher
 
-from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     pass
 

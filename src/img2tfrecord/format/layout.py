@@ -8,9 +8,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
 from img2tfrecord.errors import DataError, UsageError
+from img2tfrecord.format.images import MAX_PIXELS
 from img2tfrecord.format.manifest import MANIFEST_NAME as MANIFEST
-from img2tfrecord.format.naming import SHARD_RE, _AUX_SUFFIXES
+from img2tfrecord.format.naming import _AUX_SUFFIXES, SHARD_RE
+
 if TYPE_CHECKING:  # pragma: no cover
     pass
 
@@ -194,3 +197,9 @@ def resolve_paths(paths: Iterable[str | os.PathLike[str]], split: str | None = N
             seen.add(key)
             unique.append(r)
     return unique
+
+
+def pixel_limit(man: Manifest | None) -> int:
+    """The most pixels an image may have to be decoded: dataset.json's --max-pixels, else MAX_PIXELS."""
+    opt = ((man.data.get("options") or {}) if man is not None else {}).get("max_pixels")
+    return opt if isinstance(opt, int) and not isinstance(opt, bool) and opt > 0 else MAX_PIXELS

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from img2tfrecord import __version__
+from img2tfrecord._version import __version__
 from img2tfrecord.format.schema import FEATURE_TYPES
 
 MANIFEST_NAME = "dataset.json"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-
 import re
 from typing import TYPE_CHECKING
+
 if TYPE_CHECKING:  # pragma: no cover
     pass
 

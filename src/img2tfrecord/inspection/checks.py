@@ -2,27 +2,25 @@
 
 from __future__ import annotations
 
-import io
 import re
-import warnings
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
-from img2tfrecord.format.framing import FOOTER_BYTES, HEADER_BYTES
-from img2tfrecord.loader import LABELS, MANIFEST
-from img2tfrecord.format.naming import SHARD_RE
+
+from img2tfrecord.format.framing import FOOTER_BYTES, HEADER_BYTES, RawRecord
+from img2tfrecord.format.images import MAX_PIXELS, image_problem, sniff_image_format
 from img2tfrecord.format.layout import Manifest, ShardRef
-from img2tfrecord.format.schema import COLORSPACES, DEFAULT_MAX_PIXELS, FEATURE_TYPES, FORMAT_RAW, filename_problem
+from img2tfrecord.format.manifest import LABELS_NAME as LABELS
+from img2tfrecord.format.manifest import MANIFEST_NAME as MANIFEST
+from img2tfrecord.format.naming import SHARD_RE
+from img2tfrecord.format.schema import (
+    COLORSPACES,
+    FEATURE_TYPES,
+    FORMAT_RAW,
+    filename_problem,
+)
 from img2tfrecord.inspection.records import OUR_FORMATS, RecordInfo
-from img2tfrecord.format.framing import RawRecord
-from img2tfrecord.format.images import sniff_image_format
-
-
-# Images whose header (or image/height x image/width) claims more pixels are not decoded: a 1 MB
-# PNG can decode to gigabytes. convert's default --max-pixels; a dataset.json's own value wins.
-MAX_PIXELS = DEFAULT_MAX_PIXELS
-
 
 MAX_PROBLEMS_PER_FILE = 50
 
@@ -71,50 +69,6 @@ def _tf_message(e: Exception) -> str:
     msg = re.sub(r"\{\{[^}]*\}\}\s*", "", msg)
     msg = re.sub(r"\s*\[Op:\w+\].*$", "", msg, flags=re.S)
     return msg.strip().splitlines()[0] if msg.strip() else type(e).__name__
-
-
-def _header_pixels(data: bytes) -> tuple[int, str] | None:
-    """(pixels, " (WxH)" or "") from an image's header, read by Pillow without decoding; None if unreadable."""
-    from PIL import Image  # noqa: PLC0415
-
-    try:
-        with warnings.catch_warnings(), Image.open(io.BytesIO(data)) as im:
-            warnings.simplefilter("ignore")  # DecompressionBombWarning: we judge the size ourselves
-            w, h = im.size
-            return w * h, f" ({w:,}x{h:,})"
-    except Image.DecompressionBombError as e:  # Pillow's own limit, unless convert lifted it
-        m = re.search(r"\((\d+) pixels\)", str(e))
-        return (int(m[1]) if m else 1 << 62), ""
-    except Exception:  # noqa: BLE001 - no readable header: the decoder will say what is wrong
-        return None
-
-
-def image_problem(image: bytes, fmt: str | None, h: int | None, w: int | None, c: int | None, max_pixels: int = MAX_PIXELS) -> str | None:
-    """Why an image must not be decoded (impossible RAW shape, too many pixels), from sizes and header only.
-
-    Decoders allocate what the header says before reading pixel data, so a small record can
-    claim gigabytes (a PNG of 50000x50000 zeros is 2 MB); this check costs no decoding.
-    """
-    if fmt == FORMAT_RAW:
-        if h is None or w is None or c is None:
-            return "RAW image without image/height, image/width and image/channels"
-        if not 1 <= c <= 4 or h <= 0 or w <= 0:
-            return f"RAW image with impossible shape {h}x{w}x{c}"
-        if len(image) != h * w * c:
-            return f"RAW image holds {len(image):,} bytes, but {h}x{w}x{c} needs {h * w * c:,}"
-        return None
-    if h is not None and w is not None and h > 0 and w > 0 and h * w > max_pixels:
-        return f"image/height x image/width claim {h:,}x{w:,} = {h * w:,} pixels, more than the {max_pixels:,} decoded; not decoded"
-    head = _header_pixels(image)
-    if head is not None and head[0] > max_pixels:
-        return f"image header claims {head[0]:,} pixels{head[1]}, more than the {max_pixels:,} decoded; not decoded (decompression bomb?)"
-    return None
-
-
-def pixel_limit(man: Manifest | None) -> int:
-    """The most pixels an image may have to be decoded: dataset.json's --max-pixels, else MAX_PIXELS."""
-    opt = ((man.data.get("options") or {}) if man is not None else {}).get("max_pixels")
-    return opt if isinstance(opt, int) and not isinstance(opt, bool) and opt > 0 else MAX_PIXELS
 
 
 class _ImageChecker:

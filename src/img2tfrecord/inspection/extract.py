@@ -8,12 +8,11 @@ import os
 import re
 from pathlib import Path
 from typing import Iterable
+
 from img2tfrecord.errors import DataError, UsageError
+from img2tfrecord.format.images import _EXTENSIONS, image_problem, sniff_image_format
 from img2tfrecord.format.schema import FORMAT_RAW
 from img2tfrecord.inspection.records import RecordInfo
-from img2tfrecord.format.images import _EXTENSIONS, sniff_image_format
-from img2tfrecord.inspection.checks import image_problem
-
 
 _MAX_NAME_BYTES = 200  # file systems allow 255 per component; leave room for "~k" and ".png"
 

@@ -6,11 +6,12 @@ import io
 import warnings
 from dataclasses import dataclass
 from typing import Any
+
 from google.protobuf.message import DecodeError
-from img2tfrecord.format.schema import FORMAT_RAW, Example
+
 from img2tfrecord.format.framing import RawRecord
 from img2tfrecord.format.images import _MODE_CHANNELS, sniff_image_format
-
+from img2tfrecord.format.schema import FORMAT_RAW, Example
 
 OUR_FORMATS = ("JPEG", "PNG", "BMP", FORMAT_RAW)
 

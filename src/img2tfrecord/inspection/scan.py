@@ -13,23 +13,29 @@ proportion to the number of *distinct* sizes and labels, never to the number of 
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 import os
 import threading
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-
 from img2tfrecord import cstderr
-from img2tfrecord.fs import CHECKSUMS
 from img2tfrecord.errors import DataError
-from img2tfrecord.format.layout import Manifest, ShardRef, resolve_paths
-from img2tfrecord.inspection.sheet import ContactSheet
-from img2tfrecord.inspection.extract import Extractor
 from img2tfrecord.format.framing import FramingError, TFRecordFile
+from img2tfrecord.format.layout import Manifest, ShardRef, pixel_limit, resolve_paths
+from img2tfrecord.fs import CHECKSUMS
+from img2tfrecord.inspection.checks import (
+    Problem,
+    _check_dataset,
+    _ImageChecker,
+    _IndexChecker,
+    _Problems,
+    _schema_problems,
+)
+from img2tfrecord.inspection.extract import Extractor
 from img2tfrecord.inspection.records import NotExample, RecordInfo, parse_record
-from img2tfrecord.inspection.checks import Problem, _ImageChecker, _IndexChecker, _Problems, _check_dataset, _schema_problems, pixel_limit
+from img2tfrecord.inspection.sheet import ContactSheet
 from img2tfrecord.inspection.stats import Stats
 
 JSON_FORMAT_VERSION = 1
@@ -310,17 +316,4 @@ def _scan_file(
     return fr, probs
 
 
-__all__ = [
-    "Extractor",
-    "ContactSheet",
-    "FramingError",
-    "Problem",
-    "RawRecord",
-    "Report",
-    "TFRecordFile",
-    "contact_sheet_size",
-    "inspect",
-    "parse_record",
-    "read_records",
-    "sniff_image_format",
-]
+__all__ = ["FileReport", "Report", "inspect"]

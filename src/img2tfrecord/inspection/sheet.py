@@ -7,13 +7,13 @@ import os
 import warnings
 from pathlib import Path
 from typing import Any
+
 from img2tfrecord.errors import UsageError
+from img2tfrecord.format.images import MAX_PIXELS, image_problem
 from img2tfrecord.format.layout import Manifest
 from img2tfrecord.format.schema import FORMAT_RAW
-from img2tfrecord.inspection.checks import MAX_PIXELS, image_problem
-from img2tfrecord.inspection.records import RecordInfo
 from img2tfrecord.inspection.extract import _raw_to_png
-
+from img2tfrecord.inspection.records import RecordInfo
 
 THUMB = 96  # thumbnail cell, pixels square
 

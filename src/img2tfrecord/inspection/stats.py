@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
+
 from img2tfrecord.inspection.records import RecordInfo
 
 

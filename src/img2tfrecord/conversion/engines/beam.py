@@ -41,12 +41,11 @@ from typing import TYPE_CHECKING
 from img2tfrecord import cstderr, fs
 from img2tfrecord.conversion import encode as encoder
 from img2tfrecord.conversion import write as writer
-from img2tfrecord.conversion.options import EncodeOptions
+from img2tfrecord.conversion.options import DEFAULT_CHECKSUM, EncodeOptions
+from img2tfrecord.conversion.plan import ShardTask
+from img2tfrecord.conversion.write import ShardOutcome
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.tf_import import tensorflow
-from img2tfrecord.conversion.write import ShardOutcome
-from img2tfrecord.conversion.plan import ShardTask
-from img2tfrecord.conversion.options import DEFAULT_CHECKSUM
 
 if TYPE_CHECKING:
     from img2tfrecord.conversion.events import EventSink
@@ -85,7 +84,6 @@ def import_beam() -> ModuleType:
     root.setLevel(logging.ERROR)
     try:
         import apache_beam  # noqa: PLC0415 - optional dependency
-
         import apache_beam.options.pipeline_options  # noqa: F401, PLC0415
     except ImportError:
         raise UsageError(f"--engine beam needs Apache Beam, which is not installed: {INSTALL_HINT}") from None

@@ -35,13 +35,13 @@ from img2tfrecord import cstderr, fs
 from img2tfrecord.conversion import encode as encoder
 from img2tfrecord.conversion import write as writer
 from img2tfrecord.conversion.dedupe import Deduper
-from img2tfrecord.conversion.options import EncodeOptions
 from img2tfrecord.conversion.encode import Task
-from img2tfrecord.errors import WorkerDied
-from img2tfrecord.conversion.resume import Journal
-from img2tfrecord.tf_import import record_io, tensorflow
-from img2tfrecord.conversion.write import ShardOutcome
+from img2tfrecord.conversion.options import EncodeOptions
 from img2tfrecord.conversion.plan import ShardTask
+from img2tfrecord.conversion.resume import Journal
+from img2tfrecord.conversion.write import ShardOutcome
+from img2tfrecord.errors import WorkerDied
+from img2tfrecord.tf_import import record_io, tensorflow
 
 if TYPE_CHECKING:
     from img2tfrecord.conversion.events import EventSink, Timing
