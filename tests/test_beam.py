@@ -145,10 +145,10 @@ def test_default_flags_fill_only_what_the_user_did_not_say():
 @needs_beam
 def test_plan_lines_round_trip_undecodable_names():
     from img2tfrecord.conversion.engines.beam import shard_from_json, shard_to_json
-    from img2tfrecord.conversion.plan import ShardTask
+    from img2tfrecord.conversion.plan import PlannedShard
 
     name = b"caf\xe9/\xff.jpg".decode("utf-8", "surrogateescape")
-    shard = ShardTask("train", 1, 4, ((f"/d/{name}", name, name, 3, "caf\udce9", 123),))
+    shard = PlannedShard("train", 1, 4, ((f"/d/{name}", name, name, 3, "caf\udce9", 123),))
     assert shard_from_json(shard_to_json(shard)) == shard
 
 
@@ -223,6 +223,6 @@ def test_dataflow_refuses_local_images(tmp_path, monkeypatch):
     from img2tfrecord.errors import UsageError
 
     make_dataset(tmp_path / "in", {"a": 2})
-    job = plan_job(str(tmp_path / "in"), "ram://t3/out")
+    plan = plan_job(str(tmp_path / "in"), "ram://t3/out")
     with pytest.raises(UsageError, match="cannot read the local file"):
-        beam_engine.run_beam(job, "ram://t3/out/.staging", "--runner=DataflowRunner", lambda k, m: None)
+        beam_engine.run_beam(plan, "ram://t3/out/.staging", plan.settings, "--runner=DataflowRunner", lambda k, m: None)

@@ -33,8 +33,8 @@ def fixed_tree(root: Path) -> Path:
     return src
 
 
-def plan_of(job) -> list[tuple[str, list[tuple[str, int]]]]:
-    return [(s.name, [(t[1], t[3]) for t in s.tasks]) for s in job.plan]
+def plan_of(plan) -> list[tuple[str, list[tuple[str, int]]]]:
+    return [(s.name, [(t[1], t[3]) for t in s.tasks]) for s in plan.shards]
 
 
 GOLDEN_SPLIT_PLAN = [
@@ -46,12 +46,12 @@ GOLDEN_SPLIT_PLAN = [
 
 def test_golden_plan_and_fingerprint(tmp_path):
     src = fixed_tree(tmp_path)
-    job = plan_job(str(src), str(tmp_path / "out"), split="train=0.7,validation=0.3", shards="train=2,validation=1", seed=3)
-    got = plan_of(job)
+    plan = plan_job(str(src), str(tmp_path / "out"), split="train=0.7,validation=0.3", shards="train=2,validation=1", seed=3)
+    got = plan_of(plan)
     print(json.dumps(got))  # shown on failure: paste here only if the change is meant to move images
     assert got == GOLDEN_SPLIT_PLAN
-    assert job.classes == ["cat", "dog", "owl"] and job.ignored_files == 1
-    assert header(job)["fingerprint"] == GOLDEN_FINGERPRINT
+    assert plan.classes == ["cat", "dog", "owl"] and plan.ignored_files == 1
+    assert header(plan)["fingerprint"] == GOLDEN_FINGERPRINT
 
 
 GOLDEN_FINGERPRINT = "821beb2160ff8cb41e8e0f0c9ff8132fa4b511e19024b27ed6ddb2c165c1fbfb"

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from img2tfrecord import cstderr, fs
+from img2tfrecord.conversion.engines import Engine
 from img2tfrecord.conversion.events import EventSink, Timing
 from img2tfrecord.conversion.finalize import _plan_summary, finalize
 from img2tfrecord.conversion.options import ENGINES
@@ -27,7 +28,7 @@ from img2tfrecord.conversion.output import (
     check_output,
     prepare_output,
 )
-from img2tfrecord.conversion.plan import Job, check_paths, plan_job
+from img2tfrecord.conversion.plan import Plan, check_paths, plan_job
 from img2tfrecord.conversion.resume import (
     Journal,
     finished_count,
@@ -80,16 +81,16 @@ def convert(
         raise UsageError("--resume works with the local engine; Beam runners retry failed work themselves")
     check_paths(input_dir, output_dir)
     if dry_run:
-        job = plan_job(input_dir, output_dir, **options)
+        plan = plan_job(input_dir, output_dir, **options)
         refused = None
         try:  # what the real run would refuse, said now
             check_output(output_dir, overwrite)
             _unfinished_run(output_dir, resume, overwrite)
         except UsageError as e:
             refused = str(e)  # shown with the plan
-        for w in job.warnings:
+        for w in plan.warnings:
             emit("warning", w)
-        return _plan_summary(job, timing, refused)
+        return _plan_summary(plan, timing, refused)
 
     check_output(output_dir, overwrite)
     existed = fs.is_remote(output_dir) or os.path.exists(output_dir)
@@ -99,16 +100,28 @@ def convert(
     try:
         if discarding := _unfinished_run(output_dir, resume, overwrite):
             emit("warning", discarding)
-        job = plan_job(input_dir, output_dir, **options)
-        for w in job.warnings:
+        plan = plan_job(input_dir, output_dir, **options)
+        for w in plan.warnings:
             emit("warning", w)
-        _check_space(job, emit)
+        _check_space(plan, emit)
         started = True
-        return _run(job, engine, workers, overwrite, resume, beam_options, emit, progress, timing, lock)
+        return _run(plan, engine, workers, overwrite, resume, beam_options, emit, progress, timing, lock)
     finally:
         lock.release()
         if not started and not existed:
             _cleanup(fs.join(output_dir, STAGING_DIR), output_dir)  # the folder the lock created
+
+
+def _engine(name: str, workers: int | None, beam_options: str | list[str] | None, progress: Callable[[int, int, int], None] | None,
+            timing: Timing, journal: Journal) -> Engine:  # fmt: skip
+    """The engine `name`, built with what it needs (Beam's module only when asked for)."""
+    if name == "beam":
+        from img2tfrecord.conversion.engines.beam import BeamEngine
+
+        return BeamEngine(beam_options, workers or os.cpu_count() or 1)
+    from img2tfrecord.conversion.engines.local import LocalEngine
+
+    return LocalEngine(journal, timing, workers, progress)
 
 
 def _unfinished_run(output_dir: str, resume: bool, overwrite: bool) -> str | None:
@@ -130,34 +143,28 @@ def _unfinished_run(output_dir: str, resume: bool, overwrite: bool) -> str | Non
     return f"discarding the unfinished run in {output_dir}" + (f" and its {plural(done, 'finished shard')}" if done else "")
 
 
-def _run(job: Job, engine: str, workers: int | None, overwrite: bool, resume: bool, beam_options: str | list[str] | None,
+def _run(plan: Plan, engine: str, workers: int | None, overwrite: bool, resume: bool, beam_options: str | list[str] | None,
          emit: EventSink, progress: Callable[[int, int, int], None] | None, timing: Timing, lock: OutputLock) -> dict[str, Any]:  # fmt: skip
     """Prepare the output, run an engine, publish; on failure, keep or remove what it wrote."""
-    output_dir = job.output_dir
+    output_dir = plan.output_dir
     staging = prepare_output(output_dir, overwrite, keep_staging=resume)
-    done, redone = load_done(job, staging) if resume else ({}, [])
+    done, redone = load_done(plan, staging) if resume else ({}, [])
     for name, why in redone:
         emit("warning", f"resuming: {name} is converted again: {why}")
     if done:
-        emit("note", f"resuming: {len(done)} of {plural(len(job.plan), 'shard')} {'was' if len(done) == 1 else 'were'} already finished and {'is' if len(done) == 1 else 'are'} reused")
-    journal = Journal(staging, header(job), done)
+        emit("note", f"resuming: {len(done)} of {plural(len(plan.shards), 'shard')} {'was' if len(done) == 1 else 'were'} already finished and {'is' if len(done) == 1 else 'are'} reused")
+    journal = Journal(staging, header(plan), done)
+    runner = _engine(engine, workers, beam_options, progress, timing, journal)
     try:
-        if engine == "beam":
-            from img2tfrecord.conversion.engines.beam import run_beam
-
-            outcomes = run_beam(job, staging, beam_options, emit, workers=workers or os.cpu_count() or 1)
-        else:
-            from img2tfrecord.conversion.engines.local import run_local
-
-            outcomes = run_local(job, staging, workers, emit, progress, timing, journal)
-        return finalize(job, staging, outcomes, timing, emit, engine=engine)
+        outcomes = runner.run(plan, staging, plan.settings, emit)
+        return finalize(plan, staging, outcomes, timing, emit, engine=runner.name)
     except KeyboardInterrupt:
-        if engine != "local":  # Beam runners retry work themselves; there is nothing to resume
+        if not runner.resumable:  # Beam runners retry work themselves; there is nothing to resume
             lock.release()
             _cleanup(staging, output_dir)
             raise
         prune(staging, set(journal.done))  # keep finished shards for --resume, drop partial ones
-        raise Interrupted(len(journal.done), len(job.plan)) from None
+        raise Interrupted(len(journal.done), len(plan.shards)) from None
     except WorkerDied:
         prune(staging, set(journal.done))
         raise
@@ -165,7 +172,7 @@ def _run(job: Job, engine: str, workers: int | None, overwrite: bool, resume: bo
         lock.release()  # before _cleanup, which removes the output directory if it is empty
         _cleanup(staging, output_dir)
         if isinstance(e, OSError) or type(e).__module__.startswith("tensorflow"):  # the disk, not the data
-            raise DataError(f"writing the dataset in {output_dir} failed: {_describe_io(e)}; {_space_note(job)}") from None
+            raise DataError(f"writing the dataset in {output_dir} failed: {_describe_io(e)}; {_space_note(plan)}") from None
         raise
 
 

@@ -47,6 +47,7 @@ from PIL import (
 
 from img2tfrecord import cstderr
 from img2tfrecord.conversion.options import EncodeOptions
+from img2tfrecord.conversion.plan import Task
 from img2tfrecord.format.images import (
     describe_unknown,
     jpeg_frame_problem,
@@ -259,12 +260,11 @@ def _digest(data: bytes) -> str:
 
 def to_record(task: Task, result: Result) -> bytes:
     """The serialized Example of a non-skipped result."""
-    _path, _rel, filename, label, text, _size = task
     assert result.payload is not None, "a skipped image has no record"
     return serialize_example(
         encoded=result.payload, image_format=result.fmt, height=result.height, width=result.width,
-        channels=result.channels, label=label, text=utf8_text(text).encode("utf-8"),
-        filename=utf8_text(filename).encode("utf-8"),
+        channels=result.channels, label=task.label, text=utf8_text(task.text).encode("utf-8"),
+        filename=utf8_text(task.filename).encode("utf-8"),
     )  # fmt: skip
 
 
@@ -517,15 +517,14 @@ def _transcode(im: Image.Image | None, fmt: str, opts: EncodeOptions, jpeg: Jpeg
 
 # ---- per task ----
 
-Task = tuple[str, str, str, int, str, int]  # (path, rel to input, filename, label, text, size)
 
 
 def encode_task(task: Task, opts: EncodeOptions) -> Result:
     """Encode one candidate; a bad image becomes a "skip" result, never an exception."""
     try:
-        return encode_image(task[0], opts)
+        return encode_image(task.path, opts)
     except SkipImage as e:
-        return Result("skip", None, str(e), size=task[5])
+        return Result("skip", None, str(e), size=task.size)
 
 
 DROPPED = "dropped"  # Result.kind of a duplicate left out by --dedupe drop (never read)
@@ -538,7 +537,7 @@ def encode_shard(tasks: Iterable[Task], opts: EncodeOptions, warming: Callable[[
     Before returning, while `warming()` is true (TensorFlow still importing in the background),
     it encodes ahead and holds up to `hold_bytes` of results, so the import overlaps useful work.
     """
-    results = (Result(DROPPED, None, "", size=t[5]) if t[1] in drop else encode_task(t, opts) for t in tasks)
+    results = (Result(DROPPED, None, "", size=t.size) if t.rel in drop else encode_task(t, opts) for t in tasks)
     head: list[Result] = []
     held = 0
     while warming is not None and warming() and held < hold_bytes:

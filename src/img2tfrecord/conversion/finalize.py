@@ -9,7 +9,7 @@ from img2tfrecord.conversion import dedupe
 from img2tfrecord.conversion import write as writer
 from img2tfrecord.conversion.events import EventSink, Timing
 from img2tfrecord.conversion.output import publish
-from img2tfrecord.conversion.plan import Job, one_record_warning
+from img2tfrecord.conversion.plan import Plan, one_record_warning
 from img2tfrecord.conversion.write import ShardOutcome
 from img2tfrecord.errors import DataError, plural
 from img2tfrecord.format import tfds as tfds_metadata
@@ -23,26 +23,26 @@ from img2tfrecord.format.manifest import (
 from img2tfrecord.format.schema import utf8_text
 
 
-def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timing, emit: EventSink, engine: str = "local") -> dict[str, Any]:
+def finalize(plan: Plan, staging: str, outcomes: list[ShardOutcome], timing: Timing, emit: EventSink, engine: str = "local") -> dict[str, Any]:
     """Merge shard outcomes, rebalance after skips, publish, and build the summary."""
     skipped = [s for o in outcomes for s in o.skipped]
-    if job.strict and skipped:  # engines that cannot stop early (Beam) end up here
+    if plan.settings.strict and skipped:  # engines that cannot stop early (Beam) end up here
         first = skipped[0]
         raise DataError(f"--strict: {plural(len(skipped), 'unusable image')}, e.g. {first['path']}: {first['reason']}; nothing was published")
     merged: dict[str, dict[str, int]] = {"formats": {}, "transcoded": {}, "depths": {}, "reduced": {}}
     split_info: dict[str, dict[str, Any]] = {}
-    classes = [utf8_text(c) for c in job.classes]
-    warnings = list(job.warnings)
-    for s in job.split_names:
+    classes = [utf8_text(c) for c in plan.classes]
+    warnings = list(plan.warnings)
+    for s in plan.split_names:
         mine = [o for o in outcomes if o.split == s]
         if not mine:
             continue
-        infos = writer.rebalance(staging, [o.info for o in mine], job.compression, job.index, job.checksum, job.fsync)
+        infos = writer.rebalance(staging, [o.info for o in mine], plan.settings.compression, plan.settings.index, plan.settings.checksum, plan.settings.fsync)
         if len(infos) < len(mine):
             warnings.append(f"{s}: {len(infos)} shard(s) instead of {len(mine)}: after the skipped images, more would "
                             "leave a shard of one record, which --index readers cannot handle")  # fmt: skip
             emit("warning", warnings[-1])
-        if job.index and sum(i.records for i in infos) == 1 and sum(len(sh.tasks) for sh in job.plan if sh.split == s) > 1:
+        if plan.settings.index and sum(i.records for i in infos) == 1 and sum(len(sh.tasks) for sh in plan.shards if sh.split == s) > 1:
             warnings.append(one_record_warning(s))  # planned for more, left with one after the skips
             emit("warning", warnings[-1])
         class_counts = dict.fromkeys(classes, 0)
@@ -59,10 +59,10 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
         }
     orient = sum(o.orientation_ignored for o in outcomes)
     duplicates = dedupe.report(
-        job.dedupe,
+        plan.settings.dedupe,
         ((d, rel, o.split, text) for o in outcomes for d, rel, text in o.digests),
         [d for o in outcomes for d in o.dropped],
-    ) if job.dedupe != "off" else {"mode": "off"}  # fmt: skip
+    ) if plan.settings.dedupe != "off" else {"mode": "off"}  # fmt: skip
     if line := dedupe.summary_line(duplicates):
         warnings.append(line)
         emit("warning", line)
@@ -77,25 +77,25 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
         emit("warning", warnings[-1])
     t_end = time.perf_counter()
     manifest = build_manifest(
-        classes=classes, label_offset=job.label_offset, options=job.options, splits=split_info, skipped=skipped,
-        transcoded=merged["transcoded"], formats=merged["formats"], depths=merged["depths"], reduced=merged["reduced"], ignored_files=job.ignored_files, engine=engine,
-        duplicates=duplicates, excluded_files=job.excluded_files,
+        classes=classes, label_offset=plan.label_offset, options=plan.options, splits=split_info, skipped=skipped,
+        transcoded=merged["transcoded"], formats=merged["formats"], depths=merged["depths"], reduced=merged["reduced"], ignored_files=plan.ignored_files, engine=engine,
+        duplicates=duplicates, excluded_files=plan.excluded_files,
     )  # fmt: skip
     files = [sh["file"] for si in split_info.values() for sh in si["shards"]]
     files += [sh["index"] for si in split_info.values() for sh in si["shards"] if "index" in sh]
     try:
         metadata = tfds_metadata.files(manifest) | {LABELS_NAME: labels_text(classes), MANIFEST_NAME: manifest_text(manifest)}
-        publish(staging, job.output_dir, files, metadata, job.fsync, stale=tfds_metadata.FILE_NAMES)
+        publish(staging, plan.output_dir, files, metadata, plan.settings.fsync, stale=tfds_metadata.FILE_NAMES)
     except OSError as e:
-        raise DataError(f"cannot publish the dataset in {job.output_dir}: {e.strerror or e}") from None
+        raise DataError(f"cannot publish the dataset in {plan.output_dir}: {e.strerror or e}") from None
 
     images = sum(o.images for o in outcomes)
     bytes_read = sum(o.bytes_read for o in outcomes)
     elapsed = max(t_end - timing.start, 1e-9)
     steady = max(t_end - (timing.steady_from or timing.start), 1e-9)
     return {
-        "input": job.input_dir,
-        "output": job.output_dir,
+        "input": plan.input_dir,
+        "output": plan.output_dir,
         "dry_run": False,
         "engine": engine,
         "classes": classes,
@@ -106,8 +106,8 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
         "skipped": skipped,  # as in dataset.json: [{"path", "split", "reason"}]
         "skipped_count": len(skipped),
         "duplicates": {k: v for k, v in duplicates.items() if k != "groups"},  # dataset.json's, without the list of groups
-        "ignored_files": job.ignored_files,
-        "excluded_files": job.excluded_files,
+        "ignored_files": plan.ignored_files,
+        "excluded_files": plan.excluded_files,
         "transcoded": manifest["transcoded"],
         "formats": manifest["formats"],
         "splits": {
@@ -125,25 +125,25 @@ def finalize(job: Job, staging: str, outcomes: list[ShardOutcome], timing: Timin
     }
 
 
-def _plan_summary(job: Job, timing: Timing, refused: str | None = None) -> dict[str, Any]:
+def _plan_summary(plan: Plan, timing: Timing, refused: str | None = None) -> dict[str, Any]:
     splits: dict[str, Any] = {}
-    for shard in job.plan:
-        sp = splits.setdefault(shard.split, {"images": 0, "class_counts": dict.fromkeys(map(utf8_text, job.classes), 0), "shards": []})
+    for shard in plan.shards:
+        sp = splits.setdefault(shard.split, {"images": 0, "class_counts": dict.fromkeys(map(utf8_text, plan.classes), 0), "shards": []})
         sp["images"] += len(shard.tasks)
         sp["shards"].append({"file": shard.name, "images": len(shard.tasks)})
         for t in shard.tasks:
-            sp["class_counts"][utf8_text(t[4])] += 1
+            sp["class_counts"][utf8_text(t.text)] += 1
     return {
-        "input": job.input_dir,
-        "output": job.output_dir,
+        "input": plan.input_dir,
+        "output": plan.output_dir,
         "dry_run": True,
-        "classes": [utf8_text(c) for c in job.classes],
-        "images": job.tasks,
+        "classes": [utf8_text(c) for c in plan.classes],
+        "images": plan.images,
         "splits": splits,
-        "ignored_files": job.ignored_files,
-        "excluded_files": job.excluded_files,
-        "warnings": job.warnings,
+        "ignored_files": plan.ignored_files,
+        "excluded_files": plan.excluded_files,
+        "warnings": plan.warnings,
         "refused": refused,  # why the real run would stop (output not empty, ...), or None
-        "options": job.options,
+        "options": plan.options,
         "elapsed_seconds": round(time.perf_counter() - timing.start, 3),
     }

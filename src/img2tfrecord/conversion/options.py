@@ -71,3 +71,23 @@ TF_COMPRESSION = {None: "", "gzip": "GZIP", "zlib": "ZLIB"}  # --compression -> 
 
 
 DEFAULT_CHECKSUM = "xxh3_128"  # every record also carries TFRecord's own CRC-32C
+
+
+@dataclass(frozen=True)
+class ShardSettings:
+    """How every shard is written, whichever engine or process writes it: built once from the
+    options and handed whole to the engine and to `write.write_shard`, so no engine can miss one
+    (the Beam engine once ignored --no-fsync this way)."""
+
+    encode: EncodeOptions = EncodeOptions()
+    compression: str | None = None  # None, "gzip" or "zlib"
+    index: bool = False  # a DALI/tfrecord-package .idx beside each shard
+    checksum: str = DEFAULT_CHECKSUM  # of each finished shard file, recorded in dataset.json
+    fsync: bool = True  # shards durable before publishing (does not change the bytes)
+    dedupe: str = "report"  # "report" | "drop" | "off": off keeps no per-record digests
+    strict: bool = False  # any skipped image fails the run
+
+    @property
+    def digests(self) -> bool:
+        """Whether shards keep a content digest per record (for --dedupe)."""
+        return self.dedupe != "off"

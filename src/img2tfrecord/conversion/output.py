@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.events import EventSink
-from img2tfrecord.conversion.plan import Job
+from img2tfrecord.conversion.plan import Plan
 from img2tfrecord.errors import DataError, UsageError, plural
 from img2tfrecord.format.naming import LOCK_NAME, SHARD_RE, STAGING_DIR
 
@@ -138,9 +138,9 @@ def human_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-def _space_note(job: Job) -> str:
-    free = _free_bytes(job.output_dir)
-    note = f"the dataset needs about {human_bytes(job.estimated_bytes)}"
+def _space_note(plan: Plan) -> str:
+    free = _free_bytes(plan.output_dir)
+    note = f"the dataset needs about {human_bytes(plan.estimated_bytes)}"
     return note + (f" and {human_bytes(free)} are free there" if free is not None else "")
 
 
@@ -149,12 +149,12 @@ def _describe_io(e: BaseException) -> str:
     return msg.strip().splitlines()[0] if msg.strip() else type(e).__name__
 
 
-def _check_space(job: Job, emit: EventSink) -> None:
+def _check_space(plan: Plan, emit: EventSink) -> None:
     """Fail before any work when the output disk clearly cannot hold the dataset."""
-    free = _free_bytes(job.output_dir)
-    if free is None or job.estimated_bytes <= free:
+    free = _free_bytes(plan.output_dir)
+    if free is None or plan.estimated_bytes <= free:
         return
-    if job.opts.reencodes:  # a rough estimate: say so, but let the user try
-        emit("warning", f"the output may not fit: {_space_note(job)}")
+    if plan.settings.encode.reencodes:  # a rough estimate: say so, but let the user try
+        emit("warning", f"the output may not fit: {_space_note(plan)}")
         return
-    raise DataError(f"not enough space in {job.output_dir}: {_space_note(job)}; free some space or choose another disk")
+    raise DataError(f"not enough space in {plan.output_dir}: {_space_note(plan)}; free some space or choose another disk")

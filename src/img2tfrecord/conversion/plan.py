@@ -7,17 +7,17 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.dedupe import MODES as DEDUPE_MODES
-from img2tfrecord.conversion.encode import Task
 from img2tfrecord.conversion.options import (
     CHANNEL_CHOICES,
     DEFAULT_CHECKSUM,
     ENCODINGS,
     TF_COMPRESSION,
     EncodeOptions,
+    ShardSettings,
     parse_resize,
     parse_shards,
 )
@@ -99,8 +99,20 @@ def one_record_warning(split: str) -> str:
             "(PyTorch) cannot read (its issue #9); DALI and TensorFlow can")  # fmt: skip
 
 
+class Task(NamedTuple):
+    """One image of the plan. A tuple underneath: millions of them are held, pickled to workers
+    and written to Beam's plan file as JSON lists."""
+
+    path: str  # where to read it (local path or URL)
+    rel: str  # relative to the split's root: how the manifest, dedupe and resume name it
+    filename: str  # image/filename (rel, or a --file-list row as written)
+    label: int
+    text: str  # the class name (image/class/text)
+    size: int  # bytes, from the walk (0 when a remote listing gave none)
+
+
 @dataclass(frozen=True)
-class ShardTask:
+class PlannedShard:
     """One shard of the plan: which images, in which order. The unit of work of every engine."""
 
     split: str
@@ -113,9 +125,9 @@ class ShardTask:
         return shard_name(self.split, self.index, self.count)
 
 
-def make_plan(splits: dict[str, list[Task]], counts: dict[str, int]) -> list[ShardTask]:
+def make_plan(splits: dict[str, list[Task]], counts: dict[str, int]) -> list[PlannedShard]:
     return [
-        ShardTask(s, i, counts[s], tuple(tasks[a:b]))
+        PlannedShard(s, i, counts[s], tuple(tasks[a:b]))
         for s, tasks in splits.items()
         if tasks
         for i, (a, b) in enumerate(shard_bounds(len(tasks), counts[s]))
@@ -126,31 +138,26 @@ UNKNOWN_IMAGE_BYTES = 110_000  # assumed size of a file listed without one (remo
 
 
 @dataclass
-class Job:
-    """A validated, planned conversion: everything an engine needs, nothing engine-specific."""
+class Plan:
+    """A validated, planned conversion: which images go into which shard, how shards are written,
+    and what the manifest will say of the input. Made once; every engine runs it as it is."""
 
     input_dir: str
     output_dir: str
-    opts: EncodeOptions
     classes: list[str]
     label_offset: int
-    options: dict[str, Any]
-    plan: list[ShardTask]
     split_names: list[str]
-    ignored_files: int
-    compression: str | None
-    index: bool
-    strict: bool
-    dedupe: str = "report"
-    checksum: str = DEFAULT_CHECKSUM
-    fsync: bool = True  # shards durable before publishing (does not change the bytes)
+    shards: list[PlannedShard]
+    settings: ShardSettings
+    options: dict[str, Any]  # every option that shapes the bytes, as dataset.json records them
+    ignored_files: int = 0  # non-image files
+    excluded_files: int = 0  # images of classes not in --labels
     estimated_bytes: int = 0  # output size estimate (exact-ish for --encoding keep)
     warnings: list[str] = field(default_factory=list)
-    excluded_files: int = 0  # images of classes not in --labels
 
     @property
-    def tasks(self) -> int:
-        return sum(len(s.tasks) for s in self.plan)
+    def images(self) -> int:
+        return sum(len(s.tasks) for s in self.shards)
 
 
 def plan_job(
@@ -175,7 +182,7 @@ def plan_job(
     dedupe: str = "report",
     checksum: str = DEFAULT_CHECKSUM,
     fsync: bool = True,
-) -> Job:
+) -> Plan:
     """Check the options, walk the input (or read `file_list`) and cut it into shards. Raises UsageError."""
     if encoding not in ENCODINGS:
         raise UsageError(f"bad --encoding {encoding!r}: choose one of {', '.join(ENCODINGS)}")
@@ -211,18 +218,18 @@ def plan_job(
         split_bytes, {s: len(v) for s, v in found.splits.items()}, shard_request, min_shard_records(index)
     )
     empty = [f"split {s} has no images; no shards are written for it" for s, v in found.splits.items() if not v]
-    tasks = {s: [(it.path, it.rel, it.filename, it.label, it.text, it.size) for it in items] for s, items in found.splits.items()}
+    tasks = {s: [Task(it.path, it.rel, it.filename, it.label, it.text, it.size) for it in items] for s, items in found.splits.items()}
     options = asdict(opts) | {
         "resize": list(opts.resize) if isinstance(opts.resize, tuple) else opts.resize,
         "seed": seed, "label_offset": label_offset, "compression": compression, "index": index,
         "split": fractions, "shards": dict(counts), "labels": class_list, "dedupe": dedupe, "checksum": checksum,
     }  # fmt: skip
-    return Job(
-        input_dir=input_dir, output_dir=output_dir, opts=opts, classes=found.classes, label_offset=label_offset,
-        options=options, plan=make_plan(tasks, counts), split_names=list(found.splits),
-        ignored_files=found.ignored_files, compression=compression, index=index, strict=strict, dedupe=dedupe, checksum=checksum, fsync=fsync,
-        warnings=found.warnings + shard_warnings + empty, estimated_bytes=sum(split_bytes.values()),
-        excluded_files=found.excluded_files,
+    settings = ShardSettings(encode=opts, compression=compression, index=index, checksum=checksum, fsync=fsync, dedupe=dedupe, strict=strict)
+    return Plan(
+        input_dir=input_dir, output_dir=output_dir, classes=found.classes, label_offset=label_offset,
+        split_names=list(found.splits), shards=make_plan(tasks, counts), settings=settings, options=options,
+        ignored_files=found.ignored_files, excluded_files=found.excluded_files, estimated_bytes=sum(split_bytes.values()),
+        warnings=found.warnings + shard_warnings + empty,
     )  # fmt: skip
 
 

@@ -22,27 +22,27 @@ from img2tfrecord.conversion.write import ShardOutcome
 from img2tfrecord.errors import DataError, UsageError, plural
 
 if TYPE_CHECKING:  # pragma: no cover
-    from img2tfrecord.conversion.plan import Job
+    from img2tfrecord.conversion.plan import Plan
 
 JOURNAL = "journal.jsonl"
 
 
-def header(job: Job) -> dict[str, Any]:
+def header(plan: Plan) -> dict[str, Any]:
     """The journal's first line: a fingerprint of everything that decides the output bytes (not
     the engine or worker count), and what went into it, so that a refused --resume can say what
     differs: the options, the classes, the number of images and a digest of each shard's files."""
     h = hashlib.sha256()
-    h.update(json.dumps({"options": job.options, "classes": job.classes}, sort_keys=True, default=str).encode())
+    h.update(json.dumps({"options": plan.options, "classes": plan.classes}, sort_keys=True, default=str).encode())
     shards = {}
-    for shard in job.plan:
+    for shard in plan.shards:
         h.update(shard.name.encode())
         one = hashlib.sha256()
         for t in shard.tasks:
-            item = f"\0{t[1]}\0{t[5]}".encode("utf-8", "surrogateescape")
+            item = f"\0{t.rel}\0{t.size}".encode("utf-8", "surrogateescape")
             h.update(item)
             one.update(item)
         shards[shard.name] = one.hexdigest()[:16]
-    return {"fingerprint": h.hexdigest(), "options": _plain(job.options), "classes": list(job.classes), "images": job.tasks, "shards": shards}
+    return {"fingerprint": h.hexdigest(), "options": _plain(plan.options), "classes": list(plan.classes), "images": plan.images, "shards": shards}
 
 
 def _plain(value: Any) -> Any:
@@ -94,7 +94,7 @@ def finished_count(staging: str) -> int | None:
     return len(entries) - 1 if entries else None
 
 
-def load_done(job: Job, staging: str) -> tuple[dict[str, ShardOutcome], list[tuple[str, str]]]:
+def load_done(plan: Plan, staging: str) -> tuple[dict[str, ShardOutcome], list[tuple[str, str]]]:
     """The finished shards of an interrupted run of this same job, each checked (by its checksum,
     or with --checksum none by its records' CRCs), and the journaled shards that are not reused,
     with the reason: ({name: outcome}, [(name, why)]).
@@ -104,13 +104,13 @@ def load_done(job: Job, staging: str) -> tuple[dict[str, ShardOutcome], list[tup
     entries = _entries(staging)
     if not entries:
         return {}, []
-    now = header(job)
+    now = header(plan)
     if entries[0].get("fingerprint") != now["fingerprint"]:
         raise UsageError(
-            f"--resume: the interrupted run in {job.output_dir} differs from this one: {'; '.join(_differences(entries[0], now))}; "
+            f"--resume: the interrupted run in {plan.output_dir} differs from this one: {'; '.join(_differences(entries[0], now))}; "
             f"run the command it was, or drop --resume and add --overwrite to start over"
         )
-    planned = {s.name for s in job.plan}
+    planned = {s.name for s in plan.shards}
     done, redone = {}, []
     for d in entries[1:]:
         try:
@@ -120,7 +120,7 @@ def load_done(job: Job, staging: str) -> tuple[dict[str, ShardOutcome], list[tup
         name = outcome.info.file
         if name not in planned:
             continue
-        why = _damage(fs.join(staging, name), outcome, job.compression)
+        why = _damage(fs.join(staging, name), outcome, plan.settings.compression)
         if why is None and outcome.info.index and not fs.exists(fs.join(staging, outcome.info.index)):
             why = f"its index {outcome.info.index} is missing"
         if why is None:

@@ -22,8 +22,12 @@ from typing import Any, BinaryIO
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.encode import DROPPED, Result, to_record
-from img2tfrecord.conversion.options import DEFAULT_CHECKSUM, TF_COMPRESSION
-from img2tfrecord.conversion.plan import MIN_INDEXED_RECORDS, ShardTask, shard_bounds
+from img2tfrecord.conversion.options import (
+    DEFAULT_CHECKSUM,
+    TF_COMPRESSION,
+    ShardSettings,
+)
+from img2tfrecord.conversion.plan import MIN_INDEXED_RECORDS, PlannedShard, shard_bounds
 from img2tfrecord.errors import DataError
 from img2tfrecord.format.framing import RECORD_OVERHEAD, record_spans
 from img2tfrecord.format.naming import SHARD_RE, shard_name
@@ -143,43 +147,40 @@ class ShardOutcome:
 
 
 def write_shard(
-    shard: ShardTask,
+    shard: PlannedShard,
     results: Iterable[Result],
     staging: str,
+    settings: ShardSettings,
     *,
-    compression: str | None,
-    index: bool,
-    strict: bool = False,
     on_skip: Callable[[str, str], None] | None = None,
     on_image: Callable[[int], None] | None = None,
     drop: Mapping[str, tuple[str, str]] | None = None,
-    no_digests: bool = False,
-    durable: bool = True,
-    checksum: str = DEFAULT_CHECKSUM,
+    durable: bool | None = None,
     writeback: bool = False,
 ) -> ShardOutcome:
     """Write the encoded results of `shard.tasks` (same order) into staging/<shard name> and close it
-    (checksum, index; fsync unless `durable=False`). `on_skip(rel, reason)` and `on_image(bytes)`
+    (checksum, index; fsync if `settings.fsync`, unless `durable=False`: the caller does it). `on_skip(rel, reason)` and `on_image(bytes)`
     report as it goes. `drop` maps the rel path of each duplicate to leave out to (its digest, the kept copy's path);
     their results are `encoder.DROPPED`. `durable=False` skips the fsync (the caller does it);
     `writeback` starts the disk writing while the shard is still being written (see fs.start_writeback).
     """
-    sw = ShardWriter(staging, shard.name, compression, index, checksum=checksum, writeback=writeback)
+    sw = ShardWriter(staging, shard.name, settings.compression, settings.index, checksum=settings.checksum, writeback=writeback)
+    strict, no_digests = settings.strict, not settings.digests
     out = ShardOutcome(shard.split, sw.info)
     for task, result in zip(shard.tasks, results):
         out.images += 1
         out.bytes_read += result.size
         reason = result.fmt
-        rel = utf8_text(task[1])  # names in the manifest are written exactly as in the records
+        rel = utf8_text(task.rel)  # names in the manifest are written exactly as in the records
         if result.kind == DROPPED:
             assert drop is not None
-            digest, kept_copy = drop[task[1]]
+            digest, kept_copy = drop[task.rel]
             reason = ""
-            out.dropped.append({"path": rel, "split": shard.split, "class": utf8_text(task[4]),
+            out.dropped.append({"path": rel, "split": shard.split, "class": utf8_text(task.text),
                                 "digest": digest, "duplicate_of": utf8_text(kept_copy)})  # fmt: skip
         elif result.kind != "skip":
             sw.write(to_record(task, result))
-            text = utf8_text(task[4])
+            text = utf8_text(task.text)
             if not no_digests:
                 out.digests.append([result.digest, rel, text])
             out.class_counts[text] = out.class_counts.get(text, 0) + 1
@@ -201,7 +202,7 @@ def write_shard(
         if on_image:
             on_image(result.size)
 
-    sw.close(durable)
+    sw.close(settings.fsync if durable is None else durable)
     return out
 
 

@@ -35,21 +35,24 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from img2tfrecord import cstderr, fs
 from img2tfrecord.conversion import encode as encoder
 from img2tfrecord.conversion import write as writer
-from img2tfrecord.conversion.options import DEFAULT_CHECKSUM, EncodeOptions
-from img2tfrecord.conversion.plan import ShardTask
+from img2tfrecord.conversion.options import (
+    ShardSettings,
+)
+from img2tfrecord.conversion.plan import PlannedShard, Task
 from img2tfrecord.conversion.write import ShardOutcome
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.tf_import import tensorflow
 
 if TYPE_CHECKING:
     from img2tfrecord.conversion.events import EventSink
-    from img2tfrecord.conversion.plan import Job
+    from img2tfrecord.conversion.plan import Plan
 
 INSTALL_HINT = "pip install 'img2tfrecord[beam]'"
 PLAN_NAME = "plan.jsonl"
@@ -194,21 +197,35 @@ def preflight(beam_options: str | list[str] | None, input_dir: str, output_dir: 
         raise UsageError(f"--runner={name} needs Beam's Google Cloud libraries: pip install 'apache-beam[gcp]'")
 
 
-def run_beam(job: Job, staging: str, beam_options: str | list[str] | None, emit: EventSink, workers: int | None = None) -> list[ShardOutcome]:
-    """Run `job.plan` on Beam (one element per shard) and return the outcomes in plan order."""
+@dataclass
+class BeamEngine:
+    """An Apache Beam pipeline, one element per shard (`--beam-options` choose the runner)."""
+
+    beam_options: str | list[str] | None = None
+    workers: int | None = None  # DirectRunner processes (default: all CPUs)
+    name: str = "beam"
+    resumable: bool = False  # runners retry failed work themselves
+
+    def run(self, plan: Plan, staging: str, settings: ShardSettings, emit: EventSink) -> list[ShardOutcome]:
+        return run_beam(plan, staging, settings, self.beam_options, emit, self.workers)
+
+
+def run_beam(plan: Plan, staging: str, settings: ShardSettings, beam_options: str | list[str] | None, emit: EventSink,
+             workers: int | None = None) -> list[ShardOutcome]:  # fmt: skip
+    """Run `plan.shards` on Beam (one element per shard) and return the outcomes in plan order."""
     beam = import_beam()
     from apache_beam.options.pipeline_options import PipelineOptions  # noqa: PLC0415
 
-    flags = pipeline_flags(beam_options, workers or os.cpu_count() or 1, len(job.plan))
+    flags = pipeline_flags(beam_options, workers or os.cpu_count() or 1, len(plan.shards))
     runner = runner_name(flags)
     for arg in unknown_options(flags):
         emit("warning", f"--beam-options: Beam does not know {arg}; it is passed on unchanged")
     if runner in REMOTE_ONLY_RUNNERS:
-        local = next((t[0] for s in job.plan for t in s.tasks if not fs.is_remote(t[0])), None)
+        local = next((t.path for s in plan.shards for t in s.tasks if not fs.is_remote(t.path)), None)
         if local:
             raise UsageError(f"--runner={given_runner(flags)}: workers cannot read the local file {local}; put the images in a bucket (gs://...)")
-    elements = write_plan(job.plan, fs.join(staging, PLAN_NAME))
-    fn = WriteShardFn(staging, fs.join(staging, PLAN_NAME), job.opts, job.compression, job.index, job.dedupe == "off", job.checksum)
+    elements = write_plan(plan.shards, fs.join(staging, PLAN_NAME))
+    fn = WriteShardFn(staging, fs.join(staging, PLAN_NAME), settings)
     try:
         pipeline = beam.Pipeline(options=PipelineOptions(flags))
         _ = pipeline | "Shards" >> beam.Create(elements) | "EncodeAndWriteShard" >> beam.ParDo(fn)
@@ -232,7 +249,7 @@ def run_beam(job: Job, staging: str, beam_options: str | list[str] | None, emit:
             raise DataError(f"the Beam pipeline failed: {_last_line(e)} (full log: {saved})") from None
     if "DONE" not in state.upper():
         raise DataError(f"the Beam pipeline ended in state {state}; nothing was published")
-    outcomes = read_outcomes(job.plan, staging)
+    outcomes = read_outcomes(plan.shards, staging)
     for o in outcomes:
         for s in o.skipped:
             emit("skipped", f"{s['path']}: {s['reason']}")
@@ -255,16 +272,11 @@ class WriteShardFn(_DoFn):  # type: ignore[misc, valid-type]
     `strict` is not applied here: a worker cannot stop the others, so `finalize` enforces it.
     """
 
-    def __init__(self, staging: str, plan_path: str, opts: EncodeOptions, compression: str | None, index: bool, no_digests: bool = False,
-                 checksum: str = DEFAULT_CHECKSUM) -> None:  # fmt: skip
+    def __init__(self, staging: str, plan_path: str, settings: ShardSettings) -> None:
         super().__init__()
         self.staging = staging
         self.plan_path = plan_path
-        self.opts = opts
-        self.compression = compression
-        self.index = index
-        self.no_digests = no_digests
-        self.checksum = checksum
+        self.settings = dataclasses.replace(settings, strict=False)
 
     def setup(self) -> None:
         """Quiet the worker's logging; import TensorFlow (~3 s, once per worker) in the background."""
@@ -278,12 +290,9 @@ class WriteShardFn(_DoFn):  # type: ignore[misc, valid-type]
         _, offset, length = element
         shard = shard_from_json(fs.read_range(self.plan_path, offset, length))
         tf_thread = getattr(self, "_tf_thread", None)
-        stream = encoder.encode_shard(shard.tasks, self.opts, tf_thread.is_alive if tf_thread else None, PREFETCH_BYTES)
+        stream = encoder.encode_shard(shard.tasks, self.settings.encode, tf_thread.is_alive if tf_thread else None, PREFETCH_BYTES)
         tensorflow()  # joins the import (needed to write), or raises its error here
-        outcome = writer.write_shard(
-            shard, stream, self.staging, compression=self.compression, index=self.index, strict=False, no_digests=self.no_digests,
-            checksum=self.checksum,
-        )
+        outcome = writer.write_shard(shard, stream, self.staging, self.settings)
         fs.write_text(fs.join(self.staging, shard.name + OUTCOME_SUFFIX), json.dumps(outcome.to_dict()))
         if _beam is not None:
             counter = _beam.metrics.Metrics.counter
@@ -293,17 +302,17 @@ class WriteShardFn(_DoFn):  # type: ignore[misc, valid-type]
         yield shard.name
 
 
-def shard_to_json(shard: ShardTask) -> bytes:
+def shard_to_json(shard: PlannedShard) -> bytes:
     """One plan line. ASCII JSON keeps undecodable file names (surrogate escapes) intact."""
     return json.dumps({"split": shard.split, "index": shard.index, "count": shard.count, "tasks": shard.tasks}).encode("ascii")
 
 
-def shard_from_json(data: bytes) -> ShardTask:
+def shard_from_json(data: bytes) -> PlannedShard:
     d = json.loads(data)
-    return ShardTask(d["split"], d["index"], d["count"], tuple(tuple(t) for t in d["tasks"]))
+    return PlannedShard(d["split"], d["index"], d["count"], tuple(Task(*t) for t in d["tasks"]))
 
 
-def write_plan(plan: list[ShardTask], path: str) -> list[tuple[int, int, int]]:
+def write_plan(plan: list[PlannedShard], path: str) -> list[tuple[int, int, int]]:
     """Write the plan file; return one (shard number, offset, length) element per shard."""
     elements, pos = [], 0
     opener = fs.gfile(path).GFile if fs.is_remote(path) else open
@@ -316,10 +325,10 @@ def write_plan(plan: list[ShardTask], path: str) -> list[tuple[int, int, int]]:
     return elements
 
 
-def read_outcomes(plan: list[ShardTask], staging: str) -> list[ShardOutcome]:
+def read_outcomes(plan: list[PlannedShard], staging: str) -> list[ShardOutcome]:
     """The outcome each worker left in staging, in plan order (read concurrently on object stores)."""
 
-    def read(shard: ShardTask) -> ShardOutcome:
+    def read(shard: PlannedShard) -> ShardOutcome:
         path = fs.join(staging, shard.name + OUTCOME_SUFFIX)
         try:
             return ShardOutcome.from_dict(json.loads(fs.read_bytes(path)))

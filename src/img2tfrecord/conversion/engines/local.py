@@ -35,9 +35,8 @@ from img2tfrecord import cstderr, fs
 from img2tfrecord.conversion import encode as encoder
 from img2tfrecord.conversion import write as writer
 from img2tfrecord.conversion.dedupe import Deduper
-from img2tfrecord.conversion.encode import Task
-from img2tfrecord.conversion.options import EncodeOptions
-from img2tfrecord.conversion.plan import ShardTask
+from img2tfrecord.conversion.options import ShardSettings
+from img2tfrecord.conversion.plan import PlannedShard, Task
 from img2tfrecord.conversion.resume import Journal
 from img2tfrecord.conversion.write import ShardOutcome
 from img2tfrecord.errors import WorkerDied
@@ -45,7 +44,7 @@ from img2tfrecord.tf_import import record_io, tensorflow
 
 if TYPE_CHECKING:
     from img2tfrecord.conversion.events import EventSink, Timing
-    from img2tfrecord.conversion.plan import Job
+    from img2tfrecord.conversion.plan import Plan
 
 PREFETCH_BYTES = 64 * 1024 * 1024  # one process: images encoded ahead while TensorFlow imports
 PROGRESS_EVERY = 0.2  # seconds between a worker's progress messages
@@ -63,25 +62,36 @@ _WORKER_DIED = (
 class WorkerConfig:
     """What every worker needs for every shard; sent once, at pool start."""
 
-    opts: EncodeOptions
+    settings: ShardSettings
     staging: str
-    compression: str | None
-    index: bool
-    strict: bool
-    no_digests: bool
-    checksum: str
-    fsync: bool
+
+
+@dataclass
+class LocalEngine:
+    """Worker processes on this machine, each encoding and writing whole shards.
+
+    `workers`: processes to use (None: all CPUs, fewer for small jobs; see `worker_count`);
+    `progress(images, bytes_read, total)` a few times a second; shards already in `journal` (a
+    resumed run) are reused, not redone, and every finished shard is journaled.
+    """
+
+    journal: Journal
+    timing: Timing
+    workers: int | None = None
+    progress: Callable[[int, int, int], None] | None = None
+    name: str = "local"
+    resumable: bool = True
+
+    def run(self, plan: Plan, staging: str, settings: ShardSettings, emit: EventSink) -> list[ShardOutcome]:
+        return run_local(plan, staging, settings, self.workers, emit, self.progress, self.timing, self.journal)
 
 
 def run_local(
-    job: Job, staging: str, workers: int | None, emit: EventSink, progress: Callable[[int, int, int], None] | None,
-    timing: Timing, journal: Journal,
+    plan: Plan, staging: str, settings: ShardSettings, workers: int | None, emit: EventSink,
+    progress: Callable[[int, int, int], None] | None, timing: Timing, journal: Journal,
 ) -> list[ShardOutcome]:  # fmt: skip
-    """Execute the plan; shards already in `journal` (a resumed run) are reused, not redone.
-
-    `workers`: processes to use (None: all CPUs, fewer for small jobs; see `worker_count`).
-    """
-    todo = [shard for shard in job.plan if shard.name not in journal.done]
+    """Execute the plan; see `LocalEngine`."""
+    todo = [shard for shard in plan.shards if shard.name not in journal.done]
     total = sum(len(s.tasks) for s in todo)
     seen = [0, 0]
 
@@ -92,23 +102,23 @@ def run_local(
         if progress:
             progress(seen[0], seen[1], total)
 
-    cfg = WorkerConfig(job.opts, staging, job.compression, job.index, job.strict, job.dedupe == "off", job.checksum, job.fsync)
+    cfg = WorkerConfig(settings, staging)
     n = worker_count(workers, len(todo), total)
     timing.workers = n
     closer = ThreadPoolExecutor(1, thread_name_prefix="close-shard")  # fsync + journal, as shards finish
     closing: list[Future] = []
 
     def finished(outcome: ShardOutcome) -> None:
-        closing.append(closer.submit(_finish, outcome, journal, job.fsync))
+        closing.append(closer.submit(_finish, outcome, journal, settings.fsync))
 
     pool = _Pool(cfg, n - 1) if n > 1 else None  # started first: the workers' imports overlap ours
     tf_thread = threading.Thread(target=_import_tf, args=(cfg.staging,), name="import-tensorflow", daemon=True)
     tf_thread.start()
     try:
         if pool is None:
-            drop = _drop_map(job, lambda paths: list(map(encoder.digest_file, paths)))
+            drop = _drop_map(plan, settings, lambda paths: list(map(encoder.digest_file, paths)))
         else:
-            drop = _drop_map(job, lambda paths: pool.digests(paths))
+            drop = _drop_map(plan, settings, lambda paths: pool.digests(paths))
         _Scheduler(todo, cfg, drop, pool, emit, on_progress, finished, tf_thread).run()
     finally:
         if pool is not None:
@@ -117,7 +127,7 @@ def run_local(
         # the import over, since until then fd 2 is silenced and an error message would be lost
     for f in closing:
         f.result()  # re-raises a failed fsync (disk full, I/O error)
-    return [journal.done[shard.name] for shard in job.plan]
+    return [journal.done[shard.name] for shard in plan.shards]
 
 
 def worker_count(requested: int | None, shards: int, images: int) -> int:
@@ -136,7 +146,7 @@ def _finish(outcome: ShardOutcome, journal: Journal, durable: bool) -> None:
     journal.record(outcome)
 
 
-def _write(shard: ShardTask, cfg: WorkerConfig, drop: Mapping[str, tuple[str, str]], on_progress: Progress,
+def _write(shard: PlannedShard, cfg: WorkerConfig, drop: Mapping[str, tuple[str, str]], on_progress: Progress,
            on_skip: Callable[[str, str], None], warming: Callable[[], bool] | None = None) -> ShardOutcome:  # fmt: skip
     """Encode and write one shard in this process (a spawned worker, or a thread of the calling process).
 
@@ -146,12 +156,11 @@ def _write(shard: ShardTask, cfg: WorkerConfig, drop: Mapping[str, tuple[str, st
     and 9% slower).
     """
     batch = _Batcher(on_progress)
-    stream = encoder.encode_shard(shard.tasks, cfg.opts, warming, PREFETCH_BYTES if warming else 0, drop=drop)
+    stream = encoder.encode_shard(shard.tasks, cfg.settings.encode, warming, PREFETCH_BYTES if warming else 0, drop=drop)
     writer_runtime(cfg.staging)  # joins the import
     outcome = writer.write_shard(
-        shard, stream, cfg.staging, compression=cfg.compression, index=cfg.index, strict=cfg.strict,
-        on_skip=on_skip, on_image=batch.add, drop=drop, no_digests=cfg.no_digests, durable=False,
-        checksum=cfg.checksum, writeback=cfg.fsync,
+        shard, stream, cfg.staging, cfg.settings, on_skip=on_skip, on_image=batch.add, drop=drop,
+        durable=False, writeback=cfg.settings.fsync,
     )  # fmt: skip
     batch.flush()
     return outcome
@@ -197,7 +206,7 @@ class _Scheduler:
     (see tf_import), so output is held until it is done.
     """
 
-    def __init__(self, todo: list[ShardTask], cfg: WorkerConfig, drop: dict[str, tuple[str, str]], pool: _Pool | None,
+    def __init__(self, todo: list[PlannedShard], cfg: WorkerConfig, drop: dict[str, tuple[str, str]], pool: _Pool | None,
                  emit: EventSink, on_progress: Progress, finished: Callable[[ShardOutcome], None],
                  tf_thread: threading.Thread) -> None:  # fmt: skip
         self.queue = collections.deque(todo)
@@ -294,10 +303,10 @@ class _Scheduler:
         for item in held:
             self._show(item)
 
-    def _drop_for(self, shard: ShardTask) -> dict[str, tuple[str, str]]:
-        return {t[1]: self.drop[t[1]] for t in shard.tasks if t[1] in self.drop}
+    def _drop_for(self, shard: PlannedShard) -> dict[str, tuple[str, str]]:
+        return {t.rel: self.drop[t.rel] for t in shard.tasks if t.rel in self.drop}
 
-    def _write_here(self, shard: ShardTask) -> None:
+    def _write_here(self, shard: PlannedShard) -> None:
         def progress(images: int, nbytes: int) -> None:
             if self.stop.is_set():
                 raise _Stopped
@@ -338,7 +347,7 @@ class _Pool:
         except BrokenProcessPool:
             raise WorkerDied(_WORKER_DIED) from None
 
-    def submit(self, shard: ShardTask, drop: dict[str, tuple[str, str]], inbox: queue.SimpleQueue) -> None:
+    def submit(self, shard: PlannedShard, drop: dict[str, tuple[str, str]], inbox: queue.SimpleQueue) -> None:
         def done(f: Future) -> None:
             e = f.exception()
             if e is None:
@@ -396,22 +405,22 @@ def _chunks(items: list[Any], size: int) -> list[list[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def _drop_map(job: Job, digest_all: Callable[[list[str]], list[str | None]]) -> dict[str, tuple[str, str]]:
+def _drop_map(plan: Plan, settings: ShardSettings, digest_all: Callable[[list[str]], list[str | None]]) -> dict[str, tuple[str, str]]:
     """--dedupe drop: rel path of each later copy -> (digest, first copy's rel path), in plan order.
 
     Decided before any shard is written, from a content hash of every planned file (~40 us per
     100 KB file), so every shard knows what to leave out whichever worker writes it, and a resumed
     run decides exactly as the first.
     """
-    if job.dedupe != "drop":
+    if settings.dedupe != "drop":
         return {}
-    tasks: list[Task] = [t for shard in job.plan for t in shard.tasks]
-    digests = digest_all([t[0] for t in tasks])
+    tasks: list[Task] = [t for shard in plan.shards for t in shard.tasks]
+    digests = digest_all([t.path for t in tasks])
     first = Deduper("drop")
     out = {}
     for t, d in zip(tasks, digests):
-        if d is not None and (kept := first.admit(d, t[1])) is not None:
-            out[t[1]] = (d, kept)
+        if d is not None and (kept := first.admit(d, t.rel)) is not None:
+            out[t.rel] = (d, kept)
     return out
 
 
@@ -471,7 +480,7 @@ def _import_tf(staging: str) -> None:
         pass
 
 
-def _work(shard: ShardTask, drop: dict[str, tuple[str, str]]) -> dict[str, Any]:
+def _work(shard: PlannedShard, drop: dict[str, tuple[str, str]]) -> dict[str, Any]:
     """Worker entry point: write one shard, return its outcome as plain data."""
     assert _cfg is not None, "_init_worker was not called"
     try:
