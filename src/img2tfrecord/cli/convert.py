@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from img2tfrecord.conversion import options
 from img2tfrecord.errors import Img2TFRecordError, Interrupted, plural
 from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
 
@@ -100,23 +101,23 @@ def _summary_text(s: dict[str, Any]) -> str:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shuffle and of --split.")
 @click.option("--labels", "labels_file", type=click.Path(dir_okay=False, path_type=str), help="File with one class name per line: fixes label order and the subset of classes.")
 @click.option("--label-offset", type=int, default=0, show_default=True, help="Added to every label (Inception's tooling uses 1: 0 = background).")
-@click.option("--encoding", type=click.Choice(["keep", "jpeg", "png", "raw"]), default="keep", show_default=True, help="keep: store the file bytes (transcoding only what TF cannot decode); jpeg/png: re-encode; raw: decoded uint8 pixels.")
+@click.option("--encoding", type=click.Choice(options.ENCODINGS), default="keep", show_default=True, help="keep: store the file bytes (transcoding only what TF cannot decode); jpeg/png: re-encode; raw: decoded uint8 pixels.")
 @click.option("--quality", type=click.IntRange(1, 100), default=95, show_default=True, help="JPEG quality of re-encoded JPEGs: --encoding jpeg, and keep's JPEGs under --resize/--channels.")
 @click.option("--resize", metavar="N|WxH", help="Resize: shorter side to N (aspect kept), or exactly WxH. Implies re-encoding.")
-@click.option("--channels", type=click.Choice(["keep", "1", "3"]), default="keep", show_default=True, help="Convert every image to 1 (grayscale) or 3 (RGB) channels.")
+@click.option("--channels", type=click.Choice(options.CHANNEL_CHOICES), default="keep", show_default=True, help="Convert every image to 1 (grayscale) or 3 (RGB) channels.")
 @click.option("--max-pixels", type=click.IntRange(min=1), default=DEFAULT_MAX_PIXELS, show_default=True, help="Skip images with more pixels than this, before decoding them.")
 @click.option("--validate/--no-validate", default=True, show_default=True, help="Fully decode every image so corrupt files are skipped, not written.")
 @click.option("--strict", is_flag=True, help="Fail (exit 1, publish nothing) if any image is unusable.")
-@click.option("--compression", type=click.Choice(["gzip", "zlib"]), help="Compress the shards (JPEG/PNG payloads barely shrink).")
+@click.option("--compression", type=click.Choice(options.COMPRESSION_CHOICES), help="Compress the shards (JPEG/PNG payloads barely shrink).")
 @click.option("--index", is_flag=True, help="Write a DALI index ({shard}.idx) next to each shard (uncompressed shards only: not with --compression).")
-@click.option("--dedupe", type=click.Choice(["report", "drop", "off"]), default="report", show_default=True, help="Byte-identical images (within a class, across classes = conflicting labels, across splits = leakage): report them, drop all but the first copy, or don't look (saves ~50 bytes of memory per image).")
-@click.option("--checksum", type=click.Choice(["xxh3_128", "sha256", "none"]), default="xxh3_128", show_default=True, help="Checksum of each shard file in dataset.json, checked by inspect --verify and --resume (every record also has its own CRC). xxh3_128 (xxhsum -H2) costs ~10 us per 100 KB image, sha256 (sha256sum) ~55 us.")
+@click.option("--dedupe", type=click.Choice(options.DEDUPE_MODES), default="report", show_default=True, help="Byte-identical images (within a class, across classes = conflicting labels, across splits = leakage): report them, drop all but the first copy, or don't look (saves ~50 bytes of memory per image).")
+@click.option("--checksum", type=click.Choice(options.CHECKSUM_CHOICES), default=options.DEFAULT_CHECKSUM, show_default=True, help="Checksum of each shard file in dataset.json, checked by inspect --verify and --resume (every record also has its own CRC). xxh3_128 (xxhsum -H2) costs ~10 us per 100 KB image, sha256 (sha256sum) ~55 us.")
 @click.option("--fsync/--no-fsync", default=True, show_default=True, help="Flush every shard to disk before publishing, so a power cut cannot leave a published dataset with lost data. --no-fsync leaves that to the OS: faster when the disk writes slower than the conversion runs (the output bytes are the same).")
 @click.option("--overwrite", is_flag=True, help="Replace what a non-empty OUTPUT_DIR holds: a dataset, or the finished shards of an unfinished run.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run of the same command: finished shards (checked by their checksum, or with --checksum none by their record CRCs) are reused; the result is identical. Without --resume, a run over an unfinished one's finished shards needs --overwrite.")
 @click.option("--workers", type=click.IntRange(min=1), help="Worker processes (each encodes and writes whole shards). Default: all CPUs, fewer for small jobs. Output is identical for any value.")
 @click.option("--file-list", metavar="FILE", help="CSV/TSV of path,label_name (or path: CLASS/.../image below INPUT_DIR) to convert instead of walking INPUT_DIR; relative paths are joined to INPUT_DIR.")
-@click.option("--engine", type=click.Choice(["local", "beam"]), default="local", show_default=True, help="local: processes on this machine; beam: Apache Beam (DirectRunner, Dataflow, Flink, Spark), same bytes. Needs: pip install 'img2tfrecord[beam]'.")
+@click.option("--engine", type=click.Choice(options.ENGINES), default="local", show_default=True, help="local: processes on this machine; beam: Apache Beam (DirectRunner, Dataflow, Flink, Spark), same bytes. Needs: pip install 'img2tfrecord[beam]'.")
 @click.option("--beam-options", metavar="'--runner=... ...'", help="Beam pipeline options, as one quoted string. Default: --runner=DirectRunner --direct_running_mode=multi_processing --direct_num_workers=<--workers>.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (classes, counts per split and shard) on stdout, and what the real run would refuse; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
@@ -134,9 +135,6 @@ def convert_command(input_dir: str, output_dir: str, labels_file: str | None, as
     """
     from img2tfrecord.conversion.convert import convert
 
-    if kw.get("beam_options") and kw.get("engine") != "beam":
-        _err("error: --beam-options configures the Beam engine: add --engine beam")
-        sys.exit(2)
     progress = _Progress(enabled=not quiet and not as_json and _stderr_is_terminal() and not kw["dry_run"])
 
     def on_event(kind: str, msg: str) -> None:

@@ -69,6 +69,8 @@ def convert(
         raise UsageError(f"bad --workers {workers}: must be >= 1")
     if engine not in ENGINES:
         raise UsageError(f"bad --engine {engine!r}: choose local or beam")
+    if beam_options and engine != "beam":
+        raise UsageError("--beam-options configures the Beam engine: add --engine beam")
     for path, what in ((input_dir, "input"), (output_dir, "output"), (options.get("file_list") or "", "--file-list")):
         fs.check_remote(path, what)  # a missing file system or an unreachable bucket: one line, before any work
     if engine == "beam":  # before a long listing: Beam installed, options parse, paths fit the runner

@@ -14,8 +14,6 @@ from typing import Any
 
 from img2tfrecord.errors import plural
 
-MODES = ("report", "drop", "off")
-
 
 class Deduper:
     """Decides, in plan order, whether a record is the first copy of its content."""

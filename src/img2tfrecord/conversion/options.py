@@ -7,8 +7,13 @@ from dataclasses import dataclass
 
 from img2tfrecord.errors import UsageError
 from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
+from img2tfrecord.fs import CHECKSUMS
 
+# The allowed values of the options (the CLI's click.Choice lists are these).
 ENGINES = ("local", "beam")
+DEDUPE_MODES = ("report", "drop", "off")
+COMPRESSION_CHOICES = ("gzip", "zlib")
+CHECKSUM_CHOICES = CHECKSUMS
 
 
 def parse_resize(value: str | int | tuple[int, int] | None) -> int | tuple[int, int] | None:

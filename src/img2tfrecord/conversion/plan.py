@@ -10,9 +10,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 from img2tfrecord import fs
-from img2tfrecord.conversion.dedupe import MODES as DEDUPE_MODES
 from img2tfrecord.conversion.options import (
     CHANNEL_CHOICES,
+    DEDUPE_MODES,
     DEFAULT_CHECKSUM,
     ENCODINGS,
     TF_COMPRESSION,
