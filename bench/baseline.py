@@ -34,12 +34,21 @@ def main(input_dir: str, output: str) -> None:
                 with open(os.path.join(input_dir, cls, name), "rb") as f:
                     data = f.read()
                 h, w, c = tf.io.decode_image(data, expand_animations=False).shape
-                example = tf.train.Example(features=tf.train.Features(feature={
-                    "image/encoded": _bytes(data), "image/format": _bytes(b"JPEG"),
-                    "image/height": _int(h), "image/width": _int(w), "image/channels": _int(c),
-                    "image/colorspace": _bytes(b"RGB"), "image/class/label": _int(label),
-                    "image/class/text": _bytes(cls.encode()), "image/filename": _bytes(name.encode()),
-                }))  # fmt: skip
+                example = tf.train.Example(
+                    features=tf.train.Features(
+                        feature={
+                            "image/encoded": _bytes(data),
+                            "image/format": _bytes(b"JPEG"),
+                            "image/height": _int(h),
+                            "image/width": _int(w),
+                            "image/channels": _int(c),
+                            "image/colorspace": _bytes(b"RGB"),
+                            "image/class/label": _int(label),
+                            "image/class/text": _bytes(cls.encode()),
+                            "image/filename": _bytes(name.encode()),
+                        }
+                    )
+                )
                 writer.write(example.SerializeToString())
                 n += 1
                 nbytes += len(data)

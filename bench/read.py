@@ -27,7 +27,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import dataset  # noqa: E402
+import dataset
 
 PY = sys.executable
 BIN = os.path.join(os.path.dirname(PY), "img2tfrecord")
@@ -89,16 +89,28 @@ def run(rounds: int = 3, work: str | None = None) -> dict:
     order = list(CONTENDERS)
     for r in range(rounds):
         for kind in order[r % len(order) :] + order[: r % len(order)]:
-            res = subprocess.run([PY, "-c", READ, kind, out, src, str(SIZE), str(BATCH)], capture_output=True, text=True,
-                                 env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"})  # fmt: skip
+            res = subprocess.run(
+                [PY, "-c", READ, kind, out, src, str(SIZE), str(BATCH)],
+                capture_output=True,
+                text=True,
+                env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"},
+            )
             if res.returncode != 0:
                 raise SystemExit(f"read bench {kind} failed:\n{res.stderr[-2000:]}")
             runs[kind].append(json.loads(res.stdout.strip().splitlines()[-1]))
             last = runs[kind][-1]
-            print(f"  read round {r + 1}/{rounds}: {CONTENDERS[kind]}: first batch {last['first_batch_seconds']:.2f} s, "
-                  f"{last['steady_batches_per_second']:.1f} batches/s", file=sys.stderr)  # fmt: skip
-    med = {k: {m: statistics.median(x[m] for x in v) for m in ("first_batch_seconds", "steady_batches_per_second")} for k, v in runs.items()}
-    print(f"\nread bench: {runs['load'][0]['batches']} batches of {BATCH} ({SIZE}x{SIZE}, decode + resize), medians of {rounds} rounds\n")
+            print(
+                f"  read round {r + 1}/{rounds}: {CONTENDERS[kind]}: first batch {last['first_batch_seconds']:.2f} s, "
+                f"{last['steady_batches_per_second']:.1f} batches/s",
+                file=sys.stderr,
+            )
+    med = {
+        k: {m: statistics.median(x[m] for x in v) for m in ("first_batch_seconds", "steady_batches_per_second")}
+        for k, v in runs.items()
+    }
+    print(
+        f"\nread bench: {runs['load'][0]['batches']} batches of {BATCH} ({SIZE}x{SIZE}, decode + resize), medians of {rounds} rounds\n"
+    )
     header = f"{'contender':40s} {'first batch s':>13s} {'steady batches/s':>16s}"
     print(header)
     print("-" * len(header))
@@ -106,14 +118,29 @@ def run(rounds: int = 3, work: str | None = None) -> dict:
         print(f"{name:40s} {med[k]['first_batch_seconds']:13.2f} {med[k]['steady_batches_per_second']:16.1f}")
     ratio = med["load"]["steady_batches_per_second"] / med["hand"]["steady_batches_per_second"]
     naming = 1 - med["load"]["steady_batches_per_second"] / med["load-unnamed"]["steady_batches_per_second"]
-    per_record_us = (1 / med["load"]["steady_batches_per_second"] - 1 / med["load-unnamed"]["steady_batches_per_second"]) / BATCH * 1e6
+    per_record_us = (
+        (1 / med["load"]["steady_batches_per_second"] - 1 / med["load-unnamed"]["steady_batches_per_second"])
+        / BATCH
+        * 1e6
+    )
     first = med["load"]["first_batch_seconds"]
     print()
     print(f"{'load() first batch (s)':58s} {first:6.2f}{'  ok' if first <= 0.3 else '  MISSED (target <= 0.3)'}")
-    print(f"{'load() / hand-written, steady batches/s':58s} {ratio:6.2f}{'  ok' if ratio >= 0.95 else '  MISSED (target >= 0.95)'}")
-    print(f"{'naming decode errors: share of load() throughput':58s} {naming:6.1%}{'  ok' if naming < 0.02 else '  MISSED (target < 2%)'}")
+    print(
+        f"{'load() / hand-written, steady batches/s':58s} {ratio:6.2f}{'  ok' if ratio >= 0.95 else '  MISSED (target >= 0.95)'}"
+    )
+    print(
+        f"{'naming decode errors: share of load() throughput':58s} {naming:6.1%}{'  ok' if naming < 0.02 else '  MISSED (target < 2%)'}"
+    )
     print(f"{'naming decode errors: cost per record (us)':58s} {per_record_us:6.1f}")
-    return {"rounds": rounds, "medians": med, "runs": runs, "load_vs_hand": ratio, "naming_share": naming, "naming_us_per_record": per_record_us}
+    return {
+        "rounds": rounds,
+        "medians": med,
+        "runs": runs,
+        "load_vs_hand": ratio,
+        "naming_share": naming,
+        "naming_us_per_record": per_record_us,
+    }
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import dataset  # noqa: E402
+import dataset
 
 PY = sys.executable
 BIN = os.path.join(os.path.dirname(PY), "img2tfrecord")
@@ -47,7 +47,9 @@ def report(n, b, t):
     print(json.dumps({"images": n, "bytes": b, "steady_seconds": time.perf_counter() - t}))
 """
 
-COPY = _WALK + """
+COPY = (
+    _WALK
+    + """
 t = time.perf_counter(); n = b = 0
 with open(sys.argv[2], "wb") as out:
     for path in files(sys.argv[1]):
@@ -56,10 +58,15 @@ with open(sys.argv[2], "wb") as out:
         out.write(data); n += 1; b += len(data)
 report(n, b, t)
 """
+)
+
 
 def _decode_loop(setup: str, per_image: str, finish: str) -> str:
     """A one-process loop: read each file and decode it at 1/8 scale (JPEG; others in full)."""
-    return _WALK + setup + """
+    return (
+        _WALK
+        + setup
+        + """
 from PIL import Image
 t = time.perf_counter(); n = b = 0
 for path in files(sys.argv[1]):
@@ -69,9 +76,13 @@ for path in files(sys.argv[1]):
     if im.format == "JPEG":
         im.draft(im.mode, (max(1, im.width // 8), max(1, im.height // 8)))
     im.load(); n += 1; b += len(data)
-""" + per_image + finish + """
+"""
+        + per_image
+        + finish
+        + """
 report(n, b, t)
 """
+    )
 
 
 # The cheapest decode that still reads the whole compressed stream: what default mode must do.
@@ -127,7 +138,9 @@ def _tree_memory(proc: psutil.Process, with_pss: bool) -> tuple[float, float]:
 def run_once(argv: list[str]) -> dict:
     """Run one contender; return its JSON report plus wall time and peak tree memory."""
     start = time.perf_counter()
-    proc = psutil.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"})
+    proc = psutil.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"}
+    )
     peak_rss = peak_pss = 0.0
     samples = 0
     while proc.poll() is None:
@@ -163,18 +176,31 @@ def contenders(quick: bool) -> list[Contender]:
         Contender("copy limit (python read+append)", [PY, "-c", COPY, "{data}", "{out}/copy.bin"]),
         Contender("decode floor (1 process, draft decode)", [PY, "-c", DECODE, "{data}"]),
         Contender("decode+write floor (1 process)", [PY, "-c", DECODE_WRITE, "{data}", "{out}/floor.tfrecord"]),
-        Contender("baseline (tutorial, 1 process)", [PY, os.path.join(os.path.dirname(__file__), "baseline.py"), "{data}", "{out}/base.tfrecord"]),
+        Contender(
+            "baseline (tutorial, 1 process)",
+            [PY, os.path.join(os.path.dirname(__file__), "baseline.py"), "{data}", "{out}/base.tfrecord"],
+        ),
         Contender(f"ours default, {CORES} workers", convert + ["--workers", str(CORES)]),
         Contender("ours default, 1 worker", convert + ["--workers", "1"]),
         Contender(f"ours keep --no-validate, {CORES} workers", convert + ["--no-validate", "--workers", str(CORES)]),
-        Contender(f"ours jpeg --resize 256, {CORES} workers", convert + ["--encoding", "jpeg", "--resize", "256", "--workers", str(CORES)]),
-        Contender("ours jpeg --resize 256, 1 worker", convert + ["--encoding", "jpeg", "--resize", "256", "--workers", "1"]),
+        Contender(
+            f"ours jpeg --resize 256, {CORES} workers",
+            convert + ["--encoding", "jpeg", "--resize", "256", "--workers", str(CORES)],
+        ),
+        Contender(
+            "ours jpeg --resize 256, 1 worker", convert + ["--encoding", "jpeg", "--resize", "256", "--workers", "1"]
+        ),
     ]
     if os.environ.get("BENCH_BEAM", "1") != "0":
         try:
             import apache_beam  # noqa: F401
 
-            cs.append(Contender(f"ours default, Beam DirectRunner {CORES} workers", convert + ["--engine", "beam", "--workers", str(CORES)]))
+            cs.append(
+                Contender(
+                    f"ours default, Beam DirectRunner {CORES} workers",
+                    convert + ["--engine", "beam", "--workers", str(CORES)],
+                )
+            )
         except ImportError:
             pass
     return [c for c in cs if not quick or "1 worker" not in c.name]
@@ -218,12 +244,17 @@ def main() -> None:
                 if argv[:2] == [BIN, "convert"]:
                     shutil.rmtree(out)  # convert wants a fresh output directory
                 c.runs.append(run_once(argv))
-                print(f"  round {r + 1}/{args.rounds}: {c.name}: {c.runs[-1]['steady_images_per_second']:.0f} img/s steady", file=sys.stderr)
+                print(
+                    f"  round {r + 1}/{args.rounds}: {c.name}: {c.runs[-1]['steady_images_per_second']:.0f} img/s steady",
+                    file=sys.stderr,
+                )
         memory = {}
         if not args.quick:
             for n in (4000, 16000):
                 out = os.path.join(work, f"mem{n}")
-                memory[n] = run_once([BIN, "convert", dataset.make(n), out, "--json", "--quiet", "--workers", str(CORES)])["peak_rss_mb"]
+                memory[n] = run_once(
+                    [BIN, "convert", dataset.make(n), out, "--json", "--quiet", "--workers", str(CORES)]
+                )["peak_rss_mb"]
                 shutil.rmtree(out, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -232,50 +263,91 @@ def main() -> None:
     help_convert, tf_convert = help_seconds(["convert", "--help"])
     by = {c.name: c for c in cs}
     rows = []
-    print(f"\nimg2tfrecord bench: {args.images} images ({sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(data) for f in fs) / 1e6:.0f} MB), "
-          f"{CORES} cores, {platform.processor() or platform.machine()}, medians of {args.rounds} rounds\n")
+    print(
+        f"\nimg2tfrecord bench: {args.images} images ({sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(data) for f in fs) / 1e6:.0f} MB), "
+        f"{CORES} cores, {platform.processor() or platform.machine()}, medians of {args.rounds} rounds\n"
+    )
     header = f"{'contender':46s} {'img/s':>7s} {'MB/s':>7s} {'steady img/s':>12s} {'steady MB/s':>11s} {'peak RSS MB':>11s} {'peak PSS MB':>11s}"
     print(header)
     print("-" * len(header))
     for c in cs:
         row = {k: c.median(k) for k in c.runs[0]}
         rows.append({"name": c.name, **row, "runs": c.runs})
-        print(f"{c.name:46s} {row['images_per_second']:7.0f} {row['mb_per_second']:7.1f} {row['steady_images_per_second']:12.0f} "
-              f"{row['steady_mb_per_second']:11.1f} {row['peak_rss_mb']:11.0f} {row['peak_pss_mb']:11.0f}")
+        print(
+            f"{c.name:46s} {row['images_per_second']:7.0f} {row['mb_per_second']:7.1f} {row['steady_images_per_second']:12.0f} "
+            f"{row['steady_mb_per_second']:11.1f} {row['peak_rss_mb']:11.0f} {row['peak_pss_mb']:11.0f}"
+        )
 
     def m(name: str, key: str) -> float:
         return by[name].median(key)
 
     all_default, one_default = f"ours default, {CORES} workers", "ours default, 1 worker"
-    nv, jpeg_all, jpeg_one = f"ours keep --no-validate, {CORES} workers", f"ours jpeg --resize 256, {CORES} workers", "ours jpeg --resize 256, 1 worker"
+    nv, jpeg_all, jpeg_one = (
+        f"ours keep --no-validate, {CORES} workers",
+        f"ours jpeg --resize 256, {CORES} workers",
+        "ours jpeg --resize 256, 1 worker",
+    )
     ideal = CORES * m("decode floor (1 process, draft decode)", "steady_images_per_second")
     ratios = {
-        "keep --no-validate / copy limit (steady MB/s)": (m(nv, "steady_mb_per_second") / m("copy limit (python read+append)", "steady_mb_per_second"), 0.5),
-        "default / ideal (cores x decode floor, steady img/s)": (m(all_default, "steady_images_per_second") / ideal, 0.9),
-        "default / baseline (whole process img/s)": (m(all_default, "images_per_second") / m("baseline (tutorial, 1 process)", "images_per_second"), 2.0),
+        "keep --no-validate / copy limit (steady MB/s)": (
+            m(nv, "steady_mb_per_second") / m("copy limit (python read+append)", "steady_mb_per_second"),
+            0.5,
+        ),
+        "default / ideal (cores x decode floor, steady img/s)": (
+            m(all_default, "steady_images_per_second") / ideal,
+            0.9,
+        ),
+        "default / baseline (whole process img/s)": (
+            m(all_default, "images_per_second") / m("baseline (tutorial, 1 process)", "images_per_second"),
+            2.0,
+        ),
     }
     if not args.quick:
-        ratios["default: all cores / 1 worker (steady img/s)"] = (m(all_default, "steady_images_per_second") / m(one_default, "steady_images_per_second"), 1.8)
-        ratios["jpeg --resize 256: all cores / 1 worker (steady img/s)"] = (m(jpeg_all, "steady_images_per_second") / m(jpeg_one, "steady_images_per_second"), 1.8)
+        ratios["default: all cores / 1 worker (steady img/s)"] = (
+            m(all_default, "steady_images_per_second") / m(one_default, "steady_images_per_second"),
+            1.8,
+        )
+        ratios["jpeg --resize 256: all cores / 1 worker (steady img/s)"] = (
+            m(jpeg_all, "steady_images_per_second") / m(jpeg_one, "steady_images_per_second"),
+            1.8,
+        )
     ratios["default / (cores x decode+write floor), steady img/s"] = (
-        m(all_default, "steady_images_per_second") / (CORES * m("decode+write floor (1 process)", "steady_images_per_second")), None)
+        m(all_default, "steady_images_per_second")
+        / (CORES * m("decode+write floor (1 process)", "steady_images_per_second")),
+        None,
+    )
     ratios["decode+write floor / decode floor (1 process, steady)"] = (
-        m("decode+write floor (1 process)", "steady_images_per_second") / m("decode floor (1 process, draft decode)", "steady_images_per_second"), None)
+        m("decode+write floor (1 process)", "steady_images_per_second")
+        / m("decode floor (1 process, draft decode)", "steady_images_per_second"),
+        None,
+    )
     beam = next((c.name for c in cs if "Beam" in c.name), None)
     if beam:
-        ratios["Beam DirectRunner / local (whole process img/s)"] = (m(beam, "images_per_second") / m(all_default, "images_per_second"), None)
+        ratios["Beam DirectRunner / local (whole process img/s)"] = (
+            m(beam, "images_per_second") / m(all_default, "images_per_second"),
+            None,
+        )
     print()
     for name, (value, target) in ratios.items():
         verdict = "" if target is None else ("  ok" if value >= target else f"  MISSED (target >= {target})")
         print(f"{name:58s} {value:6.2f}{verdict}")
-    print(f"{'peak memory, ' + all_default + ' (RSS sum, MB)':58s} {m(all_default, 'peak_rss_mb'):6.0f}{'  ok' if m(all_default, 'peak_rss_mb') <= 1200 else '  MISSED (target <= 1200)'}")
+    print(
+        f"{'peak memory, ' + all_default + ' (RSS sum, MB)':58s} {m(all_default, 'peak_rss_mb'):6.0f}{'  ok' if m(all_default, 'peak_rss_mb') <= 1200 else '  MISSED (target <= 1200)'}"
+    )
     if memory:
         diff = memory[16000] - memory[4000]
-        print(f"{'peak RSS 16,000 images - 4,000 images (MB)':58s} {diff:6.0f}{'  ok' if abs(diff) < 50 else '  MISSED (target < 50)'}")
+        print(
+            f"{'peak RSS 16,000 images - 4,000 images (MB)':58s} {diff:6.0f}{'  ok' if abs(diff) < 50 else '  MISSED (target < 50)'}"
+        )
     print(f"{'img2tfrecord --help (s), imports TensorFlow':58s} {help_top:6.2f}  {tf_top}")
     print(f"{'img2tfrecord convert --help (s), imports TensorFlow':58s} {help_convert:6.2f}  {tf_convert}")
     result = {
-        "machine": {"cores": CORES, "processor": platform.processor(), "python": platform.python_version(), "memory_gb": round(psutil.virtual_memory().total / 2**30)},
+        "machine": {
+            "cores": CORES,
+            "processor": platform.processor(),
+            "python": platform.python_version(),
+            "memory_gb": round(psutil.virtual_memory().total / 2**30),
+        },
         "dataset": {"images": args.images, "path": data},
         "rounds": args.rounds,
         "contenders": rows,

@@ -127,8 +127,15 @@ def png_bytes(arr: np.ndarray, color_type: int, depth: int, extra_idat: bytes = 
     rows = arr.astype(dtype).reshape(h, -1).view(np.uint8).reshape(h, -1)
     raw = b"".join(b"\0" + rows[y].tobytes() for y in range(h))
     ihdr = struct.pack(">IIBBBBB", w, h, depth, color_type, 0, 0, 0)
-    return b"".join([b"\x89PNG\r\n\x1a\n", _png_chunk(b"IHDR", ihdr), *chunks,
-                     _png_chunk(b"IDAT", zlib.compress(raw) + extra_idat), _png_chunk(b"IEND", b"")])  # fmt: skip
+    return b"".join(
+        [
+            b"\x89PNG\r\n\x1a\n",
+            _png_chunk(b"IHDR", ihdr),
+            *chunks,
+            _png_chunk(b"IDAT", zlib.compress(raw) + extra_idat),
+            _png_chunk(b"IEND", b""),
+        ]
+    )
 
 
 def bmp_bytes(arr: np.ndarray, bits: int, palette: np.ndarray | None = None, rle8: bool = False) -> bytes:
@@ -143,7 +150,11 @@ def bmp_bytes(arr: np.ndarray, bits: int, palette: np.ndarray | None = None, rle
         elif bits == 8:
             row = bytes(r.astype(np.uint8))
         else:  # 16-bit 5-5-5 from RGB
-            r16 = ((r[:, 0].astype(np.uint16) >> 3) << 10) | ((r[:, 1].astype(np.uint16) >> 3) << 5) | (r[:, 2].astype(np.uint16) >> 3)
+            r16 = (
+                ((r[:, 0].astype(np.uint16) >> 3) << 10)
+                | ((r[:, 1].astype(np.uint16) >> 3) << 5)
+                | (r[:, 2].astype(np.uint16) >> 3)
+            )
             row = r16.astype("<u2").tobytes()
         if rle8:
             enc = bytearray()
@@ -158,7 +169,20 @@ def bmp_bytes(arr: np.ndarray, bits: int, palette: np.ndarray | None = None, rle
         rows[-1] += b"\0\1"  # end of bitmap
     pixels = b"".join(rows)
     pal = b"".join(bytes((int(c[2]), int(c[1]), int(c[0]), 0)) for c in palette) if palette is not None else b""
-    info = struct.pack("<IiiHHIIiiII", 40, w, h, 1, bits, 1 if rle8 else 0, len(pixels), 2835, 2835, len(palette) if palette is not None else 0, 0)
+    info = struct.pack(
+        "<IiiHHIIiiII",
+        40,
+        w,
+        h,
+        1,
+        bits,
+        1 if rle8 else 0,
+        len(pixels),
+        2835,
+        2835,
+        len(palette) if palette is not None else 0,
+        0,
+    )
     offset = 14 + len(info) + len(pal)
     return b"BM" + struct.pack("<IHHI", offset + len(pixels), 0, 0, offset) + info + pal + pixels
 
@@ -167,15 +191,27 @@ def tiff_rgb16_bytes(arr: np.ndarray) -> bytes:
     """An uncompressed 48-bit RGB TIFF (a scanner's), little-endian: Pillow cannot write one."""
     h, w, _ = arr.shape
     pixels = arr.astype("<u2").tobytes()
-    entries = [(256, 4, 1, w), (257, 4, 1, h), (258, 3, 3, None), (259, 3, 1, 1), (262, 3, 1, 2), (273, 4, 1, None),
-               (277, 3, 1, 3), (278, 4, 1, h), (279, 4, 1, len(pixels)), (284, 3, 1, 1)]  # fmt: skip
+    entries = [
+        (256, 4, 1, w),
+        (257, 4, 1, h),
+        (258, 3, 3, None),
+        (259, 3, 1, 1),
+        (262, 3, 1, 2),
+        (273, 4, 1, None),
+        (277, 3, 1, 3),
+        (278, 4, 1, h),
+        (279, 4, 1, len(pixels)),
+        (284, 3, 1, 1),
+    ]
     ifd_size = 2 + 12 * len(entries) + 4
     bits_at = 8 + ifd_size
     data_at = bits_at + 6
     out = bytearray(b"II*\0" + struct.pack("<I", 8) + struct.pack("<H", len(entries)))
     for tag, typ, count, value in entries:
         value = {258: bits_at, 273: data_at}.get(tag, value)
-        out += struct.pack("<HHI", tag, typ, count) + (struct.pack("<HH", value, 0) if typ == 3 and count == 1 else struct.pack("<I", value))
+        out += struct.pack("<HHI", tag, typ, count) + (
+            struct.pack("<HH", value, 0) if typ == 3 and count == 1 else struct.pack("<I", value)
+        )
     out += struct.pack("<I", 0) + struct.pack("<HHH", 16, 16, 16) + pixels
     return bytes(out)
 
@@ -208,7 +244,9 @@ def _jpeg_with_scan_damage(kind: str) -> bytes:
     elif kind == "rst":
         data[mid:mid] = b"\xff\xd3"
     elif kind == "random":
-        data[mid : mid + 64] = np.random.default_rng(1).integers(0, 255, 64, dtype=np.uint8).tobytes().replace(b"\xff", b"\x00")
+        data[mid : mid + 64] = (
+            np.random.default_rng(1).integers(0, 255, 64, dtype=np.uint8).tobytes().replace(b"\xff", b"\x00")
+        )
     elif kind == "truncated":
         del data[mid:]
     return bytes(data)
@@ -225,8 +263,14 @@ ARITHMETIC_JPEG = base64.b64decode(
 PNG_MODES = ["1", "L", "L+tRNS", "LA", "P", "P+tRNS", "RGB", "RGB+tRNS", "RGBA", "I;16", "I;16+tRNS"]
 TIFF_MODES = ["1", "L", "LA", "P", "PA", "I;16", "I;16B", "I", "F", "RGB", "RGBA", "CMYK", "YCbCr"]
 TIFF_COMPRESSIONS = [None, "tiff_lzw", "tiff_adobe_deflate", "packbits"]
-JPEG_KINDS = {"L": {}, "RGB": {}, "CMYK": {}, "progressive": {"progressive": True},
-              "444": {"subsampling": 0}, "420": {"subsampling": 2}}  # fmt: skip
+JPEG_KINDS = {
+    "L": {},
+    "RGB": {},
+    "CMYK": {},
+    "progressive": {"progressive": True},
+    "444": {"subsampling": 0},
+    "420": {"subsampling": 2},
+}
 ORIENTATIONS = range(1, 9)
 
 
@@ -236,7 +280,12 @@ def _png_case(mode: str, o: int) -> bytes:
     kw: dict = {"exif": _exif(o)} if o != 1 else {}
     im = _mode_image(base, rgb, g16)
     if mode.endswith("+tRNS"):
-        kw["transparency"] = {"L": int(rgb[0, 0, 0]), "P": 0, "RGB": tuple(int(v) for v in rgb[0, 0]), "I;16": int(g16[0, 0])}[base]
+        kw["transparency"] = {
+            "L": int(rgb[0, 0, 0]),
+            "P": 0,
+            "RGB": tuple(int(v) for v in rgb[0, 0]),
+            "I;16": int(g16[0, 0]),
+        }[base]
         if base == "L":
             im = Image.fromarray(rgb[..., 0])
     return _save(im, "PNG", **kw)
@@ -287,13 +336,21 @@ def matrix() -> list[Case]:
     cases.append(Case("gif_frames.gif", buf.getvalue(), tags={"animated"}))
     cases.append(Case("png_RGB16.png", png_bytes(np.dstack([g16, g16 * 2, g16 * 3]), 2, 16), tags={"rgb16"}))
     cases.append(Case("jpg_arithmetic.jpg", ARITHMETIC_JPEG, lossy_source=True))
-    cases.append(Case("tif_RGB16_raw.tif", tiff_rgb16_bytes(np.dstack([g16, g16 * 2, g16 * 3])), tags={"rgb16", "reduced"}))
+    cases.append(
+        Case("tif_RGB16_raw.tif", tiff_rgb16_bytes(np.dstack([g16, g16 * 2, g16 * 3])), tags={"rgb16", "reduced"})
+    )
     cases.append(Case("png_RGBA16.png", png_bytes(np.dstack([g16, g16 * 2, g16 * 3, g16 * 4]), 6, 16), tags={"rgb16"}))
     cases.append(Case("png_oversized_idat.png", png_bytes(rgb, 2, 8, extra_idat=b"\0" * 8_100_000)))
     bad_crc = bytearray(png_bytes(rgb, 2, 8))
     bad_crc[bad_crc.index(b"IEND") - 8] ^= 1  # the IDAT CRC: Pillow does not check it, libpng (TensorFlow) does
     cases.append(Case("png_bad_idat_crc.png", bytes(bad_crc), tags={"tf_rejects"}))
-    cases.append(Case("tif_I_beyond16.tif", _save(Image.fromarray(upright_gray16().astype(np.int32) * 200, "I"), "TIFF"), skip=r"16 bits"))
+    cases.append(
+        Case(
+            "tif_I_beyond16.tif",
+            _save(Image.fromarray(upright_gray16().astype(np.int32) * 200, "I"), "TIFF"),
+            skip=r"16 bits",
+        )
+    )
     return cases
 
 
@@ -302,7 +359,13 @@ def damaged() -> list[Case]:
     tiff_head = b"II*\0" + struct.pack("<I", 8) + b"\xff" * 40
     png_head = b"\x89PNG\r\n\x1a\n" + b"\x13" * 40
     gif_head = b"GIF89a" + b"\x01\x00\x01\x00" + b"\xff" * 30
-    sof12 = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00" + b"\xff\xc1\x00\x0b\x0c\x00\x10\x00\x10\x01\x01\x11\x00" + b"\xff\xda\x00\x08\x01\x01\x00\x00\x3f\x00" + b"\x00" * 64 + b"\xff\xd9"
+    sof12 = (
+        b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00"
+        + b"\xff\xc1\x00\x0b\x0c\x00\x10\x00\x10\x01\x01\x11\x00"
+        + b"\xff\xda\x00\x08\x01\x01\x00\x00\x3f\x00"
+        + b"\x00" * 64
+        + b"\xff\xd9"
+    )
     return [
         Case("bad_tiff_header.tif", tiff_head, skip=r"^TIFF \(II\*\)"),
         Case("bad_png_header.png", png_head, skip=r"^PNG"),

@@ -38,7 +38,9 @@ def save(im: Image.Image, path: Path, fmt: str | None = None, **kw: Any) -> Path
     return path
 
 
-def make_dataset(root: Path, classes: dict[str, int], *, seed: int = 0, size: tuple[int, int] = (40, 30)) -> dict[str, list[Path]]:
+def make_dataset(
+    root: Path, classes: dict[str, int], *, seed: int = 0, size: tuple[int, int] = (40, 30)
+) -> dict[str, list[Path]]:
     """root/CLASS/img_NNN.{jpg,png}: alternating JPEG and PNG, varied sizes."""
     rnd = random.Random(seed)
     out: dict[str, list[Path]] = {}

@@ -74,16 +74,39 @@ class Item:
 
     def serialize(self) -> bytes:
         return serialize_example(
-            encoded=self.encoded, image_format=self.fmt, height=self.h, width=self.w, channels=self.channels,
-            label=self.label, text=self.cls.encode(), filename=self.filename.encode(),
-        )  # fmt: skip
+            encoded=self.encoded,
+            image_format=self.fmt,
+            height=self.h,
+            width=self.w,
+            channels=self.channels,
+            label=self.label,
+            text=self.cls.encode(),
+            filename=self.filename.encode(),
+        )
 
 
 # (format, mode) pairs whose TensorFlow-decoded channel count is the mode's
-VARIANTS = [("JPEG", "RGB"), ("PNG", "RGBA"), ("PNG", "L"), ("BMP", "RGB"), ("RAW", "RGB"), ("PNG", "LA"), ("JPEG", "L"), ("RAW", "RGBA")]
+VARIANTS = [
+    ("JPEG", "RGB"),
+    ("PNG", "RGBA"),
+    ("PNG", "L"),
+    ("BMP", "RGB"),
+    ("RAW", "RGB"),
+    ("PNG", "LA"),
+    ("JPEG", "L"),
+    ("RAW", "RGBA"),
+]
 
 
-def make_items(classes: list[str], per_class: dict[str, int], *, split: str = "train", variants=VARIANTS, label_offset: int = 0, seed: int = 0) -> list[Item]:
+def make_items(
+    classes: list[str],
+    per_class: dict[str, int],
+    *,
+    split: str = "train",
+    variants=VARIANTS,
+    label_offset: int = 0,
+    seed: int = 0,
+) -> list[Item]:
     """Images of every class, cycling through formats/modes and a few sizes."""
     items = []
     k = seed
@@ -130,8 +153,12 @@ def write_dataset(
                     w.write(rec)
                     idx_lines.append(f"{offset} {len(rec) + 16}\n")
                     offset += len(rec) + 16
-            entry = {"file": name, "records": b - a, "bytes": (out / name).stat().st_size,
-                     "sha256": hashlib.sha256((out / name).read_bytes()).hexdigest()}  # fmt: skip
+            entry = {
+                "file": name,
+                "records": b - a,
+                "bytes": (out / name).stat().st_size,
+                "sha256": hashlib.sha256((out / name).read_bytes()).hexdigest(),
+            }
             if index:
                 (out / (name + ".idx")).write_text("".join(idx_lines))
                 entry["index"] = name + ".idx"
@@ -143,8 +170,13 @@ def write_dataset(
         "tool": {"name": "img2tfrecord", "version": "0.1.0", "engine": "local"},
         "classes": classes,
         "label_offset": label_offset,
-        "options": {"seed": 0, "encoding": "keep", "compression": compression, "index": index,
-                    "shards": shards},  # fmt: skip
+        "options": {
+            "seed": 0,
+            "encoding": "keep",
+            "compression": compression,
+            "index": index,
+            "shards": shards,
+        },
         "features": dict(FEATURE_TYPES),
         "splits": splits,
         "skipped": [],

@@ -15,9 +15,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
 from conftest import make_dataset, read_records, tree_with_broken
 
-needs_beam = pytest.mark.skipif(importlib.util.find_spec("apache_beam") is None, reason="the beam extra is not installed: pip install -e '.[test,beam]'")
+needs_beam = pytest.mark.skipif(
+    importlib.util.find_spec("apache_beam") is None,
+    reason="the beam extra is not installed: pip install -e '.[test,beam]'",
+)
 
 BEAM_OPTIONS = "--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing"
 OPTIONS = ["--split", "train=0.75,validation=0.25", "--shards", "train=3,validation=1", "--index"]
@@ -50,9 +54,19 @@ def both_engines(tmp_path_factory):
         os.dup2(sink.fileno(), 2)
         try:
             beam = runner.invoke(
-                main, ["convert", str(root), str(base / "beam"), *OPTIONS, "--engine", "beam", "--beam-options", BEAM_OPTIONS],
+                main,
+                [
+                    "convert",
+                    str(root),
+                    str(base / "beam"),
+                    *OPTIONS,
+                    "--engine",
+                    "beam",
+                    "--beam-options",
+                    BEAM_OPTIONS,
+                ],
                 catch_exceptions=False,
-            )  # fmt: skip
+            )
         finally:
             os.dup2(saved, 2)
             os.close(saved)
@@ -68,7 +82,9 @@ def test_beam_writes_the_local_engines_bytes(both_engines):
     assert beam.exit_code == 0, beam.output
     a, b = dataset_files(local_out), dataset_files(beam_out)
     assert sorted(a) == sorted(b)
-    assert [n for n in a if n.endswith(".idx")] == [f"train-0000{i}-of-00003.idx" for i in range(3)] + ["validation-00000-of-00001.idx"]
+    assert [n for n in a if n.endswith(".idx")] == [f"train-0000{i}-of-00003.idx" for i in range(3)] + [
+        "validation-00000-of-00001.idx"
+    ]
     for name in a:
         if name != "dataset.json":
             assert a[name] == b[name], name  # shards, DALI indexes, labels.txt
@@ -114,9 +130,13 @@ def test_missing_beam_is_a_usage_error_with_the_install_command(cli, tmp_path, m
     ("args", "message"),
     [
         (["--beam-options", "--runner=DirectRunner"], "add --engine beam"),
-        pytest.param(["--engine", "beam", "--beam-options", "--runner='unclosed"], "No closing quotation", marks=needs_beam),
+        pytest.param(
+            ["--engine", "beam", "--beam-options", "--runner='unclosed"], "No closing quotation", marks=needs_beam
+        ),
         pytest.param(["--engine", "beam", "--beam-options", "--runner=NoSuchRunner"], "NoSuchRunner", marks=needs_beam),
-        pytest.param(["--engine", "beam", "--beam-options", "--runner=DataflowRunner --project=p"], "gs://", marks=needs_beam),
+        pytest.param(
+            ["--engine", "beam", "--beam-options", "--runner=DataflowRunner --project=p"], "gs://", marks=needs_beam
+        ),
     ],
 )
 def test_bad_beam_options_are_usage_errors(cli, tmp_path, args, message):
@@ -132,14 +152,24 @@ def test_default_flags_fill_only_what_the_user_did_not_say():
     from img2tfrecord.conversion.engines.beam import pipeline_flags, unknown_options
 
     assert pipeline_flags(None, workers=8, shards=3) == [
-        "--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=3",
+        "--runner=DirectRunner",
+        "--direct_running_mode=multi_processing",
+        "--direct_num_workers=3",
         "--default_sdk_harness_log_level=ERROR",
-    ]  # fmt: skip
+    ]
     flags = pipeline_flags("--direct_num_workers 5 --default_sdk_harness_log_level=INFO", workers=2, shards=9)
-    assert flags == ["--runner=DirectRunner", "--direct_num_workers", "5", "--default_sdk_harness_log_level=INFO", "--direct_running_mode=multi_processing"]
+    assert flags == [
+        "--runner=DirectRunner",
+        "--direct_num_workers",
+        "5",
+        "--default_sdk_harness_log_level=INFO",
+        "--direct_running_mode=multi_processing",
+    ]
     flink = pipeline_flags("--runner=FlinkRunner --parallelism=4", workers=2, shards=9)
     assert not any(f.startswith("--direct") for f in flink)
-    assert unknown_options(["--runner=DirectRunner", "--direct_num_worker=2"]) == ["--direct_num_worker=2 (did you mean --direct_num_workers?)"]
+    assert unknown_options(["--runner=DirectRunner", "--direct_num_worker=2"]) == [
+        "--direct_num_worker=2 (did you mean --direct_num_workers?)"
+    ]
 
 
 @needs_beam
@@ -182,9 +212,14 @@ def test_remote_input_and_output_give_the_same_bytes(both_engines):
     ram_upload(root, "ram://t1/in")
     events: list[str] = []
     summary = convert(
-        "ram://t1/in", "ram://t1/out", workers=1, split="train=0.75,validation=0.25",
-        shards="train=3,validation=1", index=True, on_event=lambda kind, msg: events.append(msg),
-    )  # fmt: skip
+        "ram://t1/in",
+        "ram://t1/out",
+        workers=1,
+        split="train=0.75,validation=0.25",
+        shards="train=3,validation=1",
+        index=True,
+        on_event=lambda kind, msg: events.append(msg),
+    )
     assert summary["skipped_count"] == 3 and len([e for e in events if "broken_" in e]) == 3
     assert ram_files("ram://t1/out") == dataset_files(local_out)  # dataset.json included: engine local
 
@@ -202,9 +237,15 @@ def test_beam_on_remote_paths_with_a_file_list(both_engines):
     with tensorflow().io.gfile.GFile("ram://t2/list.csv", "w") as f:
         f.write("path\n" + "\n".join(reversed(rows)) + "\n")
     convert(
-        "ram://t2/in", "ram://t2/out", engine="beam", beam_options="--direct_running_mode=in_memory",
-        file_list="ram://t2/list.csv", split="train=0.75,validation=0.25", shards="train=3,validation=1", index=True,
-    )  # fmt: skip
+        "ram://t2/in",
+        "ram://t2/out",
+        engine="beam",
+        beam_options="--direct_running_mode=in_memory",
+        file_list="ram://t2/list.csv",
+        split="train=0.75,validation=0.25",
+        shards="train=3,validation=1",
+        index=True,
+    )
     got, want = ram_files("ram://t2/out"), dataset_files(local_out)
     assert sorted(got) == sorted(want)
     for name in want:

@@ -16,20 +16,45 @@ import time
 from pathlib import Path
 
 import pytest
+
 from conftest import make_dataset, read_records
 
 ROOT = Path(__file__).resolve().parents[1]
-NOISE = ("I0000", "W0000", "E0000", "cuda", "oneDNN", "cpu_feature_guard", "absl", "WARNING: All log", "Traceback", "rebuild TensorFlow")
+NOISE = (
+    "I0000",
+    "W0000",
+    "E0000",
+    "cuda",
+    "oneDNN",
+    "cpu_feature_guard",
+    "absl",
+    "WARNING: All log",
+    "Traceback",
+    "rebuild TensorFlow",
+)
 
 
 def run(*args: str, **kw) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP")}  # the tool must quieten TF itself
-    return subprocess.run([sys.executable, "-m", "img2tfrecord", *map(str, args)], capture_output=True, text=True, env=env, timeout=300, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "img2tfrecord", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        **kw,
+    )
 
 
 def start(*args: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP")}
-    return subprocess.Popen([sys.executable, "-m", "img2tfrecord", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "img2tfrecord", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def shard_names(out: Path) -> list[str]:
@@ -37,7 +62,9 @@ def shard_names(out: Path) -> list[str]:
 
 
 def digest(out: Path) -> dict[str, str]:
-    return {n: hashlib.sha256((out / n).read_bytes()).hexdigest() for n in shard_names(out) + ["dataset.json", "labels.txt"]}
+    return {
+        n: hashlib.sha256((out / n).read_bytes()).hexdigest() for n in shard_names(out) + ["dataset.json", "labels.txt"]
+    }
 
 
 def test_sample_data_conversion_is_quiet_and_scriptable(tmp_path):
@@ -63,7 +90,9 @@ def test_sample_data_conversion_is_quiet_and_scriptable(tmp_path):
 def test_usage_error_is_one_line_exit_2(tmp_path):
     res = run("convert", tmp_path / "nope", tmp_path / "out")
     assert res.returncode == 2
-    assert res.stderr.strip().count("\n") == 0 and res.stderr.startswith("error: input") and "does not exist" in res.stderr
+    assert (
+        res.stderr.strip().count("\n") == 0 and res.stderr.startswith("error: input") and "does not exist" in res.stderr
+    )
     res = run("convert", ROOT / "sample_data", tmp_path / "out", "--shards", "many")
     assert res.returncode == 2 and "--shards" in res.stderr and "Traceback" not in res.stderr
 

@@ -22,6 +22,9 @@ import re
 
 import numpy as np
 import pytest
+from PIL import Image, ImageOps
+
+import img2tfrecord
 from conformance_cases import (
     Case,
     H,
@@ -32,9 +35,6 @@ from conformance_cases import (
     upright_rgb,
     write,
 )
-from PIL import Image, ImageOps
-
-import img2tfrecord
 from img2tfrecord.format.images import png_header
 
 ENCODINGS = ("keep", "png", "jpeg", "raw")
@@ -62,10 +62,21 @@ def converted(tree, encoding: str) -> tuple[dict[str, dict], dict[str, str]]:
         records = {}
         for raw in tf.data.TFRecordDataset(files).as_numpy_iterator():
             ex = tf.train.Example.FromString(raw).features.feature
-            b = lambda k: ex[k].bytes_list.value[0]  # noqa: E731
-            i = lambda k: ex[k].int64_list.value[0]  # noqa: E731
-            rec = {"encoded": b("image/encoded"), "format": b("image/format").decode(), "colorspace": b("image/colorspace").decode(),
-                   "height": i("image/height"), "width": i("image/width"), "channels": i("image/channels")}  # fmt: skip
+
+            def b(k: str, ex=ex) -> bytes:
+                return ex[k].bytes_list.value[0]
+
+            def i(k: str, ex=ex) -> int:
+                return ex[k].int64_list.value[0]
+
+            rec = {
+                "encoded": b("image/encoded"),
+                "format": b("image/format").decode(),
+                "colorspace": b("image/colorspace").decode(),
+                "height": i("image/height"),
+                "width": i("image/width"),
+                "channels": i("image/channels"),
+            }
             records[b("image/filename").decode().split("/")[-1]] = rec
         skipped = {s["path"].split("/")[-1]: s["reason"] for s in manifest["skipped"]}
         _RESULTS[encoding] = records, skipped
@@ -163,7 +174,9 @@ def test_record_decodes_as_declared_and_holds_the_source_pixels(tree, encoding, 
     lossy = encoding == "jpeg" or rec["format"] == "JPEG"
     if lossy:
         diff = np.abs(pixels.astype(np.int64) - want.astype(np.int64)).mean()
-        assert diff < (20 if encoding == "jpeg" else 4), f"mean difference {diff:.1f} from the upright source"  # a flip: ~100
+        assert diff < (20 if encoding == "jpeg" else 4), (
+            f"mean difference {diff:.1f} from the upright source"
+        )  # a flip: ~100
     else:
         assert pixels.dtype == want.dtype, f"stored {pixels.dtype}, the source is {want.dtype}"
         np.testing.assert_array_equal(pixels, want)

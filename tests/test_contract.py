@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from conftest import make_dataset, natural_image, read_records, save
 
 
@@ -31,7 +32,11 @@ def test_odd_file_names_pass_their_own_verify(cli, tmp_path):
     res = cli("convert", src, out)
     assert res.exit_code == 0, res.output
     assert "1 name is not valid UTF-8 (e.g. 'k/caf\\xe9.jpg')" in res.stderr
-    assert sorted(r["filename"].decode() for r in read_records(out)) == ["k/caf\\xe9.jpg", "k/plain.png", "k/we\\ird.jpg"]
+    assert sorted(r["filename"].decode() for r in read_records(out)) == [
+        "k/caf\\xe9.jpg",
+        "k/plain.png",
+        "k/we\\ird.jpg",
+    ]
     verify(cli, out)
 
 
@@ -222,18 +227,24 @@ def test_a_fifo_named_like_an_image_is_skipped_never_waited_for(cli, tmp_path):
     assert res.exit_code == 0, res.output
     assert not reader_waited.is_set(), "the run opened the FIFO and waited on it"
     skipped = {s["path"]: s["reason"] for s in json.loads((out / "dataset.json").read_text())["skipped"]}
-    assert skipped == {"a/pipe.jpg": "not a regular file (a FIFO): not read", "b/sock.png": "not a regular file (a socket): not read"}
+    assert skipped == {
+        "a/pipe.jpg": "not a regular file (a FIFO): not read",
+        "b/sock.png": "not a regular file (a socket): not read",
+    }
     assert "a/pipe.jpg: not a regular file (a FIFO)" in res.stderr
 
 
 # ---- 6. file systems TensorFlow lacks, storage it cannot reach ----
 
 
-@pytest.mark.parametrize("args, what", [
-    (["s3://bucket/images", "{out}"], "input s3://bucket/images"),
-    (["{src}", "hdfs://namenode/out"], "output hdfs://namenode/out"),
-    (["{src}", "{out}", "--file-list", "s3://bucket/files.csv"], "--file-list s3://bucket/files.csv"),
-])
+@pytest.mark.parametrize(
+    "args, what",
+    [
+        (["s3://bucket/images", "{out}"], "input s3://bucket/images"),
+        (["{src}", "hdfs://namenode/out"], "output hdfs://namenode/out"),
+        (["{src}", "{out}", "--file-list", "s3://bucket/files.csv"], "--file-list s3://bucket/files.csv"),
+    ],
+)
 def test_s3_and_hdfs_say_what_is_missing(cli, tmp_path, args, what):
     make_dataset(tmp_path / "src", {"a": 1})
     res = cli("convert", *[a.format(src=tmp_path / "src", out=tmp_path / "out") for a in args])
@@ -247,12 +258,24 @@ def test_an_unreachable_bucket_is_one_line_with_the_cause(tmp_path):
     import subprocess
     import sys
 
-    env = os.environ | {"https_proxy": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "GCS_RETRY_CONFIG_MAX_RETRIES": "0",
-                        "GOOGLE_AUTH_TOKEN_FOR_TESTING": "none"}  # a network that refuses every connection, fast
-    res = subprocess.run([sys.executable, "-m", "img2tfrecord", "convert", "gs://img2tfrecord-no-bucket/in", str(tmp_path / "out")],
-                         capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    env = os.environ | {
+        "https_proxy": "http://127.0.0.1:9",
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "GCS_RETRY_CONFIG_MAX_RETRIES": "0",
+        "GOOGLE_AUTH_TOKEN_FOR_TESTING": "none",
+    }  # a network that refuses every connection, fast
+    res = subprocess.run(
+        [sys.executable, "-m", "img2tfrecord", "convert", "gs://img2tfrecord-no-bucket/in", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert res.returncode == 1, res.stderr
-    assert res.stderr.startswith("error: input gs://img2tfrecord-no-bucket/in cannot be reached: ") and "connect" in res.stderr
+    assert (
+        res.stderr.startswith("error: input gs://img2tfrecord-no-bucket/in cannot be reached: ")
+        and "connect" in res.stderr
+    )
     assert res.stderr.count("\n") == 1
 
 
@@ -276,11 +299,18 @@ def test_a_split_named_twice_in_shards_is_refused(cli, tmp_path):
 def test_inspect_split_keeps_or_refuses_files_and_globs(cli, tmp_path):
     make_dataset(tmp_path / "in", {"a": 6, "b": 6})
     out = tmp_path / "out"
-    assert cli("convert", tmp_path / "in", out, "--split", "train=0.5,validation=0.5", "--shards", "train=2,validation=1").exit_code == 0
+    assert (
+        cli(
+            "convert", tmp_path / "in", out, "--split", "train=0.5,validation=0.5", "--shards", "train=2,validation=1"
+        ).exit_code
+        == 0
+    )
     res = cli("inspect", out / "train-00000-of-00002", "--split", "validation")
     assert res.exit_code == 2 and "no shard of split 'validation' (split train)" in res.stderr
     res = cli("inspect", str(out / "*-of-*"), "--split", "validation", "--json")
-    assert res.exit_code == 0 and [f["path"] for f in json.loads(res.stdout)["files"]] == [str(out / "validation-00000-of-00001")]
+    assert res.exit_code == 0 and [f["path"] for f in json.loads(res.stdout)["files"]] == [
+        str(out / "validation-00000-of-00001")
+    ]
 
 
 def test_split_folders_next_to_class_folders_warn(cli, tmp_path):
@@ -300,7 +330,9 @@ def test_keep_with_resize_honours_quality(cli, tmp_path):
         assert cli("convert", src, out, "--resize", "24", "--quality", q).exit_code == 0
         jpeg = tmp_path / f"jpeg{q}"
         assert cli("convert", src, jpeg, "--encoding", "jpeg", "--resize", "24", "--quality", q).exit_code == 0
-        assert published(out)["train-00000-of-00001"] == published(jpeg)["train-00000-of-00001"]  # a JPEG is re-encoded alike
+        assert (
+            published(out)["train-00000-of-00001"] == published(jpeg)["train-00000-of-00001"]
+        )  # a JPEG is re-encoded alike
         sizes[q] = sum(len(r["encoded"]) for r in read_records(out))
     assert sizes["30"] < sizes["95"]
 
@@ -312,7 +344,11 @@ def test_dry_run_plans_on_stdout_and_says_the_output_is_not_empty(cli, tmp_path)
     (out / "old.txt").write_text("x")
     res = cli("convert", tmp_path / "in", out, "--dry-run")
     assert res.exit_code == 0
-    assert res.stdout.startswith("Plan for ") and "1 class: a" in res.stdout and "train: 3 images in 1 shard of 3-3 images" in res.stdout
+    assert (
+        res.stdout.startswith("Plan for ")
+        and "1 class: a" in res.stdout
+        and "train: 3 images in 1 shard of 3-3 images" in res.stdout
+    )
     assert f"the real run would stop here (exit 2): output {out} is not empty (1 entry)" in res.stdout
     assert "Plan for" not in res.stderr
     assert cli("convert", tmp_path / "in", out).exit_code == 2  # as the plan said
@@ -387,7 +423,12 @@ def test_summary_and_manifest_keys_mean_one_thing(cli, tmp_path):
     summary, manifest = json.loads(res.stdout), json.loads((out / "dataset.json").read_text())
     assert summary["skipped"] == manifest["skipped"] and summary["skipped_count"] == 1
     assert "groups" not in summary["duplicates"]
-    assert summary["duplicates"]["group_count"] == manifest["duplicates"]["group_count"] == len(manifest["duplicates"]["groups"]) == 1
+    assert (
+        summary["duplicates"]["group_count"]
+        == manifest["duplicates"]["group_count"]
+        == len(manifest["duplicates"]["groups"])
+        == 1
+    )
     for key in set(summary) & set(manifest):
         assert type(summary[key]) is type(manifest[key]), key
     for key in set(summary["duplicates"]) & set(manifest["duplicates"]):

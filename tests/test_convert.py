@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xxhash
+from PIL import Image
+
 from conftest import (
     decode,
     make_dataset,
@@ -20,7 +22,6 @@ from conftest import (
     run_without_tensorflow,
     save,
 )
-from PIL import Image
 
 
 def sha(path: Path) -> str:
@@ -60,7 +61,11 @@ def test_keep_mode_round_trip(cli, tree, tmp_path):
             assert r["label"] == label and r["text"] == cls.encode()
             assert r["encoded"] == path.read_bytes()  # keep mode: bytes untouched
             assert r["format"] == (b"PNG" if path.suffix == ".png" else b"JPEG")
-            assert decode(r).shape == (r["height"], r["width"], r["channels"]) == (Image.open(path).height, Image.open(path).width, 3)
+            assert (
+                decode(r).shape
+                == (r["height"], r["width"], r["channels"])
+                == (Image.open(path).height, Image.open(path).width, 3)
+            )
             assert r["colorspace"] == b"RGB"
     manifest = json.loads((out / "dataset.json").read_text())
     assert manifest["ignored_files"] == 1  # notes.txt; hidden and AppleDouble files are not even counted
@@ -91,7 +96,12 @@ def test_same_bytes_for_any_worker_count_and_run(cli, tree, tmp_path):
     shas = []
     for i, workers in enumerate(["1", "2", "2"]):
         out = tmp_path / f"out{i}"
-        assert cli("convert", root, out, "--shards", "2", "--workers", workers, "--encoding", "jpeg", "--resize", "20").exit_code == 0
+        assert (
+            cli(
+                "convert", root, out, "--shards", "2", "--workers", workers, "--encoding", "jpeg", "--resize", "20"
+            ).exit_code
+            == 0
+        )
         shas.append([sha(p) for p in shard_files(out)] + [sha(out / "dataset.json")])
     assert shas[0] == shas[1] == shas[2]
     out = tmp_path / "seeded"
@@ -106,9 +116,15 @@ def test_stratified_split_is_disjoint_and_deterministic(cli, tree, tmp_path):
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
     manifest = json.loads((out / "dataset.json").read_text())
-    names = {s: {r["filename"] for r in read_records(out) if r["shard"].startswith(s + "-")} for s in manifest["splits"]}
+    names = {
+        s: {r["filename"] for r in read_records(out) if r["shard"].startswith(s + "-")} for s in manifest["splits"]
+    }
     assert set(names) == {"train", "validation", "test"}
-    assert not (names["train"] & names["validation"]) and not (names["train"] & names["test"]) and not (names["validation"] & names["test"])
+    assert (
+        not (names["train"] & names["validation"])
+        and not (names["train"] & names["test"])
+        and not (names["validation"] & names["test"])
+    )
     assert sum(len(v) for v in names.values()) == 27
     cc = {s: manifest["splits"][s]["class_counts"] for s in names}
     assert cc["train"] == {"cat": 4, "dog": 6, "fox": 3}  # round(9*.5)=4 (banker's), round(12*.5), round(6*.5)
@@ -175,7 +191,9 @@ def test_jpeg_resize_channels_and_exif_orientation(cli, tmp_path):
     save(im, tmp_path / "in" / "a" / "rotated.jpg", exif=exif.tobytes(), quality=95)
     save(natural_image(50, 100, 5), tmp_path / "in" / "a" / "tall.png")
     out = tmp_path / "out"
-    res = cli("convert", tmp_path / "in", out, "--encoding", "jpeg", "--resize", "20", "--channels", "1", "--quality", "90")
+    res = cli(
+        "convert", tmp_path / "in", out, "--encoding", "jpeg", "--resize", "20", "--channels", "1", "--quality", "90"
+    )
     assert res.exit_code == 0, res.output
     recs = {r["filename"]: r for r in read_records(out)}
     rot, tall = recs[b"a/rotated.jpg"], recs[b"a/tall.png"]
@@ -252,7 +270,7 @@ def test_unusual_formats_match_tensorflow_shape(cli, tmp_path):
     save(pal, d / "pal.png")
     save(base.convert("LA"), d / "la.png")
     save(base.convert("1"), d / "bits.png")
-    save(Image.fromarray((np.arange(24 * 18, dtype=np.uint16).reshape(18, 24) * 100)), d / "deep.png")
+    save(Image.fromarray(np.arange(24 * 18, dtype=np.uint16).reshape(18, 24) * 100), d / "deep.png")
     save(base, d / "b.bmp")
     save(base, d / "w.webp", lossless=True)
     save(base, d / "t.tiff")
@@ -377,7 +395,10 @@ def test_skipped_images_do_not_unbalance_shards(cli, tmp_path):
         idx = (out / sh["index"]).read_text().splitlines()
         assert len(idx) == sh["records"] and sum(int(line.split()[1]) for line in idx) == len(data)
     assert sorted(r["filename"] for r in read_records(out)) == sorted(
-        f"{c}/{p.name}".encode() for c in "ab" for p in (tmp_path / "in" / c).iterdir() if not p.name.startswith("broken")
+        f"{c}/{p.name}".encode()
+        for c in "ab"
+        for p in (tmp_path / "in" / c).iterdir()
+        if not p.name.startswith("broken")
     )
     assert not list(out.glob("*.rebalanced*"))
 
@@ -388,13 +409,20 @@ def test_duplicates_are_reported_or_dropped(cli, tmp_path):
     (tmp_path / "in" / "dog" / "really_a_cat.jpg").write_bytes(files["cat"][1].read_bytes())  # conflicting label
     out = tmp_path / "report"
     res = cli("convert", tmp_path / "in", out)
-    assert res.exit_code == 0 and "2 duplicate images in 2 groups" in res.stderr and "1 with conflicting labels" in res.stderr
+    assert (
+        res.exit_code == 0
+        and "2 duplicate images in 2 groups" in res.stderr
+        and "1 with conflicting labels" in res.stderr
+    )
     dup = json.loads((out / "dataset.json").read_text())["duplicates"]
     assert sorted(sorted(g["files"]) for g in dup["groups"]) == [
         ["cat/copy_of_cat0.png", "cat/img_000.png"],
         ["cat/img_001.jpg", "dog/really_a_cat.jpg"],
     ]
-    assert [g["conflicting_labels"] for g in sorted(dup["groups"], key=lambda g: g["files"][0])] in ([False, True], [True, False])
+    assert [g["conflicting_labels"] for g in sorted(dup["groups"], key=lambda g: g["files"][0])] in (
+        [False, True],
+        [True, False],
+    )
     assert len(read_records(out)) == 14  # report mode writes everything
     out = tmp_path / "drop"
     res = cli("convert", tmp_path / "in", out, "--dedupe", "drop", "--split", "train=0.5,validation=0.5")
@@ -416,7 +444,9 @@ def test_default_shard_counts_aim_at_100_to_200_mb():
     assert counts == {"train": 3, "validation": 1}  # 150 MB and 50 MB shards
     counts, _ = auto_shard_counts({"train": 800 * mb, "validation": 200 * mb}, {"train": 8000, "validation": 2000}, 10)
     assert counts == {"train": 8, "validation": 2}  # N in total, in proportion
-    counts, _ = auto_shard_counts({"train": 800 * mb, "validation": 200 * mb}, {"train": 8000, "validation": 2000}, {"train": 16})
+    counts, _ = auto_shard_counts(
+        {"train": 800 * mb, "validation": 200 * mb}, {"train": 8000, "validation": 2000}, {"train": 16}
+    )
     assert counts == {"train": 16, "validation": 4}  # unnamed splits: in proportion to the named ones
     counts, warnings = auto_shard_counts({"train": 1000}, {"train": 3}, 8)
     assert counts == {"train": 3} and "using 3" in warnings[0]  # never more shards than images
@@ -432,7 +462,9 @@ def test_with_index_no_shard_holds_a_single_record():
             assert min(b - a for a, b in shard_bounds(n, counts["train"])) >= 2, (n, k)
     counts, warnings = auto_shard_counts({"train": 1000}, {"train": 5}, 4, min_records=2)
     assert counts == {"train": 2} and "using 2 (with --index" in warnings[0]
-    counts, warnings = auto_shard_counts({"train": 10, "validation": 1}, {"train": 10, "validation": 1}, 4, min_records=2)
+    counts, warnings = auto_shard_counts(
+        {"train": 10, "validation": 1}, {"train": 10, "validation": 1}, 4, min_records=2
+    )
     assert counts["validation"] == 1 and any(w.startswith("validation: one record in all") for w in warnings)
 
 
@@ -520,7 +552,19 @@ def test_worker_processes_write_exactly_what_one_process_writes(cli, tmp_path):
     runs = {}
     for workers in ("1", "2"):
         out = tmp_path / f"w{workers}"
-        res = cli("convert", tmp_path / "in", out, "--shards", "4", "--index", "--dedupe", "drop", "--workers", workers, "--json")
+        res = cli(
+            "convert",
+            tmp_path / "in",
+            out,
+            "--shards",
+            "4",
+            "--index",
+            "--dedupe",
+            "drop",
+            "--workers",
+            workers,
+            "--json",
+        )
         assert res.exit_code == 0, res.output
         assert json.loads(res.stdout)["workers"] == int(workers)
         assert "b/cut.jpg" in res.stderr and "b/page.jpg" in res.stderr  # reported as they happen

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from conftest import make_dataset, read_records
 
 
@@ -22,7 +23,11 @@ def tree(tmp_path_factory) -> tuple[Path, Path, list[str]]:
     (root / "dog" / "img_001.jpg").rename(root / "dog" / "sub" / "nested.jpg")
     rows = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
     ref = tmp_path_factory.mktemp("ref") / "out"
-    res = CliRunner().invoke(main, ["convert", str(root), str(ref), "--split", "train=0.6,validation=0.4", "--shards", "3"], catch_exceptions=False)
+    res = CliRunner().invoke(
+        main,
+        ["convert", str(root), str(ref), "--split", "train=0.6,validation=0.4", "--shards", "3"],
+        catch_exceptions=False,
+    )
     assert res.exit_code == 0, res.output
     return root, ref, rows
 
@@ -32,7 +37,9 @@ def shards_and_labels(out: Path) -> dict[str, bytes]:
 
 
 def convert_list(cli, root: Path, out: Path, list_file: Path, *extra: str):
-    return cli("convert", root, out, "--file-list", list_file, "--split", "train=0.6,validation=0.4", "--shards", "3", *extra)
+    return cli(
+        "convert", root, out, "--file-list", list_file, "--split", "train=0.6,validation=0.4", "--shards", "3", *extra
+    )
 
 
 @pytest.mark.parametrize("style", ["csv-with-labels", "tsv-paths-with-header", "absolute-paths-shuffled"])
@@ -92,7 +99,10 @@ def test_labels_file_selects_classes_from_a_list(cli, tree, tmp_path):
         ("cat/img_000.png,cat\ncat/img_001.jpg,cat,extra\n", "line 2: expected path,label_name, got 3 column(s)"),
         ("path,label\ncat/img_000.png\n", "line 2: expected path,label_name, got 1 column(s)"),
         ("cat/img_000.png,cat\n\ncat/nope.jpg,cat\n", "line 3: {root}/cat/nope.jpg does not exist"),
-        ("cat/img_000.png\ndog/img_000.png\n./cat/img_000.png\n", "line 3: ./cat/img_000.png is listed twice (first on line 1)"),
+        (
+            "cat/img_000.png\ndog/img_000.png\n./cat/img_000.png\n",
+            "line 3: ./cat/img_000.png is listed twice (first on line 1)",
+        ),
         ("cat/img_000.png,cat\ncat/img_001.jpg,\n", "line 2: empty label for cat/img_001.jpg"),
         ("{outside}\n", "line 1: cannot tell the class of {outside}"),
         ("cat\n", "line 1: cannot tell the class of cat"),

@@ -22,6 +22,14 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from PIL import Image, ImageOps
+
+from img2tfrecord.cli.inspect import inspect_command
+from img2tfrecord.format.framing import TFRecordFile, masked_crc
+from img2tfrecord.format.schema import FEATURE_TYPES
+from img2tfrecord.inspection import scan as inspector
+from img2tfrecord.inspection.sheet import GAP, LABEL_WIDTH, THUMB, contact_sheet_size
+from img2tfrecord.tf_import import tensorflow
 from inspect_helpers import (
     CLASS_COLORS,
     encode,
@@ -34,14 +42,6 @@ from inspect_helpers import (
     write_dataset,
     write_frames,
 )
-from PIL import Image, ImageOps
-
-from img2tfrecord.cli.inspect import inspect_command
-from img2tfrecord.format.framing import TFRecordFile, masked_crc
-from img2tfrecord.format.schema import FEATURE_TYPES
-from img2tfrecord.inspection import scan as inspector
-from img2tfrecord.inspection.sheet import GAP, LABEL_WIDTH, THUMB, contact_sheet_size
-from img2tfrecord.tf_import import tensorflow
 
 CLASSES = ["cat", "dog", "fox", "owl"]  # owl has no images: an empty class keeps its label
 
@@ -96,7 +96,10 @@ def test_default_report_shows_files_schema_labels_sizes_and_first_records(ours: 
     assert f"height:   min {hs[0]}, median {hs[(len(hs) - 1) // 2]}, max {hs[-1]}" in out
     assert f"first 5 records of {ours.out / 'train-00000-of-00002'}:" in out
     for it in ours.shard_items["train-00000-of-00002"][:5]:
-        assert re.search(rf"{re.escape(it.filename)}\s+{it.label}\s+{it.cls}\s+{it.h}x{it.w}x{it.channels}\s+{it.fmt}\s+{len(it.encoded):,}", out)
+        assert re.search(
+            rf"{re.escape(it.filename)}\s+{it.label}\s+{it.cls}\s+{it.h}x{it.w}x{it.channels}\s+{it.fmt}\s+{len(it.encoded):,}",
+            out,
+        )
     per_file = run(ours.out, "--per-file").stdout
     for name, items in ours.shard_items.items():
         assert f"\n{ours.out / name}: {len(items)} records, " in per_file
@@ -105,7 +108,18 @@ def test_default_report_shows_files_schema_labels_sizes_and_first_records(ours: 
 def test_json_is_the_truth(ours: SimpleNamespace) -> None:
     code, data = run_json(ours.out, "-n", "3")
     assert code == 0
-    assert set(data) == {"format_version", "paths", "verified", "ok", "files", "total", "problems", "problems_omitted", "extracted", "contact_sheet"}
+    assert set(data) == {
+        "format_version",
+        "paths",
+        "verified",
+        "ok",
+        "files",
+        "total",
+        "problems",
+        "problems_omitted",
+        "extracted",
+        "contact_sheet",
+    }
     assert data["ok"] is True and data["problems"] == [] and data["verified"] is False
     assert [Path(f["path"]).name for f in data["files"]] == list(ours.shard_items)
     for f, (name, items) in zip(data["files"], ours.shard_items.items()):
@@ -113,15 +127,28 @@ def test_json_is_the_truth(ours: SimpleNamespace) -> None:
         assert f["bytes"] == (ours.out / name).stat().st_size
         assert f["compression"] == "none" and f["split"] == name.split("-")[0] and f["exists"] is True
         assert f["first_records"] == [
-            {"index": i, "offset": off, "filename": it.filename, "label": it.label, "text": it.cls, "height": it.h,
-             "width": it.w, "channels": it.channels, "format": it.fmt, "encoded_bytes": len(it.encoded)}
+            {
+                "index": i,
+                "offset": off,
+                "filename": it.filename,
+                "label": it.label,
+                "text": it.cls,
+                "height": it.h,
+                "width": it.w,
+                "channels": it.channels,
+                "format": it.fmt,
+                "encoded_bytes": len(it.encoded),
+            }
             for i, (it, off) in enumerate(zip(items[:3], record_offsets(ours.out / name)))
-        ]  # fmt: skip
+        ]
     t = data["total"]
     n = len(ours.items)
     assert t["files"] == 3 and t["records"] == n and t["non_examples"] == 0 and t["compression"] == "none"
     assert t["bytes"] == sum((ours.out / name).stat().st_size for name in ours.shard_items)
-    assert t["features"] == {k: {"types": [kind], "min_values": 1, "max_values": 1, "records": n} for k, kind in sorted(FEATURE_TYPES.items())}
+    assert t["features"] == {
+        k: {"types": [kind], "min_values": 1, "max_values": 1, "records": n}
+        for k, kind in sorted(FEATURE_TYPES.items())
+    }
     counts = Counter(it.cls for it in ours.items)
     assert t["labels"] == [{"label": i, "name": c, "count": counts[c]} for i, c in enumerate(CLASSES) if counts[c]]
     assert t["formats"] == dict(Counter(it.fmt for it in ours.items))
@@ -129,7 +156,9 @@ def test_json_is_the_truth(ours: SimpleNamespace) -> None:
     for dim in ("height", "width"):
         vals = sorted(getattr(it, dim[0]) for it in ours.items)
         assert t[dim] == {"min": vals[0], "median": vals[(len(vals) - 1) // 2], "max": vals[-1]}
-    assert [r["filename"] for r in t["first_records"]] == [it.filename for it in ours.shard_items["train-00000-of-00002"][:3]]
+    assert [r["filename"] for r in t["first_records"]] == [
+        it.filename for it in ours.shard_items["train-00000-of-00002"][:3]
+    ]
     assert data["extracted"] is None and data["contact_sheet"] is None
 
 
@@ -167,17 +196,35 @@ def test_foreign_examples_unknown_missing_and_float_keys(tmp_path: Path) -> None
     jpeg = encode(picture(16, 12, (255, 0, 0)), "JPEG")
     recs = [
         # Inception-style: our keys plus boxes and a synset
-        example({"image/encoded": ("bytes", [jpeg]), "image/format": ("bytes", [b"JPEG"]), "image/height": ("int64", [12]),
-                 "image/width": ("int64", [16]), "image/channels": ("int64", [3]), "image/class/label": ("int64", [7]),
-                 "image/class/text": ("bytes", [b"tench"]), "image/class/synset": ("bytes", [b"n01440764"]),
-                 "image/object/bbox/xmin": ("float", [0.1, 0.5]), "image/filename": ("bytes", [b"n01440764_1.JPEG"])}),
+        example(
+            {
+                "image/encoded": ("bytes", [jpeg]),
+                "image/format": ("bytes", [b"JPEG"]),
+                "image/height": ("int64", [12]),
+                "image/width": ("int64", [16]),
+                "image/channels": ("int64", [3]),
+                "image/class/label": ("int64", [7]),
+                "image/class/text": ("bytes", [b"tench"]),
+                "image/class/synset": ("bytes", [b"n01440764"]),
+                "image/object/bbox/xmin": ("float", [0.1, 0.5]),
+                "image/filename": ("bytes", [b"n01440764_1.JPEG"]),
+            }
+        ),
         # the same without filename/text and with no boxes
-        example({"image/encoded": ("bytes", [jpeg]), "image/format": ("bytes", [b"JPEG"]), "image/height": ("int64", [12]),
-                 "image/width": ("int64", [16]), "image/channels": ("int64", [3]), "image/class/label": ("int64", [7]),
-                 "image/object/bbox/xmin": ("float", [])}),
+        example(
+            {
+                "image/encoded": ("bytes", [jpeg]),
+                "image/format": ("bytes", [b"JPEG"]),
+                "image/height": ("int64", [12]),
+                "image/width": ("int64", [16]),
+                "image/channels": ("int64", [3]),
+                "image/class/label": ("int64", [7]),
+                "image/object/bbox/xmin": ("float", []),
+            }
+        ),
         # TFDS-style: just "image" and "label"; size comes from the PNG header
         example({"image": ("bytes", [png]), "label": ("int64", [2]), "score": ("float", [0.25])}),
-    ]  # fmt: skip
+    ]
     path = tmp_path / "foreign.tfrecord"
     offsets = write_frames(path, recs)
     code, data = run_json(path, "--verify")
@@ -191,9 +238,18 @@ def test_foreign_examples_unknown_missing_and_float_keys(tmp_path: Path) -> None
     assert t["labels"] == [{"label": 2, "name": None, "count": 1}, {"label": 7, "name": "tench", "count": 2}]
     assert t["formats"] == {"JPEG": 2, "PNG": 1}
     assert t["first_records"][2] == {
-        "index": 2, "offset": offsets[2], "filename": None, "label": 2, "text": None, "height": 20, "width": 30,
-        "channels": 3, "format": "PNG", "encoded_bytes": len(png), "file": str(path),
-    }  # fmt: skip
+        "index": 2,
+        "offset": offsets[2],
+        "filename": None,
+        "label": 2,
+        "text": None,
+        "height": 20,
+        "width": 30,
+        "channels": 3,
+        "format": "PNG",
+        "encoded_bytes": len(png),
+        "file": str(path),
+    }
     r = run(path)
     assert r.exit_code == 0
     assert re.search(r"image/object/bbox/xmin\s+float\s+0\.\.2\s+in 2 of 3 records", r.stdout)
@@ -201,7 +257,9 @@ def test_foreign_examples_unknown_missing_and_float_keys(tmp_path: Path) -> None
 
 def test_verify_leaves_payloads_that_are_not_images_alone(tmp_path: Path) -> None:
     path = tmp_path / "tensors.tfrecord"  # the tutorial pattern: tf.io.serialize_tensor bytes under image_raw
-    write_frames(path, [example({"image_raw": ("bytes", [bytes(range(48))]), "label": ("int64", [i])}) for i in range(2)])
+    write_frames(
+        path, [example({"image_raw": ("bytes", [bytes(range(48))]), "label": ("int64", [i])}) for i in range(2)]
+    )
     code, data = run_json(path, "--verify")
     assert code == 0 and data["total"]["formats"] == {"unknown": 2}
     assert [x["label"] for x in data["total"]["labels"]] == [0, 1]
@@ -219,7 +277,11 @@ def test_records_that_are_not_examples(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("content", "what"),
-    [(encode(picture(8, 8, (1, 2, 3)), "JPEG"), "JPEG image"), (b"hello world, I am text\n" * 4, "text"), (b"\x00" * 5, "shorter than one record header")],
+    [
+        (encode(picture(8, 8, (1, 2, 3)), "JPEG"), "JPEG image"),
+        (b"hello world, I am text\n" * 4, "text"),
+        (b"\x00" * 5, "shorter than one record header"),
+    ],
 )
 def test_a_file_that_is_not_tfrecord(tmp_path: Path, content: bytes, what: str) -> None:
     path = tmp_path / "photo.jpg"
@@ -362,7 +424,13 @@ def test_verify_finds_every_kind_of_problem(ours: SimpleNamespace, tmp_path: Pat
 
     def find(name: str, it: Any, text: str) -> None:
         items = [x for x in train + val if x.split == it.split]
-        shard_items = items[: len(items) // 2] if name == "train-00000-of-00002" else items[len(items) // 2 :] if name.startswith("train") else items
+        shard_items = (
+            items[: len(items) // 2]
+            if name == "train-00000-of-00002"
+            else items[len(items) // 2 :]
+            if name.startswith("train")
+            else items
+        )
         i = shard_items.index(it)
         off = record_offsets(out / name)[i]
         assert any(g[:3] == (name, i, off) and text in g[3] for g in got), (name, i, off, text, got)
@@ -373,7 +441,11 @@ def test_verify_finds_every_kind_of_problem(ours: SimpleNamespace, tmp_path: Pat
         items = [x for x in train if x.split == "train"]
         return "train-00000-of-00002" if items.index(it) < len(items) // 2 else "train-00001-of-00002"
 
-    find(where(val[0]), val[0], f"stored shape {val[0].h}x{val[0].w}x{val[0].channels} but the image decodes to {val[0].h - 1}x")
+    find(
+        where(val[0]),
+        val[0],
+        f"stored shape {val[0].h}x{val[0].w}x{val[0].channels} but the image decodes to {val[0].h - 1}x",
+    )
     find(where(jpeg), jpeg, "image does not decode")
     find(where(raw), raw, f"RAW image holds {len(raw.encoded):,} bytes")
     find(where(liar), liar, "label 1 is 'dog' in dataset.json but image/class/text says 'fox'")
@@ -381,9 +453,15 @@ def test_verify_finds_every_kind_of_problem(ours: SimpleNamespace, tmp_path: Pat
     assert any("sha256" in m and "differs from dataset.json" in m for m in messages)
     assert any(m == "holds 2 records, dataset.json says 5" for m in messages)
     assert ("train-00002-of-00003", None, None, "a shard file that dataset.json does not list") in got
-    assert any(g[0] == "train-00001-of-00002" and g[1] == 0 and "train-00001-of-00002.idx line 1 says '7 7'" in g[3] for g in got)
+    assert any(
+        g[0] == "train-00001-of-00002" and g[1] == 0 and "train-00001-of-00002.idx line 1 says '7 7'" in g[3]
+        for g in got
+    )
     assert any(m == "split validation: 2 records, but its shards list 5" for m in messages)
-    assert any(m.startswith("split train: class counts differ from the records: dog: 3 (listed 2), fox: 2 (listed 3)") for m in messages)
+    assert any(
+        m.startswith("split train: class counts differ from the records: dog: 3 (listed 2), fox: 2 (listed 3)")
+        for m in messages
+    )
     # the text report lists the same problems with file, record and byte offset
     r = run(out, "--verify")
     assert r.exit_code == 1 and f"problems ({len(data['problems'])}):" in r.stdout
@@ -441,22 +519,54 @@ def test_extract_round_trip_through_convert(tmp_path: Path, encoding: str) -> No
             for i, data in enumerate(read_records(d / sh["file"])):
                 info = parse_record(RawRecord(i, 0, data, True))
                 name = info.filename if encoding == "keep" else info.filename.removesuffix(".png")
-                out.append((name, info.label, info.text, info.format, info.height, info.width, info.channels, info.image))
+                out.append(
+                    (name, info.label, info.text, info.format, info.height, info.width, info.channels, info.image)
+                )
         return sorted(out)
 
-    assert json.loads((a / "dataset.json").read_text())["classes"] == json.loads((b / "dataset.json").read_text())["classes"]
+    assert (
+        json.loads((a / "dataset.json").read_text())["classes"]
+        == json.loads((b / "dataset.json").read_text())["classes"]
+    )
     assert records(a) == records(b)
 
 
 def test_extract_first_n_safe_names_and_refuses_nonempty_dir(tmp_path: Path) -> None:
     png = encode(picture(8, 8, (9, 9, 9)), "PNG")
     recs = [
-        example({"image/encoded": ("bytes", [png]), "image/class/label": ("int64", [1]), "image/class/text": ("bytes", [b"dog"]), "image/filename": ("bytes", [b"../../evil.png"])}),
-        example({"image/encoded": ("bytes", [png]), "image/class/label": ("int64", [1]), "image/class/text": ("bytes", [b"dog"]), "image/filename": ("bytes", [b"/etc/x.png"])}),
-        example({"image/encoded": ("bytes", [png]), "image/class/label": ("int64", [1]), "image/class/text": ("bytes", [b"dog"]), "image/filename": ("bytes", [b"dog/x.png"])}),
+        example(
+            {
+                "image/encoded": ("bytes", [png]),
+                "image/class/label": ("int64", [1]),
+                "image/class/text": ("bytes", [b"dog"]),
+                "image/filename": ("bytes", [b"../../evil.png"]),
+            }
+        ),
+        example(
+            {
+                "image/encoded": ("bytes", [png]),
+                "image/class/label": ("int64", [1]),
+                "image/class/text": ("bytes", [b"dog"]),
+                "image/filename": ("bytes", [b"/etc/x.png"]),
+            }
+        ),
+        example(
+            {
+                "image/encoded": ("bytes", [png]),
+                "image/class/label": ("int64", [1]),
+                "image/class/text": ("bytes", [b"dog"]),
+                "image/filename": ("bytes", [b"dog/x.png"]),
+            }
+        ),
         example({"image/encoded": ("bytes", [png]), "image/class/label": ("int64", [0])}),
-        example({"image/encoded": ("bytes", [png]), "image/class/label": ("int64", [0]), "image/filename": ("bytes", [b"pic.jpg"])}),
-    ]  # fmt: skip
+        example(
+            {
+                "image/encoded": ("bytes", [png]),
+                "image/class/label": ("int64", [0]),
+                "image/filename": ("bytes", [b"pic.jpg"]),
+            }
+        ),
+    ]
     path = tmp_path / "f.tfrecord"
     write_frames(path, recs)
     x = tmp_path / "x"
@@ -516,8 +626,16 @@ def test_memory_stays_flat_on_a_large_shard(tmp_path: Path) -> None:
     h, w, c = 512, 512, 4  # 1 MiB of pixels per record, 48 MiB in all
     with open(path, "wb") as f:
         for i in range(48):
-            rec = serialize_example(encoded=os.urandom(h * w * c), image_format="RAW", height=h, width=w, channels=c,
-                                    label=i % 3, text=b"c", filename=f"c/{i}.png".encode())  # fmt: skip
+            rec = serialize_example(
+                encoded=os.urandom(h * w * c),
+                image_format="RAW",
+                height=h,
+                width=w,
+                channels=c,
+                label=i % 3,
+                text=b"c",
+                filename=f"c/{i}.png".encode(),
+            )
             f.write(frame(rec))
     tracemalloc.start()
     try:
@@ -527,7 +645,6 @@ def test_memory_stays_flat_on_a_large_shard(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert report.ok and report.total.records == 48
     assert peak < 8 * 2**20, f"peak {peak / 2**20:.1f} MiB while reading a 48 MiB shard"
-
 
 
 class _Terminal(io.StringIO):
@@ -541,7 +658,9 @@ def test_verify_shows_a_progress_bar_on_a_terminal(ours: SimpleNamespace, monkey
     monkeypatch.setenv("COLUMNS", "100")
     assert inspector.inspect([ours.out], verify=True, progress=True).ok
     total = sum((ours.out / n).stat().st_size for n in ours.shard_items)
-    assert re.search(rf"verify:\s+0%.*/{total / 1024:.1f}k \[", term.getvalue()), term.getvalue()  # sized in on-disk bytes
+    assert re.search(rf"verify:\s+0%.*/{total / 1024:.1f}k \[", term.getvalue()), (
+        term.getvalue()
+    )  # sized in on-disk bytes
     quiet = _Terminal()
     monkeypatch.setattr(sys, "stderr", quiet)
     inspector.inspect([ours.out], progress=True)  # no bar without --verify

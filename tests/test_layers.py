@@ -69,7 +69,9 @@ def imports(name: str, path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             if not base.startswith("img2tfrecord"):
                 continue
             for a in node.names:
@@ -117,5 +119,10 @@ def test_every_module_imports_alone():
 
 
 def test_the_cli_and_help_import_no_tensorflow():
-    res = subprocess.run([sys.executable, "-c", "import img2tfrecord.cli, sys; print('tensorflow' in sys.modules)"], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-c", "import img2tfrecord.cli, sys; print('tensorflow' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.stdout.strip() == "False", res.stderr

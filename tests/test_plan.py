@@ -38,15 +38,40 @@ def plan_of(plan) -> list[tuple[str, list[tuple[str, int]]]]:
 
 
 GOLDEN_SPLIT_PLAN = [
-    ("train-00000-of-00002", [("cat/cat2.jpg", 0), ("dog/deep/dog3.png", 1), ("dog/dog0.jpg", 1), ("cat/cat1.png", 0), ("dog/dog4.jpg", 1), ("dog/dog1.png", 1)]),
-    ("train-00001-of-00002", [("owl/deep/owl3.png", 2), ("cat/cat4.jpg", 0), ("owl/owl0.jpg", 2), ("cat/cat0.jpg", 0), ("cat/cat5.png", 0), ("owl/owl2.jpg", 2)]),
-    ("validation-00000-of-00001", [("cat/cat6.jpg", 0), ("owl/owl1.png", 2), ("cat/deep/cat3.png", 0), ("dog/dog2.jpg", 1)]),
-]  # fmt: skip
+    (
+        "train-00000-of-00002",
+        [
+            ("cat/cat2.jpg", 0),
+            ("dog/deep/dog3.png", 1),
+            ("dog/dog0.jpg", 1),
+            ("cat/cat1.png", 0),
+            ("dog/dog4.jpg", 1),
+            ("dog/dog1.png", 1),
+        ],
+    ),
+    (
+        "train-00001-of-00002",
+        [
+            ("owl/deep/owl3.png", 2),
+            ("cat/cat4.jpg", 0),
+            ("owl/owl0.jpg", 2),
+            ("cat/cat0.jpg", 0),
+            ("cat/cat5.png", 0),
+            ("owl/owl2.jpg", 2),
+        ],
+    ),
+    (
+        "validation-00000-of-00001",
+        [("cat/cat6.jpg", 0), ("owl/owl1.png", 2), ("cat/deep/cat3.png", 0), ("dog/dog2.jpg", 1)],
+    ),
+]
 
 
 def test_golden_plan_and_fingerprint(tmp_path):
     src = fixed_tree(tmp_path)
-    plan = plan_job(str(src), str(tmp_path / "out"), split="train=0.7,validation=0.3", shards="train=2,validation=1", seed=3)
+    plan = plan_job(
+        str(src), str(tmp_path / "out"), split="train=0.7,validation=0.3", shards="train=2,validation=1", seed=3
+    )
     got = plan_of(plan)
     print(json.dumps(got))  # shown on failure: paste here only if the change is meant to move images
     assert got == GOLDEN_SPLIT_PLAN

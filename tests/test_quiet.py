@@ -10,8 +10,9 @@ import subprocess
 import sys
 
 import numpy as np
-from conformance_cases import damaged, upright_rgb
 from PIL import Image
+
+from conformance_cases import damaged, upright_rgb
 from test_cli_process import NOISE, run
 
 OURS = re.compile(r"^(skipped|warning|note): |^Wrote \d+ image|^Inspected|^\s*$")

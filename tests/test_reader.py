@@ -10,12 +10,12 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from inspect_helpers import VARIANTS, encode, make_items, pixels, write_dataset
 
 import img2tfrecord
 from img2tfrecord.errors import UsageError
 from img2tfrecord.format.schema import FEATURE_TYPES
 from img2tfrecord.tf_import import tensorflow
+from inspect_helpers import VARIANTS, encode, make_items, pixels, write_dataset
 
 CLASSES = ["cat", "dog", "fox"]
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -29,7 +29,9 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     val = make_items(CLASSES, {"cat": 1, "dog": 1, "fox": 1}, split="validation", seed=2, label_offset=1)
     write_dataset(root / "plain", train + val, CLASSES, {"train": 2, "validation": 1}, label_offset=1)
     # what the README's plain-TensorFlow snippet expects: every image decodes to 3 channels
-    rgb = make_items(CLASSES, {"cat": 3, "dog": 3}, variants=[("JPEG", "RGB"), ("PNG", "RGBA"), ("PNG", "L"), ("RAW", "RGB")])
+    rgb = make_items(
+        CLASSES, {"cat": 3, "dog": 3}, variants=[("JPEG", "RGB"), ("PNG", "RGBA"), ("PNG", "L"), ("RAW", "RGB")]
+    )
     write_dataset(root / "rgb", rgb, CLASSES, {"train": 2}, index=True)
     gz = make_items(CLASSES, {"cat": 2, "dog": 2}, split="train")
     write_dataset(root / "gz", gz, CLASSES, {"train": 2}, compression="gzip")
@@ -53,7 +55,9 @@ def test_features_is_the_parse_spec_of_our_schema(data: SimpleNamespace) -> None
 
 def test_load_gives_count_shapes_labels_and_pixels_for_every_encoding(data: SimpleNamespace) -> None:
     tf = tensorflow()
-    assert {(it.fmt, it.channels) for it in data.train} == {(f, {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}[m]) for f, m in VARIANTS}
+    assert {(it.fmt, it.channels) for it in data.train} == {
+        (f, {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}[m]) for f, m in VARIANTS
+    }
     ds = img2tfrecord.load(data.root / "plain")
     assert len(ds) == len(data.train)  # cardinality from dataset.json
     assert ds.class_names == CLASSES
@@ -115,13 +119,15 @@ def test_load_usage_errors(data: SimpleNamespace, tmp_path: Path) -> None:
 def test_load_trains_a_keras_model(data: SimpleNamespace) -> None:
     keras = tensorflow().keras
     ds = img2tfrecord.load(data.root / "plain", image_size=(16, 16), shuffle_files=True)
-    model = keras.Sequential([
-        keras.Input((16, 16, 3)),
-        keras.layers.Rescaling(1 / 255),
-        keras.layers.Conv2D(4, 3, activation="relu"),
-        keras.layers.GlobalAveragePooling2D(),
-        keras.layers.Dense(len(CLASSES) + 1),  # labels 1..3 with label_offset 1
-    ])  # fmt: skip
+    model = keras.Sequential(
+        [
+            keras.Input((16, 16, 3)),
+            keras.layers.Rescaling(1 / 255),
+            keras.layers.Conv2D(4, 3, activation="relu"),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(len(CLASSES) + 1),  # labels 1..3 with label_offset 1
+        ]
+    )
     model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     hist = model.fit(ds.batch(4), epochs=1, steps_per_epoch=1, verbose=0, shuffle=False)
     assert np.isfinite(hist.history["loss"][0])
@@ -137,7 +143,7 @@ def test_readme_plain_tensorflow_reader_runs(data: SimpleNamespace) -> None:
     plain = next(b for b in blocks if "TFRecordDataset" in b)
     code = plain.replace('"out/', f'"{data.root / "rgb"}/')
     scope: dict = {}
-    exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 - our own documentation
+    exec(compile(code, "README.md", "exec"), scope)
     images, labels = next(iter(scope["ds"].batch(100)))
     assert images.shape[0] == len(data.rgb) and images.shape[-1] == 3
     assert sorted(labels.numpy().tolist()) == sorted(it.label for it in data.rgb)
@@ -162,7 +168,9 @@ def test_load_names_the_image_that_does_not_decode(tmp_path: Path, formats: dict
             pass
     items[1].encoded = encode(items[1].image, "JPEG")  # now only the last record of the shard is broken
     write_dataset(tmp_path / "out", items, CLASSES, {"train": 2})
-    want = f"{shard}: record 2: image/filename {items[2].filename} (JPEG, {len(items[2].encoded)} bytes) does not decode"
+    want = (
+        f"{shard}: record 2: image/filename {items[2].filename} (JPEG, {len(items[2].encoded)} bytes) does not decode"
+    )
     with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(want)):
         for _ in img2tfrecord.load(tmp_path / "out", image_size=8):
             pass
@@ -178,9 +186,12 @@ def test_manifest_specialised_decoding_gives_the_same_pixels(tmp_path: Path, cli
     save(natural_image(30, 20, 6, "LA"), tmp_path / "in" / "a" / "la.png")
     save(natural_image(24, 28, 7, "L"), tmp_path / "in" / "b" / "grey.jpg", quality=90)
     runs = {
-        "keep": [], "jpeg": ["--encoding", "jpeg"], "png3": ["--encoding", "png", "--channels", "3"],
-        "raw": ["--encoding", "raw"], "raw1": ["--encoding", "raw", "--channels", "1"],
-    }  # fmt: skip
+        "keep": [],
+        "jpeg": ["--encoding", "jpeg"],
+        "png3": ["--encoding", "png", "--channels", "3"],
+        "raw": ["--encoding", "raw"],
+        "raw1": ["--encoding", "raw", "--channels", "1"],
+    }
     for name, opts in runs.items():
         out = tmp_path / name
         assert cli("convert", tmp_path / "in", out, "--quiet", *opts).exit_code == 0
@@ -190,4 +201,6 @@ def test_manifest_specialised_decoding_gives_the_same_pixels(tmp_path: Path, cli
             general = by_name(img2tfrecord.load(files, channels=channels, as_dict=True))  # no manifest
             assert sorted(fast) == sorted(general) and len(fast) == 9
             for f, r in fast.items():
-                np.testing.assert_array_equal(r["image"], general[f]["image"], err_msg=f"{name} channels={channels} {f}")
+                np.testing.assert_array_equal(
+                    r["image"], general[f]["image"], err_msg=f"{name} channels={channels} {f}"
+                )

@@ -19,16 +19,16 @@ import signal
 import struct
 import tracemalloc
 import zlib
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from inspect_helpers import encode, example, frame, make_items, picture, write_dataset
 from PIL import Image
 
 import img2tfrecord
@@ -47,6 +47,7 @@ from img2tfrecord.format.framing import (
 from img2tfrecord.inspection import scan as inspector
 from img2tfrecord.inspection.sheet import MAX_SHEET_CELLS, contact_sheet_size
 from img2tfrecord.tf_import import tensorflow
+from inspect_helpers import encode, example, frame, make_items, picture, write_dataset
 
 MB = 1 << 20
 MEMORY_LIMIT = 100 * MB  # growth allowed while reading a file that claims gigabytes
@@ -61,16 +62,31 @@ def header(length: int) -> bytes:
     return raw + struct.pack("<I", masked_crc(raw))
 
 
-def record(enc: bytes | None = None, fmt: bytes = b"PNG", h: int = 8, w: int = 8, c: int = 3, label: int = 0,
-           text: bytes = b"cat", filename: bytes = b"cat/a.png") -> bytes:  # fmt: skip
+def record(
+    enc: bytes | None = None,
+    fmt: bytes = b"PNG",
+    h: int = 8,
+    w: int = 8,
+    c: int = 3,
+    label: int = 0,
+    text: bytes = b"cat",
+    filename: bytes = b"cat/a.png",
+) -> bytes:
     """One Example of our schema; by default a valid 8x8 PNG."""
     enc = PNG if enc is None else enc
-    return example({
-        "image/encoded": ("bytes", [enc]), "image/format": ("bytes", [fmt]), "image/height": ("int64", [h]),
-        "image/width": ("int64", [w]), "image/channels": ("int64", [c]), "image/colorspace": ("bytes", [b"RGB"]),
-        "image/class/label": ("int64", [label]),
-        "image/class/text": ("bytes", [text]), "image/filename": ("bytes", [filename]),
-    })  # fmt: skip
+    return example(
+        {
+            "image/encoded": ("bytes", [enc]),
+            "image/format": ("bytes", [fmt]),
+            "image/height": ("int64", [h]),
+            "image/width": ("int64", [w]),
+            "image/channels": ("int64", [c]),
+            "image/colorspace": ("bytes", [b"RGB"]),
+            "image/class/label": ("int64", [label]),
+            "image/class/text": ("bytes", [text]),
+            "image/filename": ("bytes", [filename]),
+        }
+    )
 
 
 def _png_chunk(kind: bytes, data: bytes) -> bytes:
@@ -131,44 +147,102 @@ class Case:
 N = len(GOOD)
 CASES: dict[str, Any] = {
     # framing: every mode reports it, exit 1
-    "length 4 GiB": lambda: Case(GOOD + header(GIB4) + bytes(64), (1, N, "it claims 4,294,967,296 data bytes but the file holds 64 more"), records=1),
-    "length 2**40": lambda: Case(GOOD + header(1 << 40) + bytes(64), (1, N, "it claims 1,099,511,627,776 data bytes"), records=1),
-    "length 2**63": lambda: Case(GOOD + header(1 << 63) + bytes(64), (1, N, "it claims 9,223,372,036,854,775,808 data bytes"), records=1),
-    "length 2**64-1": lambda: Case(GOOD + header(2**64 - 1), (1, N, "it claims 18,446,744,073,709,551,615 data bytes"), records=1),
-    "random bytes": lambda: Case(JUNK, (None, None, "not a TFRecord file (no valid record header at byte 0"), records=0),
-    "random bytes after a record": lambda: Case(GOOD + JUNK, (1, N, "corrupt record header"), records=1),
-    "truncated header": lambda: Case(GOOD + header(10)[:7], (1, N, "truncated record header: 7 of 12 bytes"), records=1),
-    "truncated data": lambda: Case(GOOD + header(1000) + bytes(100), (1, N, "it claims 1,000 data bytes but the file holds 100 more"), records=1),
-    "missing data CRC": lambda: Case(GOOD + GOOD[:-4], (1, N, f"its {N - 16:,} data bytes are there but its data CRC is cut short"), records=1),
-    "wrong data CRC": lambda: Case(GOOD + _bad_data_crc(record()) + GOOD, (1, N, "data CRC mismatch"), records=3),
-    "not an Example": lambda: Case(GOOD + frame(b"\xff" * 40), (1, N, "1 of 2 records is not tf.train.Example"), records=2),
-    "50,000 tiny non-Examples": lambda: Case(frame(b"\x07") * 50_000, (0, 0, "50000 of 50000 records are not tf.train.Example"), records=50_000),
-    "gzip: length 4 GiB": lambda: Case(gzip.compress(GOOD + header(GIB4) + bytes(100)), (1, N, "truncated record: 100 of 4,294,967,296 data bytes"), records=1),
-    "zlib: length 4 GiB": lambda: Case(zlib.compress(GOOD + header(GIB4) + bytes(100)), (1, N, "truncated record: 100 of 4,294,967,296 data bytes"), records=1),
-    "gzip bomb: length 4 GiB over 150 MB of zeros": lambda: Case(
-        _zeros_gzip(GOOD + header(GIB4), 150 * MB), (1, N, f"truncated record: {150 * MB:,} of 4,294,967,296 data bytes"), records=1
+    "length 4 GiB": lambda: Case(
+        GOOD + header(GIB4) + bytes(64),
+        (1, N, "it claims 4,294,967,296 data bytes but the file holds 64 more"),
+        records=1,
     ),
-    "gzip: cut short": lambda: Case(gzip.compress(GOOD * 3)[:-10], (2, 2 * N, "gzip stream is damaged: Compressed file ended"), records=2),
+    "length 2**40": lambda: Case(
+        GOOD + header(1 << 40) + bytes(64), (1, N, "it claims 1,099,511,627,776 data bytes"), records=1
+    ),
+    "length 2**63": lambda: Case(
+        GOOD + header(1 << 63) + bytes(64), (1, N, "it claims 9,223,372,036,854,775,808 data bytes"), records=1
+    ),
+    "length 2**64-1": lambda: Case(
+        GOOD + header(2**64 - 1), (1, N, "it claims 18,446,744,073,709,551,615 data bytes"), records=1
+    ),
+    "random bytes": lambda: Case(
+        JUNK, (None, None, "not a TFRecord file (no valid record header at byte 0"), records=0
+    ),
+    "random bytes after a record": lambda: Case(GOOD + JUNK, (1, N, "corrupt record header"), records=1),
+    "truncated header": lambda: Case(
+        GOOD + header(10)[:7], (1, N, "truncated record header: 7 of 12 bytes"), records=1
+    ),
+    "truncated data": lambda: Case(
+        GOOD + header(1000) + bytes(100), (1, N, "it claims 1,000 data bytes but the file holds 100 more"), records=1
+    ),
+    "missing data CRC": lambda: Case(
+        GOOD + GOOD[:-4], (1, N, f"its {N - 16:,} data bytes are there but its data CRC is cut short"), records=1
+    ),
+    "wrong data CRC": lambda: Case(GOOD + _bad_data_crc(record()) + GOOD, (1, N, "data CRC mismatch"), records=3),
+    "not an Example": lambda: Case(
+        GOOD + frame(b"\xff" * 40), (1, N, "1 of 2 records is not tf.train.Example"), records=2
+    ),
+    "50,000 tiny non-Examples": lambda: Case(
+        frame(b"\x07") * 50_000, (0, 0, "50000 of 50000 records are not tf.train.Example"), records=50_000
+    ),
+    "gzip: length 4 GiB": lambda: Case(
+        gzip.compress(GOOD + header(GIB4) + bytes(100)),
+        (1, N, "truncated record: 100 of 4,294,967,296 data bytes"),
+        records=1,
+    ),
+    "zlib: length 4 GiB": lambda: Case(
+        zlib.compress(GOOD + header(GIB4) + bytes(100)),
+        (1, N, "truncated record: 100 of 4,294,967,296 data bytes"),
+        records=1,
+    ),
+    "gzip bomb: length 4 GiB over 150 MB of zeros": lambda: Case(
+        _zeros_gzip(GOOD + header(GIB4), 150 * MB),
+        (1, N, f"truncated record: {150 * MB:,} of 4,294,967,296 data bytes"),
+        records=1,
+    ),
+    "gzip: cut short": lambda: Case(
+        gzip.compress(GOOD * 3)[:-10], (2, 2 * N, "gzip stream is damaged: Compressed file ended"), records=2
+    ),
     # valid framing, odd content: exit 0, except --verify
     "zero-length record": lambda: Case(frame(b""), records=1),
     "50,000 zero-length records": lambda: Case(frame(b"") * 50_000, records=50_000),
-    "garbage image bytes": lambda: Case(frame(record(JUNK[:500], b"JPEG")), verify=(0, 0, "image does not decode"), undrawable=True),
+    "garbage image bytes": lambda: Case(
+        frame(record(JUNK[:500], b"JPEG")), verify=(0, 0, "image does not decode"), undrawable=True
+    ),
     "claims 10**9 pixels": lambda: Case(
-        frame(record(h=31_623, w=31_623)), verify=(0, 0, "image/height x image/width claim 31,623x31,623 = 1,000,014,129 pixels"), undrawable=True
+        frame(record(h=31_623, w=31_623)),
+        verify=(0, 0, "image/height x image/width claim 31,623x31,623 = 1,000,014,129 pixels"),
+        undrawable=True,
     ),
     "RAW claims 10**9 pixels": lambda: Case(
-        frame(record(bytes(12), b"RAW", h=10**9, w=1, c=1)), verify=(0, 0, "RAW image holds 12 bytes, but 1000000000x1x1 needs 1,000,000,000"), undrawable=True
+        frame(record(bytes(12), b"RAW", h=10**9, w=1, c=1)),
+        verify=(0, 0, "RAW image holds 12 bytes, but 1000000000x1x1 needs 1,000,000,000"),
+        undrawable=True,
     ),
     "channels 7": lambda: Case(frame(record(c=7)), verify=(0, 0, "stored shape 8x8x7 but the image decodes to 8x8x3")),
-    "channels -1": lambda: Case(frame(record(c=-1)), verify=(0, 0, "stored shape 8x8x-1 but the image decodes to 8x8x3")),
-    "RAW channels 7": lambda: Case(frame(record(bytes(28), b"RAW", h=2, w=2, c=7)), verify=(0, 0, "RAW image with impossible shape 2x2x7"), undrawable=True),
-    "RAW negative size": lambda: Case(frame(record(bytes(6), b"RAW", h=-2, w=-3, c=1)), verify=(0, 0, "RAW image with impossible shape -2x-3x1"), undrawable=True),
-    "RAW wrong byte count": lambda: Case(frame(record(bytes(47), b"RAW", h=4, w=4, c=3)), verify=(0, 0, "RAW image holds 47 bytes, but 4x4x3 needs 48"), undrawable=True),
+    "channels -1": lambda: Case(
+        frame(record(c=-1)), verify=(0, 0, "stored shape 8x8x-1 but the image decodes to 8x8x3")
+    ),
+    "RAW channels 7": lambda: Case(
+        frame(record(bytes(28), b"RAW", h=2, w=2, c=7)),
+        verify=(0, 0, "RAW image with impossible shape 2x2x7"),
+        undrawable=True,
+    ),
+    "RAW negative size": lambda: Case(
+        frame(record(bytes(6), b"RAW", h=-2, w=-3, c=1)),
+        verify=(0, 0, "RAW image with impossible shape -2x-3x1"),
+        undrawable=True,
+    ),
+    "RAW wrong byte count": lambda: Case(
+        frame(record(bytes(47), b"RAW", h=4, w=4, c=3)),
+        verify=(0, 0, "RAW image holds 47 bytes, but 4x4x3 needs 48"),
+        undrawable=True,
+    ),
     "PNG header 50000x50000": lambda: Case(
-        frame(record(png_bomb(50_000, 50_000, real=False))), verify=(0, 0, "image header claims 2,500,000,000 pixels"), undrawable=True
+        frame(record(png_bomb(50_000, 50_000, real=False))),
+        verify=(0, 0, "image header claims 2,500,000,000 pixels"),
+        undrawable=True,
     ),
     "PNG bomb 20000x20000": lambda: Case(
-        frame(record(png_bomb(20_000, 20_000, real=True))), verify=(0, 0, "image header claims 400,000,000 pixels"), undrawable=True
+        frame(record(png_bomb(20_000, 20_000, real=True))),
+        verify=(0, 0, "image header claims 400,000,000 pixels"),
+        undrawable=True,
     ),
 }
 
@@ -284,7 +358,9 @@ def test_inspect_every_mode_reports_malicious_files_in_one_line(name: str, tmp_p
                 assert data["total"]["records"] == case.records, what
             continue
         if problem:
-            assert r.stdout.count("\n  " + str(path)) == 1 and "problems (1):" in r.stdout, what  # exactly one problem line
+            assert r.stdout.count("\n  " + str(path)) == 1 and "problems (1):" in r.stdout, (
+                what
+            )  # exactly one problem line
             line = next(x for x in r.stdout.splitlines() if x.startswith("  " + str(path)))
             assert line.startswith("  " + _where(path, problem, compressed) + ": "), what
             assert problem[2] in line, what
@@ -298,7 +374,9 @@ def test_inspect_every_mode_reports_malicious_files_in_one_line(name: str, tmp_p
 # --------------------------------------------------------------------------- inspect, details
 
 
-def test_a_record_too_big_to_hold_is_crc_checked_while_streaming_past_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_record_too_big_to_hold_is_crc_checked_while_streaming_past_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     big = record(bytes(5000), b"RAW", h=50, w=100, c=1)
     broken = bytearray(frame(big))
     broken[100] ^= 1
@@ -306,9 +384,16 @@ def test_a_record_too_big_to_hold_is_crc_checked_while_streaming_past_it(tmp_pat
         path = tmp_path / f"big.{comp}"
         path.write_bytes(wrap(GOOD + frame(big) + bytes(broken) + GOOD))
         recs = list(TFRecordFile(path, max_record_bytes=1000))
-        assert [(r.oversize, r.crc_ok, r.length) for r in recs] == [(False, True, N - 16), (True, True, len(big)), (True, False, len(big)), (False, True, N - 16)]
+        assert [(r.oversize, r.crc_ok, r.length) for r in recs] == [
+            (False, True, N - 16),
+            (True, True, len(big)),
+            (True, False, len(big)),
+            (False, True, N - 16),
+        ]
         assert recs[1].data == b"" and recs[3].offset == N + 2 * len(frame(big))
-        with pytest.raises(DataError, match=rf"record 1 at byte {N}: {len(big):,} data bytes, more than max_record_bytes=1,000"):
+        with pytest.raises(
+            DataError, match=rf"record 1 at byte {N}: {len(big):,} data bytes, more than max_record_bytes=1,000"
+        ):
             list(read_records(path, max_record_bytes=1000))
         monkeypatch.setattr(framing, "MAX_RECORD_BYTES", 1000)
         report = inspector.inspect([path])
@@ -327,7 +412,9 @@ def test_contact_sheet_rows_are_capped_whatever_labels_a_file_invents(tmp_path: 
     path.write_bytes(b"".join(frame(record(tiny, h=2, w=2, label=i, text=t)) for i, t in enumerate(texts)))
     sheet = tmp_path / "sheet.png"
     with deadline(60), bounded():
-        r = CliRunner().invoke(main, ["inspect", str(path), "--contact-sheet", str(sheet), "-n", "20", "--json"], catch_exceptions=False)
+        r = CliRunner().invoke(
+            main, ["inspect", str(path), "--contact-sheet", str(sheet), "-n", "20", "--json"], catch_exceptions=False
+        )
     assert r.exit_code == 0, r.output
     c = json.loads(r.stdout)["contact_sheet"]
     rows = MAX_SHEET_CELLS // 20
@@ -336,9 +423,17 @@ def test_contact_sheet_rows_are_capped_whatever_labels_a_file_invents(tmp_path: 
 
 
 def test_extract_survives_names_the_file_system_refuses(tmp_path: Path) -> None:
-    names = [b"cat/" + b"y" * 300 + b".png", b"cat/a", b"cat/a/b.png", b"cat/" + b"d/" * 3000 + b"deep.png", b"../../../../etc/passwd"]
+    names = [
+        b"cat/" + b"y" * 300 + b".png",
+        b"cat/a",
+        b"cat/a/b.png",
+        b"cat/" + b"d/" * 3000 + b"deep.png",
+        b"../../../../etc/passwd",
+    ]
     path = tmp_path / "names"
-    path.write_bytes(b"".join(frame(record(filename=n, text=t)) for n in names for t in (b"cat", b"\x1b]0;owned\x07" + b"z" * 400)))
+    path.write_bytes(
+        b"".join(frame(record(filename=n, text=t)) for n in names for t in (b"cat", b"\x1b]0;owned\x07" + b"z" * 400))
+    )
     x = tmp_path / "x"
     r = CliRunner().invoke(main, ["inspect", str(path), "--extract", str(x), "--all"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
@@ -351,7 +446,11 @@ def test_extract_survives_names_the_file_system_refuses(tmp_path: Path) -> None:
 
 def test_text_report_shows_record_content_escaped_and_short(tmp_path: Path) -> None:
     path = tmp_path / "ctl"
-    path.write_bytes(frame(record(filename=b"cat/\x1b[2J\x1b]0;owned\x07.png\nFAKE LINE", text=b"\xe2\x80\xaecat", fmt=b"P" * 10_000)))
+    path.write_bytes(
+        frame(
+            record(filename=b"cat/\x1b[2J\x1b]0;owned\x07.png\nFAKE LINE", text=b"\xe2\x80\xaecat", fmt=b"P" * 10_000)
+        )
+    )
     r = CliRunner().invoke(main, ["inspect", str(path)], catch_exceptions=False)
     assert r.exit_code == 0
     assert "\x1b" not in r.stdout and "\x07" not in r.stdout and "\u202e" not in r.stdout
@@ -369,7 +468,10 @@ def test_load_refuses_a_lying_length_before_tensorflow_allocates_it(tmp_path: Pa
     path = tmp_path / "train-00000-of-00001"
     path.write_bytes(GOOD + header(length) + bytes(64))
     with deadline(30), bounded():
-        with pytest.raises(DataError, match=rf"^{re.escape(str(path))}: record 1 at byte {N}: truncated record: it claims {length:,} data bytes"):
+        with pytest.raises(
+            DataError,
+            match=rf"^{re.escape(str(path))}: record 1 at byte {N}: truncated record: it claims {length:,} data bytes",
+        ):
             img2tfrecord.load(path)
         with pytest.raises(DataError, match="record 1 at byte"):  # the same through a directory, without dataset.json
             img2tfrecord.load(tmp_path)
@@ -384,7 +486,9 @@ def test_load_refuses_a_lying_length_before_tensorflow_allocates_it(tmp_path: Pa
         (GOOD + header(10)[:7], f"record 1 at byte {N}: truncated record header"),
     ],
 )
-def test_load_names_file_record_and_offset_of_broken_framing(tmp_path: Path, tf: Any, content: bytes, message: str) -> None:
+def test_load_names_file_record_and_offset_of_broken_framing(
+    tmp_path: Path, tf: Any, content: bytes, message: str
+) -> None:
     path = tmp_path / "shard"
     path.write_bytes(content)
     with pytest.raises(DataError, match=re.escape(f"{path}: ") + ".*" + re.escape(message)):
@@ -399,9 +503,13 @@ def dataset(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("compression", [None, "gzip"])
-def test_load_names_the_shard_and_record_tensorflow_cannot_read(tmp_path: Path, tf: Any, compression: str | None) -> None:
+def test_load_names_the_shard_and_record_tensorflow_cannot_read(
+    tmp_path: Path, tf: Any, compression: str | None
+) -> None:
     out = tmp_path / "out"
-    write_dataset(out, make_items(["cat", "dog"], {"cat": 3, "dog": 3}), ["cat", "dog"], {"train": 2}, compression=compression)
+    write_dataset(
+        out, make_items(["cat", "dog"], {"cat": 3, "dog": 3}), ["cat", "dog"], {"train": 2}, compression=compression
+    )
     shard = out / "train-00001-of-00002"
     raw = gzip.decompress(shard.read_bytes()) if compression else shard.read_bytes()
     damaged = bytearray(raw)
@@ -409,11 +517,16 @@ def test_load_names_the_shard_and_record_tensorflow_cannot_read(tmp_path: Path, 
     damaged[second + 40] ^= 0x10  # one of its data bytes
     shard.write_bytes(gzip.compress(bytes(damaged)) if compression else bytes(damaged))
     ds = img2tfrecord.load(out)  # framing is fine: this is only found while reading
-    with deadline(60), pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(f"{shard}: record 1 cannot be read")):
+    with (
+        deadline(60),
+        pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(f"{shard}: record 1 cannot be read")),
+    ):
         for _ in ds:
             pass
     unzipped = " (decompressed)" if compression else ""
-    with pytest.raises(DataError, match=re.escape(f"{shard}: record 1 at byte {second:,}{unzipped}: data CRC mismatch")):
+    with pytest.raises(
+        DataError, match=re.escape(f"{shard}: record 1 at byte {second:,}{unzipped}: data CRC mismatch")
+    ):
         img2tfrecord.load(out, verify="full")
     assert sum(1 for _ in img2tfrecord.load(out, split="train", verify="none").take(2)) == 2
 
@@ -422,7 +535,9 @@ def test_load_checks_record_counts_against_dataset_json(dataset: Path, tf: Any) 
     man = json.loads((dataset / "dataset.json").read_text())
     man["splits"]["train"]["shards"][1]["records"] += 1
     (dataset / "dataset.json").write_text(json.dumps(man))
-    with pytest.raises(DataError, match=re.escape(f"{dataset / 'train-00001-of-00002'}: holds 3 records, dataset.json says 4")):
+    with pytest.raises(
+        DataError, match=re.escape(f"{dataset / 'train-00001-of-00002'}: holds 3 records, dataset.json says 4")
+    ):
         img2tfrecord.load(dataset)
     (dataset / "train-00000-of-00002").unlink()
     with pytest.raises(DataError, match="train-00000-of-00002: cannot read: No such file"):
@@ -431,7 +546,9 @@ def test_load_checks_record_counts_against_dataset_json(dataset: Path, tf: Any) 
         img2tfrecord.load(dataset, verify="yes")
     gz = dataset / "train-00001-of-00002"
     gz.write_bytes(gzip.compress(gz.read_bytes()))
-    with pytest.raises(DataError, match=re.escape(f"{gz}: record 0 at byte 0: a gzip-compressed file, read as uncompressed")):
+    with pytest.raises(
+        DataError, match=re.escape(f"{gz}: record 0 at byte 0: a gzip-compressed file, read as uncompressed")
+    ):
         img2tfrecord.load(gz, compression="none")
 
 
@@ -443,13 +560,31 @@ NAMED = "is not a tf.train.Example with the img2tfrecord features"
     [
         (b"\xff" * 40, "not a tf.train.Example", NAMED),  # TensorFlow alone: a UnicodeDecodeError
         (b"", "feature image/encoded is not one bytes value", NAMED),
-        (example({"image": ("bytes", [PNG]), "label": ("int64", [1])}), "feature image/encoded is not one bytes value", NAMED),
-        (record(bytes(47), b"RAW", h=4, w=4, c=3), "RAW image holds 47 bytes, but 4x4x3 needs 48", "image/filename cat/a.png (RAW, 47 bytes) does not decode"),
-        (record(png_bomb(50_000, 50_000, real=False)), "image header claims 2,500,000,000 pixels", "image/filename cat/a.png (PNG, 69 bytes) does not decode"),
-        (record(h=31_623, w=31_623), "image/height x image/width claim 31,623x31,623", None),  # TensorFlow decodes the real 8x8
+        (
+            example({"image": ("bytes", [PNG]), "label": ("int64", [1])}),
+            "feature image/encoded is not one bytes value",
+            NAMED,
+        ),
+        (
+            record(bytes(47), b"RAW", h=4, w=4, c=3),
+            "RAW image holds 47 bytes, but 4x4x3 needs 48",
+            "image/filename cat/a.png (RAW, 47 bytes) does not decode",
+        ),
+        (
+            record(png_bomb(50_000, 50_000, real=False)),
+            "image header claims 2,500,000,000 pixels",
+            "image/filename cat/a.png (PNG, 69 bytes) does not decode",
+        ),
+        (
+            record(h=31_623, w=31_623),
+            "image/height x image/width claim 31,623x31,623",
+            None,
+        ),  # TensorFlow decodes the real 8x8
     ],
 )
-def test_load_on_records_that_are_no_image_examples(tmp_path: Path, tf: Any, payload: bytes, message: str, while_iterating: str | None) -> None:
+def test_load_on_records_that_are_no_image_examples(
+    tmp_path: Path, tf: Any, payload: bytes, message: str, while_iterating: str | None
+) -> None:
     """verify="full" names file, record and offset before TensorFlow starts; the default names
     file and record of what does not parse, and the image/filename of what does not decode
     (TensorFlow alone: `Input to reshape is a tensor with 47 values`, `PNG size too large`)."""
@@ -473,14 +608,21 @@ def test_load_full_verify_streams_past_a_gzip_bomb(tmp_path: Path, tf: Any) -> N
     path = tmp_path / "bomb.gz"
     path.write_bytes(_zeros_gzip(GOOD + header(GIB4), 150 * MB))
     with deadline(60), bounded():
-        with pytest.raises(DataError, match=re.escape(f"{path}: record 1 at byte {N} (decompressed): truncated record: {150 * MB:,} of 4,294,967,296")):
+        with pytest.raises(
+            DataError,
+            match=re.escape(
+                f"{path}: record 1 at byte {N} (decompressed): truncated record: {150 * MB:,} of 4,294,967,296"
+            ),
+        ):
             img2tfrecord.load(path, verify="full")
 
 
 # --------------------------------------------------------------------------- properties
 
 
-def _read(path: Path, max_record: int | None = None) -> tuple[str | None, list[RawRecord], FramingError | DataError | None]:
+def _read(
+    path: Path, max_record: int | None = None
+) -> tuple[str | None, list[RawRecord], FramingError | DataError | None]:
     """Everything the reader yields from a file, and how it stopped."""
     try:
         f = TFRecordFile(path, max_record_bytes=max_record)
@@ -540,9 +682,13 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pieces=_segments, wrap=st.sampled_from(["none", "gzip", "zlib"]), max_record=st.sampled_from([None, 16]))
-def test_property_reader_on_hostile_bytes(scratch: Path, pieces: list[bytes], wrap: str, max_record: int | None) -> None:
+def test_property_reader_on_hostile_bytes(
+    scratch: Path, pieces: list[bytes], wrap: str, max_record: int | None
+) -> None:
     data = b"".join(pieces)
-    data = {"none": data, "gzip": gzip.compress(data) if data else data, "zlib": zlib.compress(data) if data else data}[wrap]
+    data = {"none": data, "gzip": gzip.compress(data) if data else data, "zlib": zlib.compress(data) if data else data}[
+        wrap
+    ]
     path = scratch / "hostile"
     path.write_bytes(data)
     _check_reader(path, max_record)
@@ -562,7 +708,14 @@ def test_property_reader_on_hostile_bytes(scratch: Path, pieces: list[bytes], wr
     max_record=st.sampled_from([None, 64]),
 )
 def test_property_damaged_shard_yields_what_was_written_or_a_problem(
-    scratch: Path, payloads: list[bytes], wrap: str, damage: str, where: float, bits: int, new_length: int, max_record: int | None
+    scratch: Path,
+    payloads: list[bytes],
+    wrap: str,
+    damage: str,
+    where: float,
+    bits: int,
+    new_length: int,
+    max_record: int | None,
 ) -> None:
     original = b"".join(frame(p) for p in payloads)
     raw = bytearray(original)
@@ -607,7 +760,13 @@ def test_property_damaged_shard_yields_what_was_written_or_a_problem(
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(payloads=_payloads, damage=st.sampled_from(["flip", "truncate", "length"]), where=st.floats(0, 1, exclude_max=True), bits=st.integers(1, 255), new_length=st.integers(0, 1000))
+@given(
+    payloads=_payloads,
+    damage=st.sampled_from(["flip", "truncate", "length"]),
+    where=st.floats(0, 1, exclude_max=True),
+    bits=st.integers(1, 255),
+    new_length=st.integers(0, 1000),
+)
 def test_property_reader_and_tensorflow_agree_on_damaged_shards(
     scratch: Path, tf: Any, payloads: list[bytes], damage: str, where: float, bits: int, new_length: int
 ) -> None:
@@ -632,7 +791,11 @@ def test_property_reader_and_tensorflow_agree_on_damaged_shards(
             break
         ours.append(r.data)
     problem = err is not None or len(ours) < len(recs)
-    if err is not None and len(ours) == len(recs) and re.search("truncated record header|shorter than one record header", str(err)):
+    if (
+        err is not None
+        and len(ours) == len(recs)
+        and re.search("truncated record header|shorter than one record header", str(err))
+    ):
         problem = False  # TensorFlow takes a cut-off header at the very end for the end of the file
     theirs, failed = [], False
     try:
@@ -673,21 +836,35 @@ def _image_bytes(draw: Any) -> bytes:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     images=st.lists(
-        st.tuples(_image_bytes(), st.sampled_from([b"PNG", b"JPEG", b"BMP", b"GIF", b"RAW", b"", b"\xff\n"]), _int64, _int64, _int64, _int64, st.binary(max_size=30), st.binary(max_size=30)),
-        min_size=1, max_size=4,
-    )  # fmt: skip
+        st.tuples(
+            _image_bytes(),
+            st.sampled_from([b"PNG", b"JPEG", b"BMP", b"GIF", b"RAW", b"", b"\xff\n"]),
+            _int64,
+            _int64,
+            _int64,
+            _int64,
+            st.binary(max_size=30),
+            st.binary(max_size=30),
+        ),
+        min_size=1,
+        max_size=4,
+    )
 )
 def test_property_any_example_content_is_reported_never_raised(scratch: Path, tf: Any, images: list[tuple]) -> None:
     """--verify, --extract and --contact-sheet on Examples with arbitrary images, shapes, labels and names."""
     path = scratch / "content"
-    path.write_bytes(b"".join(frame(record(enc, fmt, h, w, c, label, text, name)) for enc, fmt, h, w, c, label, text, name in images))
+    path.write_bytes(
+        b"".join(frame(record(enc, fmt, h, w, c, label, text, name)) for enc, fmt, h, w, c, label, text, name in images)
+    )
     out = scratch / "extract"
     if out.exists():
         import shutil
 
         shutil.rmtree(out)
     with deadline(30):
-        report = inspector.inspect([path], verify=True, extract_dir=out, extract_all=True, contact_sheet=scratch / "sheet.png")
+        report = inspector.inspect(
+            [path], verify=True, extract_dir=out, extract_all=True, contact_sheet=scratch / "sheet.png"
+        )
     assert report.total.records == report.total.examples == len(images)
     assert all("\n" not in p.message and len(p.message) < 400 for p in report.problems)
     assert report.extracted["images"] + report.extracted["skipped"] == len(images)

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
+
 from conftest import (
     decode,
     make_dataset,
@@ -22,7 +24,6 @@ from conftest import (
     read_records,
     save,
 )
-from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,7 +46,10 @@ def test_multi_frame_files_keep_their_first_frame(cli, tmp_path):
     for name, r in recs.items():
         assert r["format"] == b"PNG" and decode(r).shape == (20, 30, r["channels"])
         first = Image.open(tmp_path / "in" / name)  # Pillow opens on frame 0
-        np.testing.assert_array_equal(decode(r)[..., :3], pillow_pixels(tmp_path / "in" / name, "RGB") if first.mode == "P" else np.asarray(first.convert("RGB")))
+        np.testing.assert_array_equal(
+            decode(r)[..., :3],
+            pillow_pixels(tmp_path / "in" / name, "RGB") if first.mode == "P" else np.asarray(first.convert("RGB")),
+        )
 
 
 def test_vanished_files(cli, tmp_path):
@@ -54,7 +58,6 @@ def test_vanished_files(cli, tmp_path):
     out = tmp_path / "out"
     assert cli("convert", tmp_path / "in", out).exit_code == 0
     assert "vanished" in skipped(out)["a/gone.jpg"]
-
 
 
 def test_names_that_are_not_utf8(cli, tmp_path):
@@ -97,7 +100,9 @@ def test_decompression_bomb_is_refused_before_decoding(cli, tmp_path):
     assert res.exit_code == 0 and "max-pixels" in skipped(tmp_path / "out")["c/bomb.png"]
     assert grown_mb < 500  # decoding it would need 2.7 GB (900 Mpx x 3 bytes)
     # raising the limit lets it through to the decoder, which then reports the lie about its size
-    res = cli("convert", tmp_path / "in", tmp_path / "out2", "--workers", "1", "--max-pixels", "1000000000", "--channels", "1")
+    res = cli(
+        "convert", tmp_path / "in", tmp_path / "out2", "--workers", "1", "--max-pixels", "1000000000", "--channels", "1"
+    )
     assert res.exit_code == 0 and "c/bomb.png" in skipped(tmp_path / "out2")
 
 
@@ -139,8 +144,10 @@ def test_disk_full_fails_cleanly(tmp_path):
     out = tmp_path / "out"
     res = subprocess.run(
         [sys.executable, "-m", "img2tfrecord", "convert", str(ROOT / "sample_data"), str(out), "--shards", "1"],
-        capture_output=True, text=True, preexec_fn=_small_fsize,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        preexec_fn=_small_fsize,
+    )
     assert res.returncode == 1, res.stderr
     last = res.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: writing the dataset in {out} failed") and "needs about" in last
@@ -204,5 +211,11 @@ def test_one_run_at_a_time_per_output(cli, tmp_path):
         assert (staging / "train-00000-of-00002").read_bytes() == b"the other run's shard"
     res = cli("convert", tmp_path / "in", out)  # released (the other run ended or died)
     assert res.exit_code == 0, res.output
-    assert sorted(p.name for p in out.iterdir()) == ["dataset.json", "dataset_info.json", "features.json", "image.class.label.labels.txt",
-                                                     "labels.txt", "train-00000-of-00001"]  # fmt: skip
+    assert sorted(p.name for p in out.iterdir()) == [
+        "dataset.json",
+        "dataset_info.json",
+        "features.json",
+        "image.class.label.labels.txt",
+        "labels.txt",
+        "train-00000-of-00001",
+    ]

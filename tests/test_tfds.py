@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds  # the test extra: a missing install fails, it does not skip
+
 from conftest import (
     decode,
     make_dataset,
@@ -48,7 +49,9 @@ def outputs(tmp_path_factory):
     base = tmp_path_factory.mktemp("out")
     out = {}
     for mode, (opts, _, _) in MODES.items():
-        res = CliRunner().invoke(main, ["convert", str(root), str(base / mode), *OPTIONS, *opts, "--quiet"], catch_exceptions=False)
+        res = CliRunner().invoke(
+            main, ["convert", str(root), str(base / mode), *OPTIONS, *opts, "--quiet"], catch_exceptions=False
+        )
         assert res.exit_code == 0, res.output
         out[mode] = base / mode
     return out
@@ -63,7 +66,11 @@ def test_tfds_reads_every_record_of_every_mode(outputs, mode):
     out = outputs[mode]
     man = manifest_of(out)
     _, kind, shape = MODES[mode]
-    assert len(man["skipped"]) == 3 and [sh["records"] for sh in man["splits"]["train"]["shards"]] == [6, 6, 6]  # re-cut
+    assert len(man["skipped"]) == 3 and [sh["records"] for sh in man["splits"]["train"]["shards"]] == [
+        6,
+        6,
+        6,
+    ]  # re-cut
     builder = tfds.builder_from_directory(str(out))
     feature = builder.info.features["image/encoded"]
     assert type(feature).__name__ == kind and tuple(feature.shape) == shape and feature.dtype.name == "uint8"
@@ -96,8 +103,13 @@ def test_tfds_reads_every_record_of_every_mode(outputs, mode):
 
 def test_channels_keep_gives_each_image_its_own(outputs):
     builder = tfds.builder_from_directory(str(outputs["keep"]))
-    got = {ex["image/filename"]: ex["image/encoded"].shape[-1] for ex in tfds.as_numpy(builder.as_dataset(split="train"))}
-    got |= {ex["image/filename"]: ex["image/encoded"].shape[-1] for ex in tfds.as_numpy(builder.as_dataset(split="validation"))}
+    got = {
+        ex["image/filename"]: ex["image/encoded"].shape[-1] for ex in tfds.as_numpy(builder.as_dataset(split="train"))
+    }
+    got |= {
+        ex["image/filename"]: ex["image/encoded"].shape[-1]
+        for ex in tfds.as_numpy(builder.as_dataset(split="validation"))
+    }
     assert got[b"cat/img_000.png"] == 4 and got[b"cat/img_001.jpg"] == 1 and got[b"dog/img_001.jpg"] == 3
 
 
@@ -126,7 +138,11 @@ def test_compressed_shards_get_no_tfds_metadata(cli, tmp_path):
     assert cli("convert", tmp_path / "in", out, "--quiet").exit_code == 0
     assert (out / "features.json").exists()
     assert cli("convert", tmp_path / "in", out, "--compression", "gzip", "--overwrite", "--quiet").exit_code == 0
-    assert sorted(p.name for p in out.iterdir()) == ["dataset.json", "labels.txt", "train-00000-of-00001"]  # stale ones gone
+    assert sorted(p.name for p in out.iterdir()) == [
+        "dataset.json",
+        "labels.txt",
+        "train-00000-of-00001",
+    ]  # stale ones gone
 
 
 def test_label_offset_and_odd_class_names(tmp_path):
@@ -134,6 +150,7 @@ def test_label_offset_and_odd_class_names(tmp_path):
     from tensorflow_datasets.core.features import FeaturesDict
 
     from img2tfrecord.format import tfds as tfds_metadata
+
     def tfds_label(manifest: dict):
         d = tmp_path / str(len(list(tmp_path.iterdir())))
         d.mkdir()

@@ -64,9 +64,12 @@ def install() -> bool:
         if _writes_to_fd2(sys.stderr):
             _saved_stderr = sys.stderr
             sys.stderr = io.TextIOWrapper(
-                io.FileIO(os.dup(saved), "w"), encoding=getattr(sys.stderr, "encoding", None) or "utf-8",
-                errors="backslashreplace", line_buffering=True, write_through=True,
-            )  # fmt: skip
+                io.FileIO(os.dup(saved), "w"),
+                encoding=getattr(sys.stderr, "encoding", None) or "utf-8",
+                errors="backslashreplace",
+                line_buffering=True,
+                write_through=True,
+            )
         os.dup2(fd, 2)
         _capture_fd, _saved_fd = fd, saved
         return True

@@ -52,12 +52,12 @@ def gfile(path: str | None = None) -> Any:
 def _import_tf_io() -> bool:
     global _tf_io
     if _tf_io is None:
-        import importlib.util  # noqa: PLC0415
+        import importlib.util
 
         _tf_io = importlib.util.find_spec("tensorflow_io") is not None
         if _tf_io:
             try:
-                import tensorflow_io  # noqa: F401, PLC0415 - registers s3://, hdfs://, az://
+                import tensorflow_io  # noqa: F401 - registers s3://, hdfs://, az://
             except Exception:  # a tensorflow-io built for another TensorFlow: the check below says so
                 _tf_io = False
     return _tf_io
@@ -82,8 +82,10 @@ def check_remote(path: str, what: str) -> None:
                 f"{what} {path}: TensorFlow reads {name}:// only through tensorflow-io, which is not installed "
                 "(or not for this TensorFlow): pip install tensorflow-io"
             ) from None
-        raise UsageError(f"{what} {path}: TensorFlow has no file system for {name}://; use a local path or gs://") from None
-    except Exception as e:  # noqa: BLE001 - tf.errors.* (network, auth) are not OSErrors
+        raise UsageError(
+            f"{what} {path}: TensorFlow has no file system for {name}://; use a local path or gs://"
+        ) from None
+    except Exception as e:
         msg = (getattr(e, "message", None) or str(e) or type(e).__name__).strip().splitlines()[0]
         if "KeyboardInterrupt" in msg:  # Ctrl-C/SIGTERM while TensorFlow waited on the network, re-wrapped by pybind11
             raise KeyboardInterrupt from None

@@ -12,9 +12,10 @@ import glob
 import os
 import struct
 import zlib
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import DecodeError
 
@@ -53,7 +54,9 @@ def features_spec() -> dict[str, Any]:
     return {key: tf.io.FixedLenFeature([], dtypes[kind]) for key, kind in FEATURE_TYPES.items()}
 
 
-def _split_files(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], split: str) -> tuple[list[str], Manifest | None, int | None]:
+def _split_files(
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], split: str
+) -> tuple[list[str], Manifest | None, int | None]:
     """(shard files, manifest or None, record count or None) for `load`."""
     if not isinstance(path, (str, os.PathLike)):
         files = [os.fspath(p) for p in path]
@@ -104,12 +107,14 @@ def _to_channels(tf: Any, img: Any, channels: int | None, have: int | None = Non
     else:
         base = pick(color, lambda: img[..., :3], lambda: tf.tile(img[..., :1], [1, 1, 3]))
     if channels in (2, 4):
-        opaque = lambda: tf.fill(tf.concat([tf.shape(img)[:2], [1]], 0), tf.constant(255, tf.uint8))  # noqa: E731
+        opaque = lambda: tf.fill(tf.concat([tf.shape(img)[:2], [1]], 0), tf.constant(255, tf.uint8))
         base = tf.concat([base, pick(has_alpha, lambda: img[..., -1:], opaque)], axis=-1)
     return tf.ensure_shape(base, [None, None, channels])
 
 
-def image_decoder(formats: Iterable[str] | None = None, stored_channels: int | None = None, channels: int | None = 3) -> tuple[Any, bytes]:
+def image_decoder(
+    formats: Iterable[str] | None = None, stored_channels: int | None = None, channels: int | None = 3
+) -> tuple[Any, bytes]:
     """(decode, end marker): a graph function (encoded, format, height, width, stored channels) ->
     uint8 HxWx`channels` image, and a serialized Example with a 1x1 image it decodes.
 
@@ -129,13 +134,17 @@ def image_decoder(formats: Iterable[str] | None = None, stored_channels: int | N
         return tf.reshape(tf.io.decode_raw(encoded, tf.uint8), tf.stack([height, width, stored]))
 
     if kinds == {FORMAT_RAW}:
+
         def decode(encoded: Any, image_format: Any, height: Any, width: Any, stored: Any) -> Any:
             img = tf.ensure_shape(raw(encoded, height, width, stored), [None, None, stored_channels])
             return _to_channels(tf, img, channels, stored_channels)
     elif kinds and FORMAT_RAW not in kinds:
         # decode_jpeg decodes by content too (one kernel for all formats), so the PNG marker works
-        op = (lambda b: tf.io.decode_jpeg(b, channels=native)) if kinds == {"JPEG"} else (
-            lambda b: tf.io.decode_image(b, channels=native, expand_animations=False))  # fmt: skip
+        op = (
+            (lambda b: tf.io.decode_jpeg(b, channels=native))
+            if kinds == {"JPEG"}
+            else (lambda b: tf.io.decode_image(b, channels=native, expand_animations=False))
+        )
         have = 3 if native else stored_channels
 
         def decode(encoded: Any, image_format: Any, height: Any, width: Any, stored: Any) -> Any:
@@ -143,8 +152,9 @@ def image_decoder(formats: Iterable[str] | None = None, stored_channels: int | N
 
         return decode, _example(_tiny_png(marker_channels), "PNG", marker_channels)
     else:  # no manifest, or one that mixes RAW with encoded images: decide per record
+
         def decode(encoded: Any, image_format: Any, height: Any, width: Any, stored: Any) -> Any:
-            coded = lambda: tf.io.decode_image(encoded, channels=0, expand_animations=False, dtype=tf.uint8)  # noqa: E731
+            coded = lambda: tf.io.decode_image(encoded, channels=0, expand_animations=False, dtype=tf.uint8)
             img = tf.cond(tf.equal(image_format, FORMAT_RAW), lambda: raw(encoded, height, width, stored), coded)
             return _to_channels(tf, tf.ensure_shape(img, [None, None, None]), channels)
 
@@ -153,19 +163,36 @@ def image_decoder(formats: Iterable[str] | None = None, stored_channels: int | N
 
 def _tiny_png(channels: int) -> bytes:
     """A 1x1 black PNG of 1 or 3 channels, made by hand (no TensorFlow op to run eagerly)."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
     header = struct.pack(">IIBBBBB", 1, 1, 8, 0 if channels == 1 else 2, 0, 0, 0)  # 8-bit grey or RGB
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(bytes(1 + channels))) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(bytes(1 + channels)))
+        + chunk(b"IEND", b"")
+    )
 
 
 def _example(encoded: bytes, image_format: str, channels: int) -> bytes:
     """A 1x1 image record (load()'s end-of-shard marker)."""
-    return serialize_example(encoded=encoded, image_format=image_format, height=1, width=1, channels=channels, label=0, text=b"", filename=b"")
+    return serialize_example(
+        encoded=encoded,
+        image_format=image_format,
+        height=1,
+        width=1,
+        channels=channels,
+        label=0,
+        text=b"",
+        filename=b"",
+    )
 
 
-def decode_image(encoded: Any, image_format: Any, height: Any, width: Any, stored_channels: Any, channels: int | None = 3) -> Any:
+def decode_image(
+    encoded: Any, image_format: Any, height: Any, width: Any, stored_channels: Any, channels: int | None = 3
+) -> Any:
     """Decode one record's image in a tf.data graph: JPEG/PNG/BMP/GIF by content, RAW by reshape."""
     return image_decoder(channels=channels)[0](encoded, image_format, height, width, stored_channels)
 
@@ -210,8 +237,20 @@ _NOT_OURS = "is not a tf.train.Example with the img2tfrecord features"
 _SHARD_STRIDE = 1 << 40  # record number = shard * stride + index: a shard holds fewer than 2**40 records
 
 
-def _checked_records(tf: Any, files: list[str], counts: list[int], compression_type: str, spec: dict[str, Any], image_of: Any, end: bytes,
-                     out: Any, shuffle_files: bool, seed: int | None, cycle_length: int, deterministic: bool) -> Any:  # fmt: skip
+def _checked_records(
+    tf: Any,
+    files: list[str],
+    counts: list[int],
+    compression_type: str,
+    spec: dict[str, Any],
+    image_of: Any,
+    end: bytes,
+    out: Any,
+    shuffle_files: bool,
+    seed: int | None,
+    cycle_length: int,
+    deterministic: bool,
+) -> Any:
     """`out(example, image)` of every record of `files`; one that cannot be read, parsed or decoded
     raises naming its shard, its index and, when it parses, its image/filename.
 
@@ -240,7 +279,13 @@ def _checked_records(tf: Any, files: list[str], counts: list[int], compression_t
     ds = tf.data.Dataset.range(n)
     if shuffle_files:
         ds = ds.shuffle(n, seed=seed, reshuffle_each_iteration=True)
-    ds = ds.interleave(_graph(shard), cycle_length=cycle_length, block_length=1, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    ds = ds.interleave(
+        _graph(shard),
+        cycle_length=cycle_length,
+        block_length=1,
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=deterministic,
+    )
 
     def decode(number: Any, r: Any) -> Any:
         ex = tf.io.parse_single_example(r, spec)
@@ -261,22 +306,38 @@ def _checked_records(tf: Any, files: list[str], counts: list[int], compression_t
         # record k again: parsed if it parses (for its name), else fields with an empty image
         again = tf.data.TFRecordDataset(file, compression_type=compression_type).skip(k).take(1)
         again = again.map(lambda r: tf.io.parse_single_example(r, fields)).ignore_errors()
-        ex = again.concatenate(tf.data.Dataset.from_tensors({f: tf.constant(b"") for f in fields})).take(1).get_single_element()
+        ex = (
+            again.concatenate(tf.data.Dataset.from_tensors({f: tf.constant(b"") for f in fields}))
+            .take(1)
+            .get_single_element()
+        )
         size = tf.strings.length(ex["image/encoded"])
         msg = tf.where(
             tf.not_equal(i, k),
             tf.where(
                 size > 0,
-                tf.strings.join([
-                    name, ": image/filename ", ex["image/filename"], " (", ex["image/format"], ", ",
-                    tf.strings.as_string(size), " bytes) does not decode; `img2tfrecord inspect --verify` shows why",
-                ]),  # fmt: skip
-                tf.strings.join([name, f" {_NOT_OURS} (or cannot be read); `img2tfrecord inspect` shows what it holds"]),
+                tf.strings.join(
+                    [
+                        name,
+                        ": image/filename ",
+                        ex["image/filename"],
+                        " (",
+                        ex["image/format"],
+                        ", ",
+                        tf.strings.as_string(size),
+                        " bytes) does not decode; `img2tfrecord inspect --verify` shows why",
+                    ]
+                ),
+                tf.strings.join(
+                    [name, f" {_NOT_OURS} (or cannot be read); `img2tfrecord inspect` shows what it holds"]
+                ),
             ),
             tf.where(
                 i < count,
                 tf.strings.join([name, " cannot be read (corrupt or cut short); `img2tfrecord inspect` shows why"]),
-                tf.strings.join([file, ": holds more than the ", tf.strings.as_string(count), f" records {MANIFEST} lists"]),
+                tf.strings.join(
+                    [file, ": holds more than the ", tf.strings.as_string(count), f" records {MANIFEST} lists"]
+                ),
             ),
         )
         with tf.control_dependencies([tf.debugging.Assert(False, [msg])]):
@@ -285,7 +346,9 @@ def _checked_records(tf: Any, files: list[str], counts: list[int], compression_t
     def check(seen: Any, item: Any) -> Any:
         s, i, last, x = item
         k = seen[s]  # records of shard s that came through so far
-        ok = tf.equal(i, k) & tf.math.logical_xor(last, i < sizes[s])  # the end marker comes exactly after `count` records
+        ok = tf.equal(i, k) & tf.math.logical_xor(
+            last, i < sizes[s]
+        )  # the end marker comes exactly after `count` records
         checked = tf.cond(ok, lambda: tf.constant(True), lambda: fail(s, i, k))
         with tf.control_dependencies([checked]):
             seen = tf.tensor_scatter_nd_add(seen, [[s]], [1])
@@ -325,10 +388,10 @@ def _verify_records(path: str, comp: str, man: Manifest | None) -> int:
     TensorFlow's errors (`corrupted record at 1234`, `Could not parse example input`) name
     neither the file nor the record, so `load(verify="full")` finds them first.
     """
-    from img2tfrecord.format.framing import FramingError, TFRecordFile  # noqa: PLC0415 - cycle
-    from img2tfrecord.format.images import image_problem  # noqa: PLC0415 - cycle
-    from img2tfrecord.format.layout import pixel_limit  # noqa: PLC0415 - cycle
-    from img2tfrecord.format.schema import Example  # noqa: PLC0415
+    from img2tfrecord.format.framing import FramingError, TFRecordFile
+    from img2tfrecord.format.images import image_problem
+    from img2tfrecord.format.layout import pixel_limit
+    from img2tfrecord.format.schema import Example
 
     n = 0
     max_pixels = pixel_limit(man)
@@ -380,7 +443,7 @@ def load(
     cycle_length: int | None = None,
     deterministic: bool | None = None,
     verify: str = "framing",
-) -> "tf.data.Dataset":
+) -> tf.data.Dataset:
     """A `tf.data.Dataset` of `(image, label)` from an img2tfrecord output directory (or shard files).
 
     Args:
@@ -443,7 +506,9 @@ def load(
         decode, end = image_decoder(man.formats if man else None, man.stored_channels if man else None, channels)
 
         def image_of(ex: Any) -> Any:
-            img = decode(ex["image/encoded"], ex["image/format"], ex["image/height"], ex["image/width"], ex["image/channels"])
+            img = decode(
+                ex["image/encoded"], ex["image/format"], ex["image/height"], ex["image/width"], ex["image/channels"]
+            )
             return img if image_size is None else tf.image.resize(img, image_size, method=resize_method)
 
         def out(ex: Any, img: Any) -> Any:
@@ -455,9 +520,11 @@ def load(
                 ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
             ds = ds.interleave(
                 _graph(lambda f: tf.data.TFRecordDataset(f, compression_type=compression_type)),
-                cycle_length=cycle_length or min(len(files), 16), block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
+                cycle_length=cycle_length or min(len(files), 16),
+                block_length=1,
+                num_parallel_calls=tf.data.AUTOTUNE,
                 deterministic=deterministic,
-            )  # fmt: skip
+            )
 
             def one(r: Any) -> Any:
                 ex = tf.io.parse_single_example(r, spec)
@@ -465,8 +532,20 @@ def load(
 
             ds = ds.map(_graph(one), num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
         else:
-            ds = _checked_records(tf, files, counts, compression_type, spec, image_of, end, out, shuffle_files, seed,
-                                  cycle_length or min(len(files), 16), deterministic)  # fmt: skip
+            ds = _checked_records(
+                tf,
+                files,
+                counts,
+                compression_type,
+                spec,
+                image_of,
+                end,
+                out,
+                shuffle_files,
+                seed,
+                cycle_length or min(len(files), 16),
+                deterministic,
+            )
         if records is not None:
             ds = ds.apply(tf.data.experimental.assert_cardinality(records))
         ds = ds.prefetch(tf.data.AUTOTUNE)

@@ -49,8 +49,14 @@ def _load_record_io() -> ModuleType:
         try:
             spec = importlib.util.find_spec("tensorflow")  # finds the package without running it
             folder = os.path.join(os.path.dirname(spec.origin or ""), "python", "lib", "io") if spec else ""
-            path = next((os.path.join(folder, "_pywrap_record_io" + s) for s in importlib.machinery.EXTENSION_SUFFIXES
-                         if os.path.exists(os.path.join(folder, "_pywrap_record_io" + s))), None)  # fmt: skip
+            path = next(
+                (
+                    os.path.join(folder, "_pywrap_record_io" + s)
+                    for s in importlib.machinery.EXTENSION_SUFFIXES
+                    if os.path.exists(os.path.join(folder, "_pywrap_record_io" + s))
+                ),
+                None,
+            )
             ext = importlib.util.spec_from_file_location(RECORD_IO, path) if path else None
             if ext is not None and ext.loader is not None:
                 module = importlib.util.module_from_spec(ext)
@@ -82,7 +88,7 @@ def _quiet_import() -> ModuleType:
         return sys.modules["tensorflow"]
     if cstderr.installed():  # fd 2 is captured already: its reader drops TensorFlow's lines
         try:
-            import tensorflow as tf  # noqa: PLC0415 - lazy on purpose
+            import tensorflow as tf
         except BaseException:
             sys.stderr.write(cstderr.take(raw=True))
             raise
@@ -99,7 +105,7 @@ def _quiet_import() -> ModuleType:
         if saved is not None:
             os.dup2(sink.fileno(), 2)
         try:
-            import tensorflow as tf  # noqa: PLC0415 - lazy on purpose
+            import tensorflow as tf
         except BaseException:
             if saved is not None:
                 os.dup2(saved, 2)
@@ -133,7 +139,7 @@ def _fd2_silenced() -> Iterator[None]:
 
 def _quiet_loggers(tf: ModuleType) -> ModuleType:
     try:
-        import absl.logging  # noqa: PLC0415
+        import absl.logging
 
         absl.logging.set_verbosity(absl.logging.ERROR)
     except ImportError:

@@ -60,7 +60,9 @@ def _summary_text(s: dict[str, Any]) -> str:
     classes = s["classes"]
     if s["dry_run"]:
         lines = [f"Plan for {s['input']} -> {s['output']} (dry run, nothing written):"]
-        lines.append(f"  {plural(len(classes), 'class', 'classes')}: {', '.join(classes[:10])}{' ...' if len(classes) > 10 else ''}")
+        lines.append(
+            f"  {plural(len(classes), 'class', 'classes')}: {', '.join(classes[:10])}{' ...' if len(classes) > 10 else ''}"
+        )
         for name, sp in s["splits"].items():
             per = [sh["images"] for sh in sp["shards"]]
             lines.append(
@@ -96,33 +98,143 @@ def _summary_text(s: dict[str, Any]) -> str:
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.argument("input_dir", type=click.Path(file_okay=False, path_type=str))
 @click.argument("output_dir", type=click.Path(file_okay=False, path_type=str))
-@click.option("--shards", metavar="N|SPLIT=N,...", help="Shards in total, or per split (e.g. train=16,validation=2). Default: ~100-200 MB per shard.")
-@click.option("--split", "split", metavar="NAME=FRAC,...", help="Split every class, e.g. train=0.8,validation=0.2 (stratified, seeded). Not with an INPUT_DIR already split into train/validation/test folders (those are used as they are).")
+@click.option(
+    "--shards",
+    metavar="N|SPLIT=N,...",
+    help="Shards in total, or per split (e.g. train=16,validation=2). Default: ~100-200 MB per shard.",
+)
+@click.option(
+    "--split",
+    "split",
+    metavar="NAME=FRAC,...",
+    help="Split every class, e.g. train=0.8,validation=0.2 (stratified, seeded). Not with an INPUT_DIR already split into train/validation/test folders (those are used as they are).",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shuffle and of --split.")
-@click.option("--labels", "labels_file", type=click.Path(dir_okay=False, path_type=str), help="File with one class name per line: fixes label order and the subset of classes.")
-@click.option("--label-offset", type=int, default=0, show_default=True, help="Added to every label (Inception's tooling uses 1: 0 = background).")
-@click.option("--encoding", type=click.Choice(options.ENCODINGS), default="keep", show_default=True, help="keep: store the file bytes (transcoding only what TF cannot decode); jpeg/png: re-encode; raw: decoded uint8 pixels.")
-@click.option("--quality", type=click.IntRange(1, 100), default=95, show_default=True, help="JPEG quality of re-encoded JPEGs: --encoding jpeg, and keep's JPEGs under --resize/--channels.")
-@click.option("--resize", metavar="N|WxH", help="Resize: shorter side to N (aspect kept), or exactly WxH. Implies re-encoding.")
-@click.option("--channels", type=click.Choice(options.CHANNEL_CHOICES), default="keep", show_default=True, help="Convert every image to 1 (grayscale) or 3 (RGB) channels.")
-@click.option("--max-pixels", type=click.IntRange(min=1), default=DEFAULT_MAX_PIXELS, show_default=True, help="Skip images with more pixels than this, before decoding them.")
-@click.option("--validate/--no-validate", default=True, show_default=True, help="Fully decode every image so corrupt files are skipped, not written.")
+@click.option(
+    "--labels",
+    "labels_file",
+    type=click.Path(dir_okay=False, path_type=str),
+    help="File with one class name per line: fixes label order and the subset of classes.",
+)
+@click.option(
+    "--label-offset",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Added to every label (Inception's tooling uses 1: 0 = background).",
+)
+@click.option(
+    "--encoding",
+    type=click.Choice(options.ENCODINGS),
+    default="keep",
+    show_default=True,
+    help="keep: store the file bytes (transcoding only what TF cannot decode); jpeg/png: re-encode; raw: decoded uint8 pixels.",
+)
+@click.option(
+    "--quality",
+    type=click.IntRange(1, 100),
+    default=95,
+    show_default=True,
+    help="JPEG quality of re-encoded JPEGs: --encoding jpeg, and keep's JPEGs under --resize/--channels.",
+)
+@click.option(
+    "--resize", metavar="N|WxH", help="Resize: shorter side to N (aspect kept), or exactly WxH. Implies re-encoding."
+)
+@click.option(
+    "--channels",
+    type=click.Choice(options.CHANNEL_CHOICES),
+    default="keep",
+    show_default=True,
+    help="Convert every image to 1 (grayscale) or 3 (RGB) channels.",
+)
+@click.option(
+    "--max-pixels",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_PIXELS,
+    show_default=True,
+    help="Skip images with more pixels than this, before decoding them.",
+)
+@click.option(
+    "--validate/--no-validate",
+    default=True,
+    show_default=True,
+    help="Fully decode every image so corrupt files are skipped, not written.",
+)
 @click.option("--strict", is_flag=True, help="Fail (exit 1, publish nothing) if any image is unusable.")
-@click.option("--compression", type=click.Choice(options.COMPRESSION_CHOICES), help="Compress the shards (JPEG/PNG payloads barely shrink).")
-@click.option("--index", is_flag=True, help="Write a DALI index ({shard}.idx) next to each shard (uncompressed shards only: not with --compression).")
-@click.option("--dedupe", type=click.Choice(options.DEDUPE_MODES), default="report", show_default=True, help="Byte-identical images (within a class, across classes = conflicting labels, across splits = leakage): report them, drop all but the first copy, or don't look (saves ~50 bytes of memory per image).")
-@click.option("--checksum", type=click.Choice(options.CHECKSUM_CHOICES), default=options.DEFAULT_CHECKSUM, show_default=True, help="Checksum of each shard file in dataset.json, checked by inspect --verify and --resume (every record also has its own CRC). xxh3_128 (xxhsum -H2) costs ~10 us per 100 KB image, sha256 (sha256sum) ~55 us.")
-@click.option("--fsync/--no-fsync", default=True, show_default=True, help="Flush every shard to disk before publishing, so a power cut cannot leave a published dataset with lost data. --no-fsync leaves that to the OS: faster when the disk writes slower than the conversion runs (the output bytes are the same).")
-@click.option("--overwrite", is_flag=True, help="Replace what a non-empty OUTPUT_DIR holds: a dataset, or the finished shards of an unfinished run.")
-@click.option("--resume", is_flag=True, help="Continue an interrupted run of the same command: finished shards (checked by their checksum, or with --checksum none by their record CRCs) are reused; the result is identical. Without --resume, a run over an unfinished one's finished shards needs --overwrite.")
-@click.option("--workers", type=click.IntRange(min=1), help="Worker processes (each encodes and writes whole shards). Default: all CPUs, fewer for small jobs. Output is identical for any value.")
-@click.option("--file-list", metavar="FILE", help="CSV/TSV of path,label_name (or path: CLASS/.../image below INPUT_DIR) to convert instead of walking INPUT_DIR; relative paths are joined to INPUT_DIR.")
-@click.option("--engine", type=click.Choice(options.ENGINES), default="local", show_default=True, help="local: processes on this machine; beam: Apache Beam (DirectRunner, Dataflow, Flink, Spark), same bytes. Needs: pip install 'img2tfrecord[beam]'.")
-@click.option("--beam-options", metavar="'--runner=... ...'", help="Beam pipeline options, as one quoted string. Default: --runner=DirectRunner --direct_running_mode=multi_processing --direct_num_workers=<--workers>.")
-@click.option("--dry-run", is_flag=True, help="Print the plan (classes, counts per split and shard) on stdout, and what the real run would refuse; write nothing.")
+@click.option(
+    "--compression",
+    type=click.Choice(options.COMPRESSION_CHOICES),
+    help="Compress the shards (JPEG/PNG payloads barely shrink).",
+)
+@click.option(
+    "--index",
+    is_flag=True,
+    help="Write a DALI index ({shard}.idx) next to each shard (uncompressed shards only: not with --compression).",
+)
+@click.option(
+    "--dedupe",
+    type=click.Choice(options.DEDUPE_MODES),
+    default="report",
+    show_default=True,
+    help="Byte-identical images (within a class, across classes = conflicting labels, across splits = leakage): report them, drop all but the first copy, or don't look (saves ~50 bytes of memory per image).",
+)
+@click.option(
+    "--checksum",
+    type=click.Choice(options.CHECKSUM_CHOICES),
+    default=options.DEFAULT_CHECKSUM,
+    show_default=True,
+    help="Checksum of each shard file in dataset.json, checked by inspect --verify and --resume (every record also has its own CRC). xxh3_128 (xxhsum -H2) costs ~10 us per 100 KB image, sha256 (sha256sum) ~55 us.",
+)
+@click.option(
+    "--fsync/--no-fsync",
+    default=True,
+    show_default=True,
+    help="Flush every shard to disk before publishing, so a power cut cannot leave a published dataset with lost data. --no-fsync leaves that to the OS: faster when the disk writes slower than the conversion runs (the output bytes are the same).",
+)
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Replace what a non-empty OUTPUT_DIR holds: a dataset, or the finished shards of an unfinished run.",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue an interrupted run of the same command: finished shards (checked by their checksum, or with --checksum none by their record CRCs) are reused; the result is identical. Without --resume, a run over an unfinished one's finished shards needs --overwrite.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Worker processes (each encodes and writes whole shards). Default: all CPUs, fewer for small jobs. Output is identical for any value.",
+)
+@click.option(
+    "--file-list",
+    metavar="FILE",
+    help="CSV/TSV of path,label_name (or path: CLASS/.../image below INPUT_DIR) to convert instead of walking INPUT_DIR; relative paths are joined to INPUT_DIR.",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(options.ENGINES),
+    default="local",
+    show_default=True,
+    help="local: processes on this machine; beam: Apache Beam (DirectRunner, Dataflow, Flink, Spark), same bytes. Needs: pip install 'img2tfrecord[beam]'.",
+)
+@click.option(
+    "--beam-options",
+    metavar="'--runner=... ...'",
+    help="Beam pipeline options, as one quoted string. Default: --runner=DirectRunner --direct_running_mode=multi_processing --direct_num_workers=<--workers>.",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the plan (classes, counts per split and shard) on stdout, and what the real run would refuse; write nothing.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar, no summary (warnings and skipped files still go to stderr).")
-def convert_command(input_dir: str, output_dir: str, labels_file: str | None, as_json: bool, quiet: bool, **kw: Any) -> None:
+@click.option(
+    "--quiet", "-q", is_flag=True, help="No progress bar, no summary (warnings and skipped files still go to stderr)."
+)
+def convert_command(
+    input_dir: str, output_dir: str, labels_file: str | None, as_json: bool, quiet: bool, **kw: Any
+) -> None:
     """Convert INPUT_DIR/CLASS/.../image files into sharded TFRecords in OUTPUT_DIR.
 
     \b
@@ -148,9 +260,13 @@ def convert_command(input_dir: str, output_dir: str, labels_file: str | None, as
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         summary = convert(
-            input_dir, output_dir, labels=labels_file, on_event=on_event,
-            progress=on_progress if progress.enabled else None, **kw,
-        )  # fmt: skip
+            input_dir,
+            output_dir,
+            labels=labels_file,
+            on_event=on_event,
+            progress=on_progress if progress.enabled else None,
+            **kw,
+        )
     except Img2TFRecordError as e:
         progress.close()
         _err(f"error: {e}")
@@ -158,7 +274,9 @@ def convert_command(input_dir: str, output_dir: str, labels_file: str | None, as
     except KeyboardInterrupt as e:
         progress.close()
         if isinstance(e, Interrupted):
-            _err(f"interrupted: nothing was published ({e.done} of {e.total} shards finished; run the same command with --resume to continue)")
+            _err(
+                f"interrupted: nothing was published ({e.done} of {e.total} shards finished; run the same command with --resume to continue)"
+            )
         else:
             _err("interrupted: nothing was published; run the same command again to convert")
         sys.exit(143 if _terminated else 130)

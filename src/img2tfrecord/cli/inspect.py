@@ -98,8 +98,18 @@ def _details(s: dict[str, Any], title: str) -> list[str]:
         for r in s["first_records"]:
             shape = "x".join("?" if r[k] is None else str(r[k]) for k in ("height", "width", "channels"))
             enc = "" if r["encoded_bytes"] is None else f"{r['encoded_bytes']:,}"
-            rows.append([str(r["index"]), _cell(r["filename"]), "" if r["label"] is None else str(r["label"]), _cell(r["text"]), shape, _cell(r["format"]), enc]
-                        + ([r.get("file") or ""] if len(sources) > 1 else []))
+            rows.append(
+                [
+                    str(r["index"]),
+                    _cell(r["filename"]),
+                    "" if r["label"] is None else str(r["label"]),
+                    _cell(r["text"]),
+                    shape,
+                    _cell(r["format"]),
+                    enc,
+                ]
+                + ([r.get("file") or ""] if len(sources) > 1 else [])
+            )
         out += _table(rows, "    ")
     return out
 
@@ -119,7 +129,11 @@ def format_report(rep: dict[str, Any], per_file: bool = False) -> str:
     lines += ["", *_details(rep["total"], "total" if len(files) > 1 else files[0]["path"] if files else "total")]
     if rep["extracted"]:
         e = rep["extracted"]
-        lines += ["", f"extracted {e['images']:,} images to {e['dir']}" + (f" ({e['skipped']} records had no usable image)" if e["skipped"] else "")]
+        lines += [
+            "",
+            f"extracted {e['images']:,} images to {e['dir']}"
+            + (f" ({e['skipped']} records had no usable image)" if e["skipped"] else ""),
+        ]
     if rep["contact_sheet"]:
         c = rep["contact_sheet"]
         notes = [f"{c['width']}x{c['height']}", f"{c['rows']} rows"]
@@ -155,17 +169,39 @@ def _problem(p: dict[str, Any], compressed: bool = False) -> str:
     short_help="Look inside TFRecord shards; verify, extract, contact sheet.",
 )
 @click.argument("paths", nargs=-1, required=True, metavar="PATH...")
-@click.option("-n", "--records", "n", type=click.IntRange(min=0), default=5, show_default=True,
-              help="Records to show in the table; images for --extract; thumbnails per class for --contact-sheet.")
+@click.option(
+    "-n",
+    "--records",
+    "n",
+    type=click.IntRange(min=0),
+    default=5,
+    show_default=True,
+    help="Records to show in the table; images for --extract; thumbnails per class for --contact-sheet.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object (keys in the README).")
-@click.option("--verify", is_flag=True,
-              help="Also decode every image and check shapes, schema, dataset.json counts/sizes/checksums and .idx files.")
-@click.option("--extract", "extract_dir", type=click.Path(file_okay=False), metavar="DIR",
-              help="Write the first -n images to DIR/<class>/<filename> (RAW as PNG); `convert DIR` rebuilds them.")
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Also decode every image and check shapes, schema, dataset.json counts/sizes/checksums and .idx files.",
+)
+@click.option(
+    "--extract",
+    "extract_dir",
+    type=click.Path(file_okay=False),
+    metavar="DIR",
+    help="Write the first -n images to DIR/<class>/<filename> (RAW as PNG); `convert DIR` rebuilds them.",
+)
 @click.option("--all", "extract_all", is_flag=True, help="With --extract: every image, not just -n.")
-@click.option("--contact-sheet", type=click.Path(dir_okay=False), metavar="FILE.png",
-              help="Write a PNG grid of thumbnails, a row per class (up to -n each).")
-@click.option("--split", help="Only the shards of this split (from dataset.json, else the file name); a PATH with none of them is refused.")
+@click.option(
+    "--contact-sheet",
+    type=click.Path(dir_okay=False),
+    metavar="FILE.png",
+    help="Write a PNG grid of thumbnails, a row per class (up to -n each).",
+)
+@click.option(
+    "--split",
+    help="Only the shards of this split (from dataset.json, else the file name); a PATH with none of them is refused.",
+)
 @click.option("--per-file", is_flag=True, help="Show the detailed block for every file, not only the total.")
 def inspect_command(
     paths: tuple[str, ...],
@@ -191,7 +227,7 @@ def inspect_command(
 
     Exit status: 0 if no problem was found, 1 if any was, 2 for usage errors.
     """
-    from img2tfrecord.inspection import scan as inspector  # noqa: PLC0415 - keeps --help fast
+    from img2tfrecord.inspection import scan as inspector
 
     try:
         if extract_all and not extract_dir:
@@ -218,4 +254,3 @@ def inspect_command(
         if as_json:
             click.echo(f"error: {plural(report.problem_count, 'problem')} found", err=True)
         sys.exit(1)
-

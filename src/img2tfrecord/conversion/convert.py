@@ -78,7 +78,9 @@ def convert(
 
         preflight(beam_options, input_dir, output_dir)
     if engine != "local" and options.get("dedupe") == "drop":
-        raise UsageError("--dedupe drop needs the local engine (it decides in plan order); use --dedupe report with Beam")
+        raise UsageError(
+            "--dedupe drop needs the local engine (it decides in plan order); use --dedupe report with Beam"
+        )
     if resume and engine != "local":
         raise UsageError("--resume works with the local engine; Beam runners retry failed work themselves")
     check_paths(input_dir, output_dir)
@@ -114,8 +116,14 @@ def convert(
             _cleanup(fs.join(output_dir, STAGING_DIR), output_dir)  # the folder the lock created
 
 
-def _engine(name: str, workers: int | None, beam_options: str | list[str] | None, progress: Callable[[int, int, int], None] | None,
-            timing: Timing, journal: Journal) -> Engine:  # fmt: skip
+def _engine(
+    name: str,
+    workers: int | None,
+    beam_options: str | list[str] | None,
+    progress: Callable[[int, int, int], None] | None,
+    timing: Timing,
+    journal: Journal,
+) -> Engine:
     """The engine `name`, built with what it needs (Beam's module only when asked for)."""
     if name == "beam":
         from img2tfrecord.conversion.engines.beam import BeamEngine
@@ -142,11 +150,23 @@ def _unfinished_run(output_dir: str, resume: bool, overwrite: bool) -> str | Non
             f"{output_dir} holds an unfinished run with {plural(done, 'finished shard')}: add --resume to reuse "
             f"{'it' if done == 1 else 'them'} (same command), or --overwrite to discard {'it' if done == 1 else 'them'} and start over"
         )
-    return f"discarding the unfinished run in {output_dir}" + (f" and its {plural(done, 'finished shard')}" if done else "")
+    return f"discarding the unfinished run in {output_dir}" + (
+        f" and its {plural(done, 'finished shard')}" if done else ""
+    )
 
 
-def _run(plan: Plan, engine: str, workers: int | None, overwrite: bool, resume: bool, beam_options: str | list[str] | None,
-         emit: EventSink, progress: Callable[[int, int, int], None] | None, timing: Timing, lock: OutputLock) -> dict[str, Any]:  # fmt: skip
+def _run(
+    plan: Plan,
+    engine: str,
+    workers: int | None,
+    overwrite: bool,
+    resume: bool,
+    beam_options: str | list[str] | None,
+    emit: EventSink,
+    progress: Callable[[int, int, int], None] | None,
+    timing: Timing,
+    lock: OutputLock,
+) -> dict[str, Any]:
     """Prepare the output, run an engine, publish; on failure, keep or remove what it wrote."""
     output_dir = plan.output_dir
     staging = prepare_output(output_dir, overwrite, keep_staging=resume)
@@ -154,7 +174,10 @@ def _run(plan: Plan, engine: str, workers: int | None, overwrite: bool, resume: 
     for name, why in redone:
         emit("warning", f"resuming: {name} is converted again: {why}")
     if done:
-        emit("note", f"resuming: {len(done)} of {plural(len(plan.shards), 'shard')} {'was' if len(done) == 1 else 'were'} already finished and {'is' if len(done) == 1 else 'are'} reused")
+        emit(
+            "note",
+            f"resuming: {len(done)} of {plural(len(plan.shards), 'shard')} {'was' if len(done) == 1 else 'were'} already finished and {'is' if len(done) == 1 else 'are'} reused",
+        )
     journal = Journal(staging, header(plan), done)
     runner = _engine(engine, workers, beam_options, progress, timing, journal)
     try:
@@ -174,7 +197,7 @@ def _run(plan: Plan, engine: str, workers: int | None, overwrite: bool, resume: 
         lock.release()  # before _cleanup, which removes the output directory if it is empty
         _cleanup(staging, output_dir)
         if isinstance(e, OSError) or type(e).__module__.startswith("tensorflow"):  # the disk, not the data
-            raise DataError(f"writing the dataset in {output_dir} failed: {_describe_io(e)}; {_space_note(plan)}") from None
+            raise DataError(
+                f"writing the dataset in {output_dir} failed: {_describe_io(e)}; {_space_note(plan)}"
+            ) from None
         raise
-
-

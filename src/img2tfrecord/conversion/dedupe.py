@@ -46,13 +46,15 @@ def report(mode: str, written: Iterable[tuple[str, str, str, str]], dropped: lis
             continue
         classes = sorted({m[2] for m in members})
         splits = sorted({m[1] for m in members})
-        out.append({
-            "files": [m[0] for m in members],
-            "classes": classes,
-            "splits": splits,
-            "conflicting_labels": len(classes) > 1,
-            "across_splits": len(splits) > 1,
-        })  # fmt: skip
+        out.append(
+            {
+                "files": [m[0] for m in members],
+                "classes": classes,
+                "splits": splits,
+                "conflicting_labels": len(classes) > 1,
+                "across_splits": len(splits) > 1,
+            }
+        )
     return {
         "mode": mode,
         "duplicate_files": sum(len(g["files"]) - 1 for g in out),

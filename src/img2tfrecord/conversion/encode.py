@@ -49,6 +49,7 @@ from img2tfrecord import cstderr
 from img2tfrecord.conversion.options import EncodeOptions
 from img2tfrecord.conversion.plan import Task
 from img2tfrecord.format.images import (
+    MODE_CHANNELS,
     describe_unknown,
     jpeg_frame_problem,
     png_header,
@@ -66,14 +67,25 @@ warnings.filterwarnings("ignore", module="PIL")
 
 
 # Modes an image is brought to before encoding, and their channels / bits per sample.
-STORED_MODES = {"L": (1, 8), "LA": (2, 8), "RGB": (3, 8), "RGBA": (4, 8), "I;16": (1, 16)}
+STORED_MODES = {m: (MODE_CHANNELS[m], 16 if m == "I;16" else 8) for m in ("L", "LA", "RGB", "RGBA", "I;16")}
 _SIXTEEN = ("I;16", "I;16L", "I;16B", "I;16N")
-_PLUGINS = {"TIFF (II*)": TiffImagePlugin.TiffImageFile, "TIFF (MM*)": TiffImagePlugin.TiffImageFile,
-            "PNG": PngImagePlugin.PngImageFile, "GIF": GifImagePlugin.GifImageFile,
-            "BMP": BmpImagePlugin.BmpImageFile, "WebP": WebPImagePlugin.WebPImageFile}  # fmt: skip
-_TRANSPOSE = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180, 4: Image.Transpose.FLIP_TOP_BOTTOM,
-              5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
-              8: Image.Transpose.ROTATE_90}  # fmt: skip  (EXIF orientation -> what makes it upright)
+_PLUGINS = {
+    "TIFF (II*)": TiffImagePlugin.TiffImageFile,
+    "TIFF (MM*)": TiffImagePlugin.TiffImageFile,
+    "PNG": PngImagePlugin.PngImageFile,
+    "GIF": GifImagePlugin.GifImageFile,
+    "BMP": BmpImagePlugin.BmpImageFile,
+    "WebP": WebPImagePlugin.WebPImageFile,
+}
+_TRANSPOSE = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}  # EXIF orientation -> what makes it upright
 
 
 class SkipImage(Exception):
@@ -137,8 +149,18 @@ def _encode(data: bytes, kind: str | None, opts: EncodeOptions) -> Result:
                 return Result("encoded", payload, out_fmt, h, w, c, None, False, len(data), _digest(data), depth)
             if opts.validate:
                 _check_jpeg_scan(data)
-            return Result("keep", data, "JPEG", jpeg.height, jpeg.width, jpeg.channels, None, jpeg.orientation not in (1, None),
-                          len(data), _digest(data))  # fmt: skip
+            return Result(
+                "keep",
+                data,
+                "JPEG",
+                jpeg.height,
+                jpeg.width,
+                jpeg.channels,
+                None,
+                jpeg.orientation not in (1, None),
+                len(data),
+                _digest(data),
+            )
     im = _open(data, kind)
     fmt = im.format or "unknown"
     label = kind or fmt
@@ -162,7 +184,11 @@ def _encode(data: bytes, kind: str | None, opts: EncodeOptions) -> Result:
         raise SkipImage(f"{label}: corrupt or truncated: {_describe(e)}") from None
     reduced = None
     if deep and depth == 8:
-        reduced = "16-bit -> 8-bit (the target holds 8 bits)" if im.mode in _SIXTEEN or im.mode in ("I", "F") else "16-bit colour -> 8-bit (Pillow decodes it to 8 bits)"
+        reduced = (
+            "16-bit -> 8-bit (the target holds 8 bits)"
+            if im.mode in _SIXTEEN or im.mode in ("I", "F")
+            else "16-bit colour -> 8-bit (Pillow decodes it to 8 bits)"
+        )
     return Result("encoded", payload, out_fmt, h, w, c, transcoded, False, len(data), _digest(data), depth, reduced)
 
 
@@ -195,7 +221,9 @@ def _check_jpeg_scan(data: bytes) -> None:
     cost of a 1/8-scale decode (~1 ms for an ImageNet JPEG, less than Pillow's draft decode).
     """
     try:
-        simplejpeg.decode_jpeg(data, colorspace="GRAY", fastdct=True, fastupsample=True, min_height=1, min_width=1, strict=True)
+        simplejpeg.decode_jpeg(
+            data, colorspace="GRAY", fastdct=True, fastupsample=True, min_height=1, min_width=1, strict=True
+        )
     except ValueError as e:
         raise SkipImage(f"JPEG: corrupt or truncated: {_describe(e)}") from None
 
@@ -262,15 +290,20 @@ def to_record(task: Task, result: Result) -> bytes:
     """The serialized Example of a non-skipped result."""
     assert result.payload is not None, "a skipped image has no record"
     return serialize_example(
-        encoded=result.payload, image_format=result.fmt, height=result.height, width=result.width,
-        channels=result.channels, label=task.label, text=utf8_text(task.text).encode("utf-8"),
+        encoded=result.payload,
+        image_format=result.fmt,
+        height=result.height,
+        width=result.width,
+        channels=result.channels,
+        label=task.label,
+        text=utf8_text(task.text).encode("utf-8"),
         filename=utf8_text(task.filename).encode("utf-8"),
-    )  # fmt: skip
+    )
 
 
 def _read(path: str) -> bytes:
     """The file's bytes, read through one open file descriptor (one fstat, one read)."""
-    import errno  # noqa: E401, PLC0415
+    import errno
     import stat
 
     try:
@@ -286,7 +319,11 @@ def _read(path: str) -> bytes:
                 st = os.fstat(fd)
                 if not stat.S_ISREG(st.st_mode):  # a FIFO (or device) would block the read, or never end
                     kinds = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
-                    raise SkipImage("is a directory" if stat.S_ISDIR(st.st_mode) else f"not a regular file ({kinds.get(stat.S_IFMT(st.st_mode), 'not a file')}): not read")
+                    raise SkipImage(
+                        "is a directory"
+                        if stat.S_ISDIR(st.st_mode)
+                        else f"not a regular file ({kinds.get(stat.S_IFMT(st.st_mode), 'not a file')}): not read"
+                    )
                 data = os.read(fd, st.st_size + 1)
                 while len(data) < st.st_size and (more := os.read(fd, st.st_size + 1 - len(data))):  # short reads (NFS)
                     data += more
@@ -405,10 +442,14 @@ def _sixteen_bit(im: Image.Image) -> Image.Image:
         raise SkipImage("image has no pixels")
     lo, hi = arr.min(), arr.max()
     if im.mode == "F" and not np.array_equal(arr, np.round(arr)):
-        raise SkipImage(f"floating-point pixels ({lo:g}..{hi:g}): no lossless format TensorFlow decodes; convert them to 8- or 16-bit integers first")
+        raise SkipImage(
+            f"floating-point pixels ({lo:g}..{hi:g}): no lossless format TensorFlow decodes; convert them to 8- or 16-bit integers first"
+        )
     if lo < 0 or hi > 65535:
         kind = "floating-point" if im.mode == "F" else "32-bit integer"
-        raise SkipImage(f"{kind} pixel values {lo:g}..{hi:g} do not fit 16 bits (PNG, the deepest format TensorFlow decodes, holds 0..65535)")
+        raise SkipImage(
+            f"{kind} pixel values {lo:g}..{hi:g} do not fit 16 bits (PNG, the deepest format TensorFlow decodes, holds 0..65535)"
+        )
     return Image.fromarray(arr.astype(np.uint16), "I;16")
 
 
@@ -468,15 +509,18 @@ def _decode_jpeg(data: bytes, frame: JpegFrame, opts: EncodeOptions) -> Image.Im
     side = 0
     if opts.resize is not None:
         side = opts.resize if isinstance(opts.resize, int) else max(opts.resize)
-    arr = simplejpeg.decode_jpeg(data, colorspace="GRAY" if frame.channels == 1 else "RGB", min_height=side, min_width=side,
-                                 strict=opts.validate)  # fmt: skip
+    arr = simplejpeg.decode_jpeg(
+        data, colorspace="GRAY" if frame.channels == 1 else "RGB", min_height=side, min_width=side, strict=opts.validate
+    )
     im = Image.fromarray(arr[:, :, 0] if frame.channels == 1 else arr, "L" if frame.channels == 1 else "RGB")
     if frame.orientation in _TRANSPOSE:
         im = im.transpose(_TRANSPOSE[frame.orientation])
     return im
 
 
-def _transcode(im: Image.Image | None, fmt: str, opts: EncodeOptions, jpeg: JpegFrame | None, data: bytes) -> tuple[bytes, str, tuple[int, int, int], int]:
+def _transcode(
+    im: Image.Image | None, fmt: str, opts: EncodeOptions, jpeg: JpegFrame | None, data: bytes
+) -> tuple[bytes, str, tuple[int, int, int], int]:
     """Decode (first frame), orient, convert, resize and encode. Returns payload, format, (h, w, c), bits.
 
     `jpeg`: the frame of an 8-bit grey/colour JPEG, decoded by libjpeg-turbo instead of Pillow (`im` unused)."""
@@ -508,15 +552,21 @@ def _transcode(im: Image.Image | None, fmt: str, opts: EncodeOptions, jpeg: Jpeg
     if target == FORMAT_RAW:
         return im.tobytes(), FORMAT_RAW, (h, w, channels), depth
     buf = io.BytesIO()
-    if target == "JPEG":  # keep mode's CMYK->RGB: quality 100 and no chroma subsampling, as close to lossless as JPEG gets
-        im.save(buf, "JPEG", quality=quality, **({"subsampling": 0} if opts.encoding == "keep" and not opts.reencodes else {}))
+    if (
+        target == "JPEG"
+    ):  # keep mode's CMYK->RGB: quality 100 and no chroma subsampling, as close to lossless as JPEG gets
+        im.save(
+            buf,
+            "JPEG",
+            quality=quality,
+            **({"subsampling": 0} if opts.encoding == "keep" and not opts.reencodes else {}),
+        )
     else:
         im.save(buf, "PNG")
     return buf.getvalue(), target, (h, w, channels), depth
 
 
 # ---- per task ----
-
 
 
 def encode_task(task: Task, opts: EncodeOptions) -> Result:
@@ -530,8 +580,13 @@ def encode_task(task: Task, opts: EncodeOptions) -> Result:
 DROPPED = "dropped"  # Result.kind of a duplicate left out by --dedupe drop (never read)
 
 
-def encode_shard(tasks: Iterable[Task], opts: EncodeOptions, warming: Callable[[], bool] | None = None,
-                 hold_bytes: int = 64 * 1024 * 1024, drop: Container[str] = ()) -> Iterator[Result]:
+def encode_shard(
+    tasks: Iterable[Task],
+    opts: EncodeOptions,
+    warming: Callable[[], bool] | None = None,
+    hold_bytes: int = 64 * 1024 * 1024,
+    drop: Container[str] = (),
+) -> Iterator[Result]:
     """Encode `tasks` in order, lazily; tasks whose rel path is in `drop` are not read at all.
 
     Before returning, while `warming()` is true (TensorFlow still importing in the background),

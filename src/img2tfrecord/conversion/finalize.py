@@ -23,12 +23,16 @@ from img2tfrecord.format.manifest import (
 from img2tfrecord.format.schema import utf8_text
 
 
-def finalize(plan: Plan, staging: str, outcomes: list[ShardOutcome], timing: Timing, emit: EventSink, engine: str = "local") -> dict[str, Any]:
+def finalize(
+    plan: Plan, staging: str, outcomes: list[ShardOutcome], timing: Timing, emit: EventSink, engine: str = "local"
+) -> dict[str, Any]:
     """Merge shard outcomes, rebalance after skips, publish, and build the summary."""
     skipped = [s for o in outcomes for s in o.skipped]
     if plan.settings.strict and skipped:  # engines that cannot stop early (Beam) end up here
         first = skipped[0]
-        raise DataError(f"--strict: {plural(len(skipped), 'unusable image')}, e.g. {first['path']}: {first['reason']}; nothing was published")
+        raise DataError(
+            f"--strict: {plural(len(skipped), 'unusable image')}, e.g. {first['path']}: {first['reason']}; nothing was published"
+        )
     merged: dict[str, dict[str, int]] = {"formats": {}, "transcoded": {}, "depths": {}, "reduced": {}}
     split_info: dict[str, dict[str, Any]] = {}
     classes = [utf8_text(c) for c in plan.classes]
@@ -37,12 +41,25 @@ def finalize(plan: Plan, staging: str, outcomes: list[ShardOutcome], timing: Tim
         mine = [o for o in outcomes if o.split == s]
         if not mine:
             continue
-        infos = writer.rebalance(staging, [o.info for o in mine], plan.settings.compression, plan.settings.index, plan.settings.checksum, plan.settings.fsync)
+        infos = writer.rebalance(
+            staging,
+            [o.info for o in mine],
+            plan.settings.compression,
+            plan.settings.index,
+            plan.settings.checksum,
+            plan.settings.fsync,
+        )
         if len(infos) < len(mine):
-            warnings.append(f"{s}: {len(infos)} shard(s) instead of {len(mine)}: after the skipped images, more would "
-                            "leave a shard of one record, which --index readers cannot handle")  # fmt: skip
+            warnings.append(
+                f"{s}: {len(infos)} shard(s) instead of {len(mine)}: after the skipped images, more would "
+                "leave a shard of one record, which --index readers cannot handle"
+            )
             emit("warning", warnings[-1])
-        if plan.settings.index and sum(i.records for i in infos) == 1 and sum(len(sh.tasks) for sh in plan.shards if sh.split == s) > 1:
+        if (
+            plan.settings.index
+            and sum(i.records for i in infos) == 1
+            and sum(len(sh.tasks) for sh in plan.shards if sh.split == s) > 1
+        ):
             warnings.append(one_record_warning(s))  # planned for more, left with one after the skips
             emit("warning", warnings[-1])
         class_counts = dict.fromkeys(classes, 0)
@@ -58,16 +75,23 @@ def finalize(plan: Plan, staging: str, outcomes: list[ShardOutcome], timing: Tim
             "shards": [i.as_json() for i in infos],
         }
     orient = sum(o.orientation_ignored for o in outcomes)
-    duplicates = dedupe.report(
-        plan.settings.dedupe,
-        ((d, rel, o.split, text) for o in outcomes for d, rel, text in o.digests),
-        [d for o in outcomes for d in o.dropped],
-    ) if plan.settings.dedupe != "off" else {"mode": "off"}  # fmt: skip
+    duplicates = (
+        dedupe.report(
+            plan.settings.dedupe,
+            ((d, rel, o.split, text) for o in outcomes for d, rel, text in o.digests),
+            [d for o in outcomes for d in o.dropped],
+        )
+        if plan.settings.dedupe != "off"
+        else {"mode": "off"}
+    )
     if line := dedupe.summary_line(duplicates):
         warnings.append(line)
         emit("warning", line)
     if merged["reduced"]:
-        warnings.append("stored with fewer bits than their source: " + ", ".join(f"{plural(n, 'image')}: {why}" for why, n in sorted(merged["reduced"].items())))
+        warnings.append(
+            "stored with fewer bits than their source: "
+            + ", ".join(f"{plural(n, 'image')}: {why}" for why, n in sorted(merged["reduced"].items()))
+        )
         emit("warning", warnings[-1])
     if orient:
         warnings.append(
@@ -77,14 +101,27 @@ def finalize(plan: Plan, staging: str, outcomes: list[ShardOutcome], timing: Tim
         emit("warning", warnings[-1])
     t_end = time.perf_counter()
     manifest = build_manifest(
-        classes=classes, label_offset=plan.label_offset, options=plan.options, splits=split_info, skipped=skipped,
-        transcoded=merged["transcoded"], formats=merged["formats"], depths=merged["depths"], reduced=merged["reduced"], ignored_files=plan.ignored_files, engine=engine,
-        duplicates=duplicates, excluded_files=plan.excluded_files,
-    )  # fmt: skip
+        classes=classes,
+        label_offset=plan.label_offset,
+        options=plan.options,
+        splits=split_info,
+        skipped=skipped,
+        transcoded=merged["transcoded"],
+        formats=merged["formats"],
+        depths=merged["depths"],
+        reduced=merged["reduced"],
+        ignored_files=plan.ignored_files,
+        engine=engine,
+        duplicates=duplicates,
+        excluded_files=plan.excluded_files,
+    )
     files = [sh["file"] for si in split_info.values() for sh in si["shards"]]
     files += [sh["index"] for si in split_info.values() for sh in si["shards"] if "index" in sh]
     try:
-        metadata = tfds_metadata.files(manifest) | {LABELS_NAME: labels_text(classes), MANIFEST_NAME: manifest_text(manifest)}
+        metadata = tfds_metadata.files(manifest) | {
+            LABELS_NAME: labels_text(classes),
+            MANIFEST_NAME: manifest_text(manifest),
+        }
         publish(staging, plan.output_dir, files, metadata, plan.settings.fsync, stale=tfds_metadata.FILE_NAMES)
     except OSError as e:
         raise DataError(f"cannot publish the dataset in {plan.output_dir}: {e.strerror or e}") from None
@@ -105,7 +142,9 @@ def finalize(plan: Plan, staging: str, outcomes: list[ShardOutcome], timing: Tim
         "input_bytes": bytes_read,
         "skipped": skipped,  # as in dataset.json: [{"path", "split", "reason"}]
         "skipped_count": len(skipped),
-        "duplicates": {k: v for k, v in duplicates.items() if k != "groups"},  # dataset.json's, without the list of groups
+        "duplicates": {
+            k: v for k, v in duplicates.items() if k != "groups"
+        },  # dataset.json's, without the list of groups
         "ignored_files": plan.ignored_files,
         "excluded_files": plan.excluded_files,
         "transcoded": manifest["transcoded"],
@@ -128,7 +167,9 @@ def finalize(plan: Plan, staging: str, outcomes: list[ShardOutcome], timing: Tim
 def _plan_summary(plan: Plan, timing: Timing, refused: str | None = None) -> dict[str, Any]:
     splits: dict[str, Any] = {}
     for shard in plan.shards:
-        sp = splits.setdefault(shard.split, {"images": 0, "class_counts": dict.fromkeys(map(utf8_text, plan.classes), 0), "shards": []})
+        sp = splits.setdefault(
+            shard.split, {"images": 0, "class_counts": dict.fromkeys(map(utf8_text, plan.classes), 0), "shards": []}
+        )
         sp["images"] += len(shard.tasks)
         sp["shards"].append({"file": shard.name, "images": len(shard.tasks)})
         for t in shard.tasks:

@@ -20,7 +20,9 @@ def check_output(output_dir: str, overwrite: bool) -> None:
     if fs.isdir(output_dir):
         existing = [n for n in fs.listdir(output_dir) if n not in (STAGING_DIR, LOCK_NAME)]
         if existing and not overwrite:
-            raise UsageError(f"output {output_dir} is not empty ({plural(len(existing), 'entry', 'entries')}): choose another folder or add --overwrite")
+            raise UsageError(
+                f"output {output_dir} is not empty ({plural(len(existing), 'entry', 'entries')}): choose another folder or add --overwrite"
+            )
 
 
 class OutputLock:
@@ -84,8 +86,14 @@ def prepare_output(output_dir: str, overwrite: bool, keep_staging: bool = False)
     return staging
 
 
-def publish(staging: str, output_dir: str, files: list[str], metadata: dict[str, str], durable: bool = True,
-            stale: Iterable[str] = ()) -> None:  # fmt: skip
+def publish(
+    staging: str,
+    output_dir: str,
+    files: list[str],
+    metadata: dict[str, str],
+    durable: bool = True,
+    stale: Iterable[str] = (),
+) -> None:
     """Move finished shards into place, then write metadata files in their order (dataset.json last).
 
     Stale artifacts of an earlier run (shards, indexes, the metadata files, and the `stale` names
@@ -157,4 +165,6 @@ def _check_space(plan: Plan, emit: EventSink) -> None:
     if plan.settings.encode.reencodes:  # a rough estimate: say so, but let the user try
         emit("warning", f"the output may not fit: {_space_note(plan)}")
         return
-    raise DataError(f"not enough space in {plan.output_dir}: {_space_note(plan)}; free some space or choose another disk")
+    raise DataError(
+        f"not enough space in {plan.output_dir}: {_space_note(plan)}; free some space or choose another disk"
+    )

@@ -52,7 +52,10 @@ def min_shard_records(index: bool) -> int:
 
 
 def auto_shard_counts(
-    split_bytes: dict[str, int], split_items: dict[str, int], requested: int | dict[str, int] | None, min_records: int = 1
+    split_bytes: dict[str, int],
+    split_items: dict[str, int],
+    requested: int | dict[str, int] | None,
+    min_records: int = 1,
 ) -> tuple[dict[str, int], list[str]]:
     """Shard count per split, plus warnings.
 
@@ -68,7 +71,9 @@ def auto_shard_counts(
     if isinstance(requested, dict):
         unknown = sorted(set(requested) - set(split_bytes))
         if unknown:
-            raise UsageError(f"--shards names {'a split' if len(unknown) == 1 else 'splits'} that {'does' if len(unknown) == 1 else 'do'} not exist ({', '.join(unknown)}); the splits are {', '.join(split_bytes)}")
+            raise UsageError(
+                f"--shards names {'a split' if len(unknown) == 1 else 'splits'} that {'does' if len(unknown) == 1 else 'do'} not exist ({', '.join(unknown)}); the splits are {', '.join(split_bytes)}"
+            )
         counts.update({s: requested[s] for s in names if s in requested})
         per = sum(split_bytes[s] for s in counts) / max(1, sum(counts.values())) if counts else TARGET_SHARD_BYTES
         for s in names:
@@ -86,7 +91,11 @@ def auto_shard_counts(
     for s in names:
         most = max(1, split_items[s] // min_records)
         if counts[s] > most:
-            why = "" if min_records == 1 else f" (with --index, a shard holds at least {min_records} records: a one-line index breaks common readers)"
+            why = (
+                ""
+                if min_records == 1
+                else f" (with --index, a shard holds at least {min_records} records: a one-line index breaks common readers)"
+            )
             warnings.append(f"{s}: {counts[s]} shards for {split_items[s]} images; using {most}{why}")
             counts[s] = most
         if min_records > 1 and split_items[s] < min_records:
@@ -95,8 +104,10 @@ def auto_shard_counts(
 
 
 def one_record_warning(split: str) -> str:
-    return (f"{split}: one record in all, so its shard's index is a single line, which the `tfrecord` package "
-            "(PyTorch) cannot read (its issue #9); DALI and TensorFlow can")  # fmt: skip
+    return (
+        f"{split}: one record in all, so its shard's index is a single line, which the `tfrecord` package "
+        "(PyTorch) cannot read (its issue #9); DALI and TensorFlow can"
+    )
 
 
 class Task(NamedTuple):
@@ -199,18 +210,26 @@ def plan_job(
     if dedupe not in DEDUPE_MODES:
         raise UsageError(f"bad --dedupe {dedupe!r}: choose report, drop or off")
     if index and compression:
-        raise UsageError("--index describes uncompressed shards (DALI cannot read compressed TFRecords): drop --compression or --index")
+        raise UsageError(
+            "--index describes uncompressed shards (DALI cannot read compressed TFRecords): drop --compression or --index"
+        )
     opts = EncodeOptions(
-        encoding=encoding, quality=quality, resize=parse_resize(resize), channels=str(channels),
-        max_pixels=max_pixels, validate=validate,
-    )  # fmt: skip
+        encoding=encoding,
+        quality=quality,
+        resize=parse_resize(resize),
+        channels=str(channels),
+        max_pixels=max_pixels,
+        validate=validate,
+    )
     shard_request = parse_shards(shards)
     fractions = parse_split_spec(split) if isinstance(split, str) else split
     class_list = read_labels_file(labels) if isinstance(labels, str) else labels
     check_paths(input_dir, output_dir)
 
     if file_list:
-        found = discover_file_list(input_dir, file_list, split=fractions, seed=seed, label_offset=label_offset, labels=class_list)
+        found = discover_file_list(
+            input_dir, file_list, split=fractions, seed=seed, label_offset=label_offset, labels=class_list
+        )
     else:
         found = discover(input_dir, split=fractions, seed=seed, label_offset=label_offset, labels=class_list)
     split_bytes = {s: _estimate_bytes(items, opts) for s, items in found.splits.items()}
@@ -218,19 +237,39 @@ def plan_job(
         split_bytes, {s: len(v) for s, v in found.splits.items()}, shard_request, min_shard_records(index)
     )
     empty = [f"split {s} has no images; no shards are written for it" for s, v in found.splits.items() if not v]
-    tasks = {s: [Task(it.path, it.rel, it.filename, it.label, it.text, it.size) for it in items] for s, items in found.splits.items()}
+    tasks = {
+        s: [Task(it.path, it.rel, it.filename, it.label, it.text, it.size) for it in items]
+        for s, items in found.splits.items()
+    }
     options = asdict(opts) | {
         "resize": list(opts.resize) if isinstance(opts.resize, tuple) else opts.resize,
-        "seed": seed, "label_offset": label_offset, "compression": compression, "index": index,
-        "split": fractions, "shards": dict(counts), "labels": class_list, "dedupe": dedupe, "checksum": checksum,
-    }  # fmt: skip
-    settings = ShardSettings(encode=opts, compression=compression, index=index, checksum=checksum, fsync=fsync, dedupe=dedupe, strict=strict)
+        "seed": seed,
+        "label_offset": label_offset,
+        "compression": compression,
+        "index": index,
+        "split": fractions,
+        "shards": dict(counts),
+        "labels": class_list,
+        "dedupe": dedupe,
+        "checksum": checksum,
+    }
+    settings = ShardSettings(
+        encode=opts, compression=compression, index=index, checksum=checksum, fsync=fsync, dedupe=dedupe, strict=strict
+    )
     return Plan(
-        input_dir=input_dir, output_dir=output_dir, classes=found.classes, label_offset=label_offset,
-        split_names=list(found.splits), shards=make_plan(tasks, counts), settings=settings, options=options,
-        ignored_files=found.ignored_files, excluded_files=found.excluded_files, estimated_bytes=sum(split_bytes.values()),
+        input_dir=input_dir,
+        output_dir=output_dir,
+        classes=found.classes,
+        label_offset=label_offset,
+        split_names=list(found.splits),
+        shards=make_plan(tasks, counts),
+        settings=settings,
+        options=options,
+        ignored_files=found.ignored_files,
+        excluded_files=found.excluded_files,
+        estimated_bytes=sum(split_bytes.values()),
         warnings=found.warnings + shard_warnings + empty,
-    )  # fmt: skip
+    )
 
 
 def check_paths(input_dir: str, output_dir: str) -> None:
@@ -238,7 +277,9 @@ def check_paths(input_dir: str, output_dir: str) -> None:
     if not fs.is_remote(input_dir) and not fs.is_remote(output_dir):
         in_abs, out_abs = os.path.realpath(input_dir), os.path.realpath(output_dir)
         if out_abs == in_abs or out_abs.startswith(in_abs + os.sep):
-            raise UsageError(f"output {output_dir} is inside input {input_dir}: the tool would read its own output; choose another folder")
+            raise UsageError(
+                f"output {output_dir} is inside input {input_dir}: the tool would read its own output; choose another folder"
+            )
 
 
 def _estimate_bytes(items: list[ImageItem], opts: EncodeOptions) -> int:

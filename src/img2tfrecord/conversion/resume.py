@@ -42,7 +42,13 @@ def header(plan: Plan) -> dict[str, Any]:
             h.update(item)
             one.update(item)
         shards[shard.name] = one.hexdigest()[:16]
-    return {"fingerprint": h.hexdigest(), "options": _plain(plan.options), "classes": list(plan.classes), "images": plan.images, "shards": shards}
+    return {
+        "fingerprint": h.hexdigest(),
+        "options": _plain(plan.options),
+        "classes": list(plan.classes),
+        "images": plan.images,
+        "shards": shards,
+    }
 
 
 def _plain(value: Any) -> Any:
@@ -142,7 +148,10 @@ def _differences(then: dict[str, Any], now: dict[str, Any]) -> list[str]:
                 out.append(f"{what} {_shown(a)} then, {_shown(b)} now")
     old_classes = then.get("classes")
     if isinstance(old_classes, list) and old_classes != now["classes"]:
-        gone, new = [c for c in old_classes if c not in now["classes"]], [c for c in now["classes"] if c not in old_classes]
+        gone, new = (
+            [c for c in old_classes if c not in now["classes"]],
+            [c for c in now["classes"] if c not in old_classes],
+        )
         detail = ", ".join([f"{c} gone" for c in gone[:3]] + [f"{c} new" for c in new[:3]]) or "same names, other order"
         out.append(f"the classes ({detail})")
     old_shards = then.get("shards")
@@ -177,7 +186,7 @@ def _damage(path: str, outcome: ShardOutcome, compression: str | None) -> str | 
         return None
     if fs.is_remote(path):
         return "with --checksum none, a shard on remote storage cannot be checked"
-    from img2tfrecord.format.framing import FramingError, TFRecordFile  # noqa: PLC0415 - only for --checksum none
+    from img2tfrecord.format.framing import FramingError, TFRecordFile
 
     records = 0
     try:

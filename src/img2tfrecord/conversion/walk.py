@@ -255,7 +255,11 @@ def discover(
     """
     remote = fs.is_remote(input_dir)
     if not (fs.isdir(input_dir) if remote else os.path.isdir(input_dir)):
-        what = "does not exist" if not (fs.exists(input_dir) if remote else os.path.exists(input_dir)) else "is not a directory"
+        what = (
+            "does not exist"
+            if not (fs.exists(input_dir) if remote else os.path.exists(input_dir))
+            else "is not a directory"
+        )
         raise UsageError(f"input {input_dir} {what}: give the folder that holds one subfolder per class")
     if remote:
         with ThreadPoolExecutor(LIST_THREADS, thread_name_prefix="list") as pool:
@@ -270,9 +274,7 @@ def discover(
     presplit = bool(top_dirs) and all(e.name.lower() in SPLIT_DIR_NAMES for e in top_dirs)
     if presplit:
         if split:
-            raise UsageError(
-                f"{input_dir} is already split into {', '.join(e.name for e in top_dirs)}; drop --split"
-            )
+            raise UsageError(f"{input_dir} is already split into {', '.join(e.name for e in top_dirs)}; drop --split")
         names = [SPLIT_DIR_NAMES[e.name.lower()] for e in top_dirs]
         if len(set(names)) != len(names):
             raise UsageError(f"{input_dir} has both 'val' and 'validation' folders: keep one")
@@ -292,7 +294,11 @@ def discover(
     per_class: dict[str, dict[str, list[Found]]] = {}
     walks: list[tuple[str, str, str]] = []  # (class name, split key, folder)
     for skey, sroot in split_roots.items():
-        entries = [e for e in (_remote_entries if remote else _local_entries)(sroot) if not is_hidden(e.name)] if skey else top
+        entries = (
+            [e for e in (_remote_entries if remote else _local_entries)(sroot) if not is_hidden(e.name)]
+            if skey
+            else top
+        )
         for e in entries:
             if not e.is_dir:
                 if skey:
@@ -312,15 +318,26 @@ def discover(
         )
     split_keys = list(split_roots) if presplit else (list(split) if split else ["train"])
     return _assemble(
-        per_class, split_keys, presplit=presplit, split=split, seed=seed, label_offset=label_offset, labels=labels,
-        ignored=ignored, warnings=warnings, what="class folder", whats="class folders", no_classes=(
+        per_class,
+        split_keys,
+        presplit=presplit,
+        split=split,
+        seed=seed,
+        label_offset=label_offset,
+        labels=labels,
+        ignored=ignored,
+        warnings=warnings,
+        what="class folder",
+        whats="class folders",
+        no_classes=(
             f"no class folders found in {input_dir}: expected {input_dir}/CLASS_NAME/image.jpg "
             f"(images: {', '.join(sorted(IMAGE_EXTENSIONS))})"
-        ), no_images=(
+        ),
+        no_images=(
             f"no images found in {input_dir}: expected {input_dir}/CLASS_NAME/image.jpg "
             f"(images: {', '.join(sorted(IMAGE_EXTENSIONS))})"
         ),
-    )  # fmt: skip
+    )
 
 
 def _assemble(
@@ -373,7 +390,12 @@ def _assemble(
             else:
                 splits["train"].extend(items)
     undecodable = [n for n in classes if not n.isascii() and utf8_text(n) != n]
-    undecodable += [it.filename for items in splits.values() for it in items if not it.filename.isascii() and utf8_text(it.filename) != it.filename]
+    undecodable += [
+        it.filename
+        for items in splits.values()
+        for it in items
+        if not it.filename.isascii() and utf8_text(it.filename) != it.filename
+    ]
     if undecodable:
         warnings.append(
             f"{plural(len(undecodable), 'name')} {'is' if len(undecodable) == 1 else 'are'} not valid UTF-8 (e.g. '{utf8_text(undecodable[0])}'): records, "
@@ -384,7 +406,14 @@ def _assemble(
         random.Random(f"img2tfrecord:{seed}:shuffle:{s}").shuffle(items)
     if not any(splits.values()):
         raise UsageError(no_images)
-    return Discovery(classes=classes, splits=splits, ignored_files=ignored, warnings=warnings, presplit=presplit, excluded_files=excluded)
+    return Discovery(
+        classes=classes,
+        splits=splits,
+        ignored_files=ignored,
+        warnings=warnings,
+        presplit=presplit,
+        excluded_files=excluded,
+    )
 
 
 def discover_file_list(
@@ -412,11 +441,20 @@ def discover_file_list(
     for by_split in per_class.values():
         by_split[""].sort(key=lambda f: f[2])  # as the walk sorts a class folder: list order is irrelevant
     return _assemble(
-        per_class, list(split) if split else ["train"], presplit=False, split=split, seed=seed,
-        label_offset=label_offset, labels=labels, ignored=0, warnings=[], what="class", whats="classes",
+        per_class,
+        list(split) if split else ["train"],
+        presplit=False,
+        split=split,
+        seed=seed,
+        label_offset=label_offset,
+        labels=labels,
+        ignored=0,
+        warnings=[],
+        what="class",
+        whats="classes",
         no_classes=f"--file-list {file_list} lists no images",
         no_images=f"--file-list {file_list}: none of the listed images belongs to a class in --labels",
-    )  # fmt: skip
+    )
 
 
 def _read_file_list(input_dir: str, file_list: str) -> list[tuple[Found, str]]:
@@ -452,7 +490,9 @@ def _read_file_list(input_dir: str, file_list: str) -> list[tuple[Found, str]]:
                 continue
             if len(cells) not in (1, 2) or (columns and len(cells) != columns):
                 want = {1: "path", 2: "path,label_name"}.get(columns, "path,label_name (or only path)")
-                raise UsageError(f"{where} line {line}: expected {want}, got {len(cells)} column(s): {delimiter.join(row)!r}")
+                raise UsageError(
+                    f"{where} line {line}: expected {want}, got {len(cells)} column(s): {delimiter.join(row)!r}"
+                )
             columns = len(cells)
             given = cells[0]
             if not given:
@@ -503,7 +543,12 @@ def _resolve_listed(input_dir: str, given: str) -> tuple[str, str, bool]:
     if fs.is_remote(given) or "://" in given:
         base = input_dir.rstrip("/") + "/"
         rel = given[len(base) :]
-        if given.startswith(base) and rel not in ("", "..") and posixpath.normpath(rel) == rel and not rel.startswith("../"):
+        if (
+            given.startswith(base)
+            and rel not in ("", "..")
+            and posixpath.normpath(rel) == rel
+            and not rel.startswith("../")
+        ):
             return given, rel, True
         return given, given, False  # another bucket, or an object key no folder walk would name so
     if os.path.isabs(given):

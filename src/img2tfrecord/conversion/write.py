@@ -57,8 +57,16 @@ class ShardInfo:
 class ShardWriter:
     """One shard file written with tf.io.TFRecordWriter; closes with fsync, checksum and DALI index."""
 
-    def __init__(self, directory: str, name: str, compression: str | None = None, index: bool = False,
-                 final_name: str | None = None, checksum: str = DEFAULT_CHECKSUM, writeback: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        directory: str,
+        name: str,
+        compression: str | None = None,
+        index: bool = False,
+        final_name: str | None = None,
+        checksum: str = DEFAULT_CHECKSUM,
+        writeback: bool = False,
+    ) -> None:
         self.path = fs.join(directory, name)
         self.info = ShardInfo(final_name or name)
         self.index = index
@@ -164,7 +172,9 @@ def write_shard(
     their results are `encoder.DROPPED`. `durable=False` skips the fsync (the caller does it);
     `writeback` starts the disk writing while the shard is still being written (see fs.start_writeback).
     """
-    sw = ShardWriter(staging, shard.name, settings.compression, settings.index, checksum=settings.checksum, writeback=writeback)
+    sw = ShardWriter(
+        staging, shard.name, settings.compression, settings.index, checksum=settings.checksum, writeback=writeback
+    )
     strict, no_digests = settings.strict, not settings.digests
     out = ShardOutcome(shard.split, sw.info)
     for task, result in zip(shard.tasks, results):
@@ -176,8 +186,15 @@ def write_shard(
             assert drop is not None
             digest, kept_copy = drop[task.rel]
             reason = ""
-            out.dropped.append({"path": rel, "split": shard.split, "class": utf8_text(task.text),
-                                "digest": digest, "duplicate_of": utf8_text(kept_copy)})  # fmt: skip
+            out.dropped.append(
+                {
+                    "path": rel,
+                    "split": shard.split,
+                    "class": utf8_text(task.text),
+                    "digest": digest,
+                    "duplicate_of": utf8_text(kept_copy),
+                }
+            )
         elif result.kind != "skip":
             sw.write(to_record(task, result))
             text = utf8_text(task.text)
@@ -206,8 +223,14 @@ def write_shard(
     return out
 
 
-def rebalance(staging: str, infos: list[ShardInfo], compression: str | None, index: bool, checksum: str = DEFAULT_CHECKSUM,
-              durable: bool = True) -> list[ShardInfo]:  # fmt: skip
+def rebalance(
+    staging: str,
+    infos: list[ShardInfo],
+    compression: str | None,
+    index: bool,
+    checksum: str = DEFAULT_CHECKSUM,
+    durable: bool = True,
+) -> list[ShardInfo]:
     """Re-cut one split's shards so record counts differ by at most one (after skipped images).
 
     Records move in order from the old shards into new ones: the global record order is unchanged
@@ -242,22 +265,40 @@ def rebalance(staging: str, infos: list[ShardInfo], compression: str | None, ind
     return new
 
 
-def _recut_tf(staging: str, infos: list[ShardInfo], targets: list[ShardInfo], bounds: list[tuple[int, int]], compression: str | None,
-              index: bool, checksum: str, durable: bool) -> list[ShardInfo]:  # fmt: skip
+def _recut_tf(
+    staging: str,
+    infos: list[ShardInfo],
+    targets: list[ShardInfo],
+    bounds: list[tuple[int, int]],
+    compression: str | None,
+    index: bool,
+    checksum: str,
+    durable: bool,
+) -> list[ShardInfo]:
     tf = tensorflow()
     old = [fs.join(staging, i.file) for i in infos]
     records = iter(tf.data.TFRecordDataset(old, compression_type=TF_COMPRESSION[compression]).as_numpy_iterator())
     new = []
     for info, (a, b) in zip(targets, bounds):
-        sw = ShardWriter(staging, info.file + ".rebalanced", compression, index, final_name=info.file, checksum=checksum)
+        sw = ShardWriter(
+            staging, info.file + ".rebalanced", compression, index, final_name=info.file, checksum=checksum
+        )
         for _ in range(b - a):
             sw.write(next(records))
         new.append(sw)
     return [sw.close(durable) for sw in new]
 
 
-def _recut_bytes(staging: str, infos: list[ShardInfo], targets: list[ShardInfo], bounds: list[tuple[int, int]], compression: str | None,
-                 index: bool, checksum: str, durable: bool) -> list[ShardInfo]:  # fmt: skip
+def _recut_bytes(
+    staging: str,
+    infos: list[ShardInfo],
+    targets: list[ShardInfo],
+    bounds: list[tuple[int, int]],
+    compression: str | None,
+    index: bool,
+    checksum: str,
+    durable: bool,
+) -> list[ShardInfo]:
     spans = []  # (old file, offset, framed size) of every record, in order
     for info in infos:
         path = fs.join(staging, info.file)
@@ -289,5 +330,3 @@ def _copy_range(src_path: str, offset: int, length: int, dst: BinaryIO) -> None:
                 raise OSError(f"{src_path} ended early while re-cutting shards")
             offset += n
             length -= n
-
-

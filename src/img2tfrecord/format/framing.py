@@ -8,9 +8,10 @@ import gzip
 import os
 import struct
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import google_crc32c
 
@@ -326,7 +327,12 @@ class TFRecordFile:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], compression: str = "auto", *, checksum: str | None = None, max_record_bytes: int | None = None
+        self,
+        path: str | os.PathLike[str],
+        compression: str = "auto",
+        *,
+        checksum: str | None = None,
+        max_record_bytes: int | None = None,
     ) -> None:
         self.path = Path(path)
         self.size = self.path.stat().st_size
@@ -375,7 +381,9 @@ class TFRecordFile:
             raw.drain()
 
 
-def read_records(path: str | os.PathLike[str], compression: str = "auto", max_record_bytes: int | None = None) -> Iterator[bytes]:
+def read_records(
+    path: str | os.PathLike[str], compression: str = "auto", max_record_bytes: int | None = None
+) -> Iterator[bytes]:
     """The serialized records of a TFRecord file, without TensorFlow; raises DataError on damage.
 
     A record longer than `max_record_bytes` (default MAX_RECORD_BYTES) is a DataError too:
@@ -387,7 +395,9 @@ def read_records(path: str | os.PathLike[str], compression: str = "auto", max_re
             if not rec.crc_ok:
                 raise DataError(f"{path}: record {rec.index} at byte {rec.offset}: data CRC mismatch")
             if rec.oversize:
-                raise DataError(f"{path}: record {rec.index} at byte {rec.offset}: {rec.length:,} data bytes, more than max_record_bytes={f.max_record_bytes:,}")
+                raise DataError(
+                    f"{path}: record {rec.index} at byte {rec.offset}: {rec.length:,} data bytes, more than max_record_bytes={f.max_record_bytes:,}"
+                )
             yield rec.data
     except FramingError as e:
         raise DataError(f"{path}: record {e.index} at byte {e.offset}: {e.message}") from e

@@ -150,7 +150,13 @@ _IMAGE_MAGIC: tuple[tuple[bytes, str], ...] = (
 )
 
 
-_EXTENSIONS = {"JPEG": (".jpg", ".jpeg", ".jpe", ".jfif"), "PNG": (".png",), "BMP": (".bmp",), "GIF": (".gif",), "WEBP": (".webp",)}
+_EXTENSIONS = {
+    "JPEG": (".jpg", ".jpeg", ".jpe", ".jfif"),
+    "PNG": (".png",),
+    "BMP": (".bmp",),
+    "GIF": (".gif",),
+    "WEBP": (".webp",),
+}
 
 
 def sniff_image_format(data: bytes) -> str | None:
@@ -163,7 +169,20 @@ def sniff_image_format(data: bytes) -> str | None:
     return None
 
 
-_MODE_CHANNELS = {"1": 1, "L": 1, "I": 1, "I;16": 1, "F": 1, "LA": 2, "La": 2, "RGB": 3, "YCbCr": 3, "RGBA": 4, "CMYK": 4}
+# Channels of a Pillow mode, as Pillow decodes it (not what TensorFlow makes of the file: see tf_png_channels).
+MODE_CHANNELS = {
+    "1": 1,
+    "L": 1,
+    "I": 1,
+    "I;16": 1,
+    "F": 1,
+    "LA": 2,
+    "La": 2,
+    "RGB": 3,
+    "YCbCr": 3,
+    "RGBA": 4,
+    "CMYK": 4,
+}
 
 
 # Images whose header (or image/height x image/width) claims more pixels are not decoded: a 1 MB
@@ -173,7 +192,7 @@ MAX_PIXELS = DEFAULT_MAX_PIXELS
 
 def _header_pixels(data: bytes) -> tuple[int, str] | None:
     """(pixels, " (WxH)" or "") from an image's header, read by Pillow without decoding; None if unreadable."""
-    from PIL import Image  # noqa: PLC0415
+    from PIL import Image
 
     try:
         with warnings.catch_warnings(), Image.open(io.BytesIO(data)) as im:
@@ -183,11 +202,13 @@ def _header_pixels(data: bytes) -> tuple[int, str] | None:
     except Image.DecompressionBombError as e:  # Pillow's own limit, unless convert lifted it
         m = re.search(r"\((\d+) pixels\)", str(e))
         return (int(m[1]) if m else 1 << 62), ""
-    except Exception:  # noqa: BLE001 - no readable header: the decoder will say what is wrong
+    except Exception:
         return None
 
 
-def image_problem(image: bytes, fmt: str | None, h: int | None, w: int | None, c: int | None, max_pixels: int = MAX_PIXELS) -> str | None:
+def image_problem(
+    image: bytes, fmt: str | None, h: int | None, w: int | None, c: int | None, max_pixels: int = MAX_PIXELS
+) -> str | None:
     """Why an image must not be decoded (impossible RAW shape, too many pixels), from sizes and header only.
 
     Decoders allocate what the header says before reading pixel data, so a small record can

@@ -5,9 +5,10 @@ from __future__ import annotations
 import glob
 import json
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.format.images import MAX_PIXELS
@@ -35,7 +36,7 @@ class Manifest:
 
     @property
     def compression(self) -> str:
-        """"none", "gzip" or "zlib" (dataset.json writes null for none)."""
+        """ "none", "gzip" or "zlib" (dataset.json writes null for none)."""
         return ((self.data.get("options") or {}).get("compression") or "none").lower()
 
     @property
@@ -58,7 +59,7 @@ class Manifest:
         classes = self.classes
         return classes[i] if 0 <= i < len(classes) else None
 
-    def shards(self, split: str | None = None) -> list["ShardRef"]:
+    def shards(self, split: str | None = None) -> list[ShardRef]:
         """Every shard the manifest lists (of one split, or of all in manifest order)."""
         splits = self.splits
         if split is not None and split not in splits:
@@ -113,7 +114,9 @@ def shard_files_in(directory: Path, split: str | None = None) -> list[Path]:
     return out
 
 
-def _manifest_for_file(path: Path, cache: dict[Path, Manifest | None]) -> tuple[Manifest | None, str | None, dict | None]:
+def _manifest_for_file(
+    path: Path, cache: dict[Path, Manifest | None]
+) -> tuple[Manifest | None, str | None, dict | None]:
     """If the file's directory has a dataset.json listing it, that manifest, split and entry."""
     d = path.parent.resolve()
     if d not in cache:
@@ -155,7 +158,9 @@ def resolve_paths(paths: Iterable[str | os.PathLike[str]], split: str | None = N
             files = shard_files_in(d, split)
             if not files:
                 what = f"of split {split!r} " if split else ""
-                raise UsageError(f"{text}: no {MANIFEST} and no shard files {what}(named NAME-NNNNN-of-NNNNN) in this directory")
+                raise UsageError(
+                    f"{text}: no {MANIFEST} and no shard files {what}(named NAME-NNNNN-of-NNNNN) in this directory"
+                )
             refs.extend(ShardRef(f, SHARD_RE.match(f.name)["split"]) for f in files)
             continue
         if p.is_file():
@@ -186,7 +191,9 @@ def resolve_paths(paths: Iterable[str | os.PathLike[str]], split: str | None = N
             mine = [r for r in found if r.split == split]
             if not mine:
                 theirs = sorted({r.split or "unknown" for r in found})
-                raise UsageError(f"{text}: no shard of split {split!r} (split {', '.join(theirs)}); drop --split or give another PATH")
+                raise UsageError(
+                    f"{text}: no shard of split {split!r} (split {', '.join(theirs)}); drop --split or give another PATH"
+                )
             found = mine
         refs.extend(found)
     seen: set[Path] = set()

@@ -47,7 +47,9 @@ def build_manifest(
         # 16-bit); "dtype" is what load() decodes to by default: uint16 if any record is 16-bit.
         "depths": dict(sorted((depths or {}).items(), key=lambda kv: int(kv[0]))),
         "dtype": "uint16" if (depths or {}).get("16") else "uint8",
-        "reduced_depth": dict(sorted((reduced or {}).items())),  # why fewer bits were stored than the source had -> records
+        "reduced_depth": dict(
+            sorted((reduced or {}).items())
+        ),  # why fewer bits were stored than the source had -> records
         "ignored_files": ignored_files,
         "excluded_files": excluded_files,
         "duplicates": duplicates or {},

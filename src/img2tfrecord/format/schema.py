@@ -43,7 +43,9 @@ DEFAULT_MAX_PIXELS = 100_000_000
 
 def _build_classes() -> tuple[Any, Any, Any]:
     """Declare tensorflow.Example & co. in a private pool (no clash with TensorFlow's own)."""
-    fdp = descriptor_pb2.FileDescriptorProto(name="img2tfrecord_example.proto", package="img2tfrecord_pb", syntax="proto3")
+    fdp = descriptor_pb2.FileDescriptorProto(
+        name="img2tfrecord_example.proto", package="img2tfrecord_pb", syntax="proto3"
+    )
     F = descriptor_pb2.FieldDescriptorProto
 
     def msg(name: str, fields: list[tuple[str, int, int, int, str | None]], packed: bool = False):
@@ -189,19 +191,27 @@ def serialize_example(
     inner = _varint(n)
     list_len = 1 + len(inner) + n  # BytesList: tag, length, payload
     feature_len = 1 + len(_varint(list_len)) + list_len  # Feature: bytes_list tag, length, BytesList
-    before = b"".join((
-        _int_entry("image/channels", channels),
-        _int_entry("image/class/label", label),
-        _bytes_entry("image/class/text", text),
-        _bytes_entry("image/colorspace", COLORSPACES[channels].encode("ascii")),
-        _entry_head("image/encoded", feature_len), b"\x0a", _varint(list_len), b"\x0a", inner,
-    ))  # fmt: skip
-    after = b"".join((
-        _entry("image/filename", _bytes_feature(filename)),
-        _bytes_entry("image/format", image_format.encode("ascii")),
-        _int_entry("image/height", height),
-        _int_entry("image/width", width),
-    ))  # fmt: skip
+    before = b"".join(
+        (
+            _int_entry("image/channels", channels),
+            _int_entry("image/class/label", label),
+            _bytes_entry("image/class/text", text),
+            _bytes_entry("image/colorspace", COLORSPACES[channels].encode("ascii")),
+            _entry_head("image/encoded", feature_len),
+            b"\x0a",
+            _varint(list_len),
+            b"\x0a",
+            inner,
+        )
+    )
+    after = b"".join(
+        (
+            _entry("image/filename", _bytes_feature(filename)),
+            _bytes_entry("image/format", image_format.encode("ascii")),
+            _int_entry("image/height", height),
+            _int_entry("image/width", width),
+        )
+    )
     features_len = len(before) + n + len(after)
     return b"".join((b"\x0a", _varint(features_len), before, encoded, after))  # Example.features(1)
 

@@ -59,12 +59,14 @@ def dataset_info(manifest: dict[str, Any]) -> dict[str, Any]:
     splits = []
     for name, info in (manifest.get("splits") or {}).items():
         shards = info.get("shards") or []
-        splits.append({
-            "name": name,
-            "filepathTemplate": FILEPATH_TEMPLATE,
-            "shardLengths": [str(s["records"]) for s in shards],  # int64 in proto JSON: strings
-            "numBytes": str(sum(s["bytes"] for s in shards)),
-        })  # fmt: skip
+        splits.append(
+            {
+                "name": name,
+                "filepathTemplate": FILEPATH_TEMPLATE,
+                "shardLengths": [str(s["records"]) for s in shards],  # int64 in proto JSON: strings
+                "numBytes": str(sum(s["bytes"] for s in shards)),
+            }
+        )
     return {
         "name": "img2tfrecord",
         "version": "1.0.0",
@@ -143,7 +145,10 @@ def label_feature(manifest: dict[str, Any]) -> dict[str, Any]:
     classes = manifest.get("classes") or []
     if offset < 0 or not classes:  # ClassLabel's values are 0..num_classes-1 (-1: no label)
         return _scalar("int64")
-    return {"pythonClassName": _TFDS + "class_label_feature.ClassLabel", "classLabel": {"numClasses": str(offset + len(classes))}}
+    return {
+        "pythonClassName": _TFDS + "class_label_feature.ClassLabel",
+        "classLabel": {"numClasses": str(offset + len(classes))},
+    }
 
 
 def _scalar(dtype: str) -> dict[str, Any]:

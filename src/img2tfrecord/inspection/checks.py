@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from img2tfrecord.format.framing import FOOTER_BYTES, HEADER_BYTES, RawRecord
 from img2tfrecord.format.images import MAX_PIXELS, image_problem, sniff_image_format
@@ -75,15 +76,16 @@ class _ImageChecker:
     """Decodes every image the way training will (TensorFlow) and compares the stored shape."""
 
     def __init__(self) -> None:
-        from img2tfrecord.tf_import import tensorflow  # noqa: PLC0415
+        from img2tfrecord.tf_import import tensorflow
 
         self.tf = tf = tensorflow()
         # A graph function, not eager ops: eager dispatch holds the GIL (threads do not scale),
         # a traced function runs the decode in TensorFlow's own threads (2 threads: ~1.8x).
         self.shape_of = tf.function(
             lambda data: tf.shape(tf.io.decode_image(data, channels=0, expand_animations=False)),
-            input_signature=[tf.TensorSpec([], tf.string)], autograph=False,
-        )  # fmt: skip
+            input_signature=[tf.TensorSpec([], tf.string)],
+            autograph=False,
+        )
 
     def check(self, info: RecordInfo, max_pixels: int = MAX_PIXELS) -> Iterator[str]:
         if info.image is None:
@@ -106,7 +108,10 @@ class _ImageChecker:
             sniffed = sniff_image_format(info.image[:16])
             if info.format and sniffed and sniffed != info.format:
                 yield f"image/format says {info.format} but the bytes are {sniffed}"
-        if any(d is not None for d in declared) and tuple(d if d is not None else s for d, s in zip(declared, shape)) != shape:
+        if (
+            any(d is not None for d in declared)
+            and tuple(d if d is not None else s for d, s in zip(declared, shape)) != shape
+        ):
             got = "x".join("?" if d is None else str(d) for d in declared)
             yield f"stored shape {got} but the image decodes to {shape[0]}x{shape[1]}x{shape[2]}"
 
@@ -149,7 +154,7 @@ class _IndexChecker:
         self.path = path
         self.name = path.name
         self.problems = problems
-        self.f = open(path, encoding="ascii", errors="replace")  # noqa: SIM115 - closed in finish()
+        self.f = open(path, encoding="ascii", errors="replace")
         self.line = 0
         self.bad = 0
 
@@ -159,7 +164,9 @@ class _IndexChecker:
         self.line += 1
         if got != want and self.bad < 3:
             self.bad += 1
-            self.problems.add(rec.index, rec.offset, f"{self.name} line {self.line} says {_show(got)}, the record is {want!r}")
+            self.problems.add(
+                rec.index, rec.offset, f"{self.name} line {self.line} says {_show(got)}, the record is {want!r}"
+            )
 
     def finish(self) -> None:
         extra = sum(1 for line in iter(lambda: self.f.readline(_IDX_LINE), "") if line.strip())
@@ -188,11 +195,17 @@ def _check_dataset(
         covered.append(name)
         listed = sum(int(s.get("records") or 0) for s in shards)
         if isinstance(info.get("records"), int) and info["records"] != listed:
-            sink.append(Problem(where, None, None, f"split {name}: {info['records']} records, but its shards list {listed}"))
+            sink.append(
+                Problem(where, None, None, f"split {name}: {info['records']} records, but its shards list {listed}")
+            )
         want = {k: v for k, v in (info.get("class_counts") or {}).items() if v}
         got = dict(class_counts.get((id(man), name), Counter()))
         if "class_counts" in info and want != got:
-            diff = ", ".join(f"{k}: {got.get(k, 0)} (listed {want.get(k, 0)})" for k in sorted(set(want) | set(got)) if want.get(k, 0) != got.get(k, 0))
+            diff = ", ".join(
+                f"{k}: {got.get(k, 0)} (listed {want.get(k, 0)})"
+                for k in sorted(set(want) | set(got))
+                if want.get(k, 0) != got.get(k, 0)
+            )
             sink.append(Problem(where, None, None, f"split {name}: class counts differ from the records: {diff}"))
     if not covered:
         return

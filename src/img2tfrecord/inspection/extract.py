@@ -6,8 +6,8 @@ import hashlib
 import io
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.format.images import _EXTENSIONS, image_problem, sniff_image_format
@@ -75,7 +75,9 @@ class Extractor:
         if info.image is None:
             self.skipped += 1
             return
-        folder = _safe_name(class_name if class_name is not None else f"label_{info.label}" if info.label is not None else "unlabelled")
+        folder = _safe_name(
+            class_name if class_name is not None else f"label_{info.label}" if info.label is not None else "unlabelled"
+        )
         parts = _safe_parts(info.filename or "") or [f"record-{info.index:08d}"]
         if len(parts) < 2 or parts[0] != folder:  # files go inside class folders, never beside them
             parts = [folder, *parts]
@@ -120,8 +122,8 @@ class Extractor:
 
 def _raw_to_png(info: RecordInfo) -> bytes | None:
     """Encode a RAW record's pixels as PNG (lossless, so re-converting gives the same pixels)."""
-    import numpy as np  # noqa: PLC0415
-    from PIL import Image  # noqa: PLC0415
+    import numpy as np
+    from PIL import Image
 
     h, w, c = info.height, info.width, info.channels
     if image_problem(info.image or b"", FORMAT_RAW, h, w, c) is not None:

@@ -10,7 +10,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from img2tfrecord.format.framing import RawRecord
-from img2tfrecord.format.images import _MODE_CHANNELS, sniff_image_format
+from img2tfrecord.format.images import MODE_CHANNELS, sniff_image_format
 from img2tfrecord.format.schema import FORMAT_RAW, Example
 
 OUR_FORMATS = ("JPEG", "PNG", "BMP", FORMAT_RAW)
@@ -74,7 +74,9 @@ def parse_record(rec: RawRecord) -> RecordInfo:
     try:
         ex.ParseFromString(rec.data)
     except DecodeError as e:
-        raise NotExample(f"not a tf.train.Example ({str(e).replace('img2tfrecord_pb.', 'tensorflow.')})") from e  # our private pool's name
+        raise NotExample(
+            f"not a tf.train.Example ({str(e).replace('img2tfrecord_pb.', 'tensorflow.')})"
+        ) from e  # our private pool's name
     if rec.data and not ex.HasField("features"):
         raise NotExample("not a tf.train.Example (protobuf without a features field)")
     fm = ex.features.feature
@@ -110,7 +112,11 @@ def parse_record(rec: RawRecord) -> RecordInfo:
             info.format = "JPEG"
     elif info.image is not None:
         info.format = sniff_image_format(info.image[:16])
-    info.height, info.width, info.channels = first("height", "int64"), first("width", "int64"), first("channels", "int64")
+    info.height, info.width, info.channels = (
+        first("height", "int64"),
+        first("width", "int64"),
+        first("channels", "int64"),
+    )
     info.colorspace = text("colorspace")
     info.label = first("label", "int64")
     info.text = text("text")
@@ -122,16 +128,16 @@ def parse_record(rec: RawRecord) -> RecordInfo:
 
 def _fill_size_from_header(info: RecordInfo) -> None:
     """Size from the image header (Pillow reads no pixels for this) when the record lacks it."""
-    from PIL import Image  # noqa: PLC0415
+    from PIL import Image
 
     try:
         with warnings.catch_warnings(), Image.open(io.BytesIO(info.image or b"")) as im:
             warnings.simplefilter("ignore")  # DecompressionBombWarning: only the header is read
             w, h = im.size
-            c = _MODE_CHANNELS.get(im.mode)
+            c = MODE_CHANNELS.get(im.mode)
             if im.mode == "P":
                 c = 4 if "transparency" in im.info else 3
-    except Exception:  # noqa: BLE001 - any undecodable header just leaves the size unknown
+    except Exception:
         return
     info.height = info.height if info.height is not None else h
     info.width = info.width if info.width is not None else w

@@ -16,9 +16,10 @@ from __future__ import annotations
 import os
 import threading
 from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from img2tfrecord import cstderr
 from img2tfrecord.errors import DataError
@@ -75,7 +76,14 @@ class FileReport:
     problems: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": str(self.ref.path), "split": self.ref.split, "exists": self.exists, "checksum": self.checksum, "problems": self.problems, **self.stats.to_dict()}
+        return {
+            "path": str(self.ref.path),
+            "split": self.ref.split,
+            "exists": self.exists,
+            "checksum": self.checksum,
+            "problems": self.problems,
+            **self.stats.to_dict(),
+        }
 
 
 @dataclass
@@ -121,9 +129,11 @@ class _Progress:
         self.bar = None
         self._lock = threading.Lock()
         if enabled:
-            from tqdm import tqdm  # noqa: PLC0415
+            from tqdm import tqdm
 
-            self.bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="verify", disable=None, leave=False)
+            self.bar = tqdm(
+                total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="verify", disable=None, leave=False
+            )
 
     def update(self, n: int) -> None:
         if self.bar is not None and n:
@@ -174,7 +184,6 @@ def inspect(
     # (manifest id, split) -> class name -> records, to compare with dataset.json's class_counts
     class_counts: dict[tuple[int, str], Counter[str]] = {}
     bar = _Progress(sum(r.path.stat().st_size for r in refs if r.path.is_file()), progress and verify)
-
 
     def scan(ref: ShardRef) -> tuple[FileReport, _Problems, list[Problem], dict[tuple[int, str], Counter[str]]]:
         sink: list[Problem] = []
@@ -240,7 +249,9 @@ def _scan_file(
         return fr, probs
     man = ref.manifest
     try:
-        algorithm = next((a for a in CHECKSUMS if verify and ref.entry and ref.entry.get(a)), None)  # the one dataset.json recorded
+        algorithm = next(
+            (a for a in CHECKSUMS if verify and ref.entry and ref.entry.get(a)), None
+        )  # the one dataset.json recorded
         f = TFRecordFile(ref.path, checksum=algorithm)
     except DataError as e:
         probs.add(None, None, str(e).removeprefix(f"{ref.path}: "))
@@ -270,7 +281,11 @@ def _scan_file(
                 probs.add(rec.index, rec.offset, "data CRC mismatch: the record's bytes are corrupt")
                 continue
             if rec.oversize:
-                probs.add(rec.index, rec.offset, f"{rec.length:,} data bytes, more than the {f.max_record_bytes:,} inspect holds in memory: CRC checked, content not read")
+                probs.add(
+                    rec.index,
+                    rec.offset,
+                    f"{rec.length:,} data bytes, more than the {f.max_record_bytes:,} inspect holds in memory: CRC checked, content not read",
+                )
                 continue
             try:
                 info = parse_record(rec)
@@ -298,7 +313,13 @@ def _scan_file(
     if first_non_example is not None:
         i, off, msg = first_non_example
         n = stats.non_examples
-        what = "the record is" if stats.records == 1 else f"{n} of {stats.records} records are" if n > 1 else f"1 of {stats.records} records is"
+        what = (
+            "the record is"
+            if stats.records == 1
+            else f"{n} of {stats.records} records are"
+            if n > 1
+            else f"1 of {stats.records} records is"
+        )
         probs.add(i, off, f"{what} not tf.train.Example {msg.removeprefix('not a tf.train.Example ')}")
     if idx is not None:
         idx.finish()
@@ -311,7 +332,11 @@ def _scan_file(
         if isinstance(entry.get("bytes"), int) and entry["bytes"] != f.size:
             probs.add(None, None, f"is {f.size:,} bytes, dataset.json says {entry['bytes']:,}")
         if algorithm and f.checksum and entry[algorithm] != f.checksum:
-            probs.add(None, None, f"{algorithm} {f.checksum[:16]}... differs from dataset.json's {str(entry[algorithm])[:16]}...")
+            probs.add(
+                None,
+                None,
+                f"{algorithm} {f.checksum[:16]}... differs from dataset.json's {str(entry[algorithm])[:16]}...",
+            )
     fr.problems = probs.count
     return fr, probs
 

@@ -35,7 +35,7 @@ def _thumbnail(info: RecordInfo, max_pixels: int = MAX_PIXELS) -> Any:
     Small images are scaled up to the cell, so a 32x32 dataset is as easy to judge as a photo one.
     None when the image must not be decoded (`image_problem`).
     """
-    from PIL import Image, ImageOps  # noqa: PLC0415
+    from PIL import Image, ImageOps
 
     if info.format == FORMAT_RAW:
         png = _raw_to_png(info)
@@ -43,7 +43,10 @@ def _thumbnail(info: RecordInfo, max_pixels: int = MAX_PIXELS) -> Any:
             return None
         img = Image.open(io.BytesIO(png))
     else:
-        if image_problem(info.image or b"", info.format, info.height, info.width, info.channels, max_pixels) is not None:
+        if (
+            image_problem(info.image or b"", info.format, info.height, info.width, info.channels, max_pixels)
+            is not None
+        ):
             return None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # DecompressionBombWarning: the size was checked above
@@ -51,7 +54,7 @@ def _thumbnail(info: RecordInfo, max_pixels: int = MAX_PIXELS) -> Any:
         img.draft("RGB", (THUMB, THUMB))  # JPEG: decode at reduced scale
     img.load()
     if img.mode.startswith("I"):  # a 16-bit PNG: Pillow's convert would clip to 255 (white); scale as TensorFlow does
-        import numpy as np  # noqa: PLC0415
+        import numpy as np
 
         img = Image.fromarray((np.asarray(img).astype(np.uint32) >> 8).clip(0, 255).astype(np.uint8), "L")
     if img.mode not in ("L", "LA", "RGB", "RGBA"):
@@ -124,16 +127,16 @@ class ContactSheet:
             return
         try:
             thumb = _thumbnail(info, max_pixels)
-        except Exception:  # noqa: BLE001 - an undecodable image gets a marked cell, not a crash
+        except Exception:
             thumb = None
         if thumb is None:
             self.broken += 1
         cells.append(thumb)
 
     def render(self) -> dict[str, Any]:
-        from PIL import Image, ImageDraw, ImageFont  # noqa: PLC0415
+        from PIL import Image, ImageDraw, ImageFont
 
-        keys = sorted((k for k in self.rows if k is not None)) + ([None] if None in self.rows else [])
+        keys = sorted(k for k in self.rows if k is not None) + ([None] if None in self.rows else [])
         width, height = contact_sheet_size(len(keys), self.per_class)
         sheet = Image.new("RGB", (width, height), (255, 255, 255))
         draw = ImageDraw.Draw(sheet)
@@ -160,6 +163,11 @@ class ContactSheet:
                 sheet.paste(thumb, (x + (THUMB - thumb.width) // 2, y + (THUMB - thumb.height) // 2))
         sheet.save(self.path, "PNG")
         return {
-            "file": str(self.path), "width": width, "height": height, "rows": len(keys), "per_row": self.per_class,
-            "unreadable": self.broken, "omitted": self.omitted,
-        }  # fmt: skip
+            "file": str(self.path),
+            "width": width,
+            "height": height,
+            "rows": len(keys),
+            "per_row": self.per_class,
+            "unreadable": self.broken,
+            "omitted": self.omitted,
+        }

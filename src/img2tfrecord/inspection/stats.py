@@ -39,7 +39,7 @@ class _FeatureStat:
         self.max_values = n if self.max_values is None else max(self.max_values, n)
         self.records += 1
 
-    def merge(self, o: "_FeatureStat") -> None:
+    def merge(self, o: _FeatureStat) -> None:
         self.types |= o.types
         for attr, fn in (("min_values", min), ("max_values", max)):
             a, b = getattr(self, attr), getattr(o, attr)
@@ -91,7 +91,7 @@ class Stats:
         if len(self.first) < self.keep_first:
             self.first.append(info.row())
 
-    def merge(self, o: "Stats", path: str | None = None) -> None:
+    def merge(self, o: Stats, path: str | None = None) -> None:
         self.records += o.records
         self.bytes += o.bytes
         self.compressions |= o.compressions
@@ -120,10 +120,17 @@ class Stats:
             "examples": self.examples,
             "non_examples": self.non_examples,
             "features": {
-                k: {"types": sorted(f.types), "min_values": f.min_values, "max_values": f.max_values, "records": f.records}
+                k: {
+                    "types": sorted(f.types),
+                    "min_values": f.min_values,
+                    "max_values": f.max_values,
+                    "records": f.records,
+                }
                 for k, f in sorted(self.features.items())
             },
-            "labels": [{"label": lab, "name": self.label_names.get(lab), "count": n} for lab, n in sorted(self.labels.items())],
+            "labels": [
+                {"label": lab, "name": self.label_names.get(lab), "count": n} for lab, n in sorted(self.labels.items())
+            ],
             "unlabelled": self.unlabelled,
             "formats": dict(sorted(self.formats.items(), key=lambda kv: (-kv[1], kv[0]))),
             "height": _range(self.heights),

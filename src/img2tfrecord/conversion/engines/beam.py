@@ -57,7 +57,15 @@ if TYPE_CHECKING:
 INSTALL_HINT = "pip install 'img2tfrecord[beam]'"
 PLAN_NAME = "plan.jsonl"
 OUTCOME_SUFFIX = ".outcome.json"
-LOCAL_RUNNERS = {"direct", "directrunner", "switchingdirectrunner", "bundlebaseddirectrunner", "fnapirunner", "prism", "prismrunner"}
+LOCAL_RUNNERS = {
+    "direct",
+    "directrunner",
+    "switchingdirectrunner",
+    "bundlebaseddirectrunner",
+    "fnapirunner",
+    "prism",
+    "prismrunner",
+}
 REMOTE_ONLY_RUNNERS = {"dataflow", "dataflowrunner", "testdataflowrunner"}  # workers on other machines, no shared disk
 QUIET_LOGGERS = ("apache_beam", "absl", "tensorflow")
 IO_THREADS = 32
@@ -86,8 +94,8 @@ def import_beam() -> ModuleType:
     level = root.level
     root.setLevel(logging.ERROR)
     try:
-        import apache_beam  # noqa: PLC0415 - optional dependency
-        import apache_beam.options.pipeline_options  # noqa: F401, PLC0415
+        import apache_beam
+        import apache_beam.options.pipeline_options
     except ImportError:
         raise UsageError(f"--engine beam needs Apache Beam, which is not installed: {INSTALL_HINT}") from None
     finally:
@@ -123,7 +131,7 @@ def _given(flags: list[str], name: str) -> bool:
 
 def given_runner(flags: list[str]) -> str:
     """The runner the flags select, as the user spelled it ('DirectRunner' by default)."""
-    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions  # noqa: PLC0415
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
     return str(PipelineOptions(flags).view_as(StandardOptions).runner or "DirectRunner")
 
@@ -156,15 +164,15 @@ def pipeline_flags(beam_options: str | list[str] | None, workers: int, shards: i
 def unknown_options(flags: list[str]) -> list[str]:
     """Flags no Beam option class knows (Beam would drop them with a log line nobody sees)."""
     try:
-        import difflib  # noqa: PLC0415
+        import difflib
 
-        from apache_beam.options import pipeline_options as po  # noqa: PLC0415
+        from apache_beam.options import pipeline_options as po
 
-        parser = po._BeamArgumentParser(allow_abbrev=False)  # noqa: SLF001 - the parser Beam itself uses
+        parser = po._BeamArgumentParser(allow_abbrev=False)
         for cls in {str(c): c for c in po.PipelineOptions.__subclasses__()}.values():
-            cls._add_argparse_args(parser)  # noqa: SLF001
+            cls._add_argparse_args(parser)
         _, unknown = parser.parse_known_args(flags)
-        known = [o for a in parser._actions for o in a.option_strings]  # noqa: SLF001
+        known = [o for a in parser._actions for o in a.option_strings]
     except Exception:  # a private API changed: skip the courtesy check
         return []
     out = []
@@ -178,7 +186,7 @@ def unknown_options(flags: list[str]) -> list[str]:
 def preflight(beam_options: str | list[str] | None, input_dir: str, output_dir: str) -> None:
     """Cheap checks before the input is listed: Beam installed, options parse, paths fit the runner."""
     import_beam()
-    from apache_beam.runners.runner import create_runner  # noqa: PLC0415
+    from apache_beam.runners.runner import create_runner
 
     flags = split_options(beam_options)
     runner, name = runner_name(flags), given_runner(flags)
@@ -210,11 +218,17 @@ class BeamEngine:
         return run_beam(plan, staging, settings, self.beam_options, emit, self.workers)
 
 
-def run_beam(plan: Plan, staging: str, settings: ShardSettings, beam_options: str | list[str] | None, emit: EventSink,
-             workers: int | None = None) -> list[ShardOutcome]:  # fmt: skip
+def run_beam(
+    plan: Plan,
+    staging: str,
+    settings: ShardSettings,
+    beam_options: str | list[str] | None,
+    emit: EventSink,
+    workers: int | None = None,
+) -> list[ShardOutcome]:
     """Run `plan.shards` on Beam (one element per shard) and return the outcomes in plan order."""
     beam = import_beam()
-    from apache_beam.options.pipeline_options import PipelineOptions  # noqa: PLC0415
+    from apache_beam.options.pipeline_options import PipelineOptions
 
     flags = pipeline_flags(beam_options, workers or os.cpu_count() or 1, len(plan.shards))
     runner = runner_name(flags)
@@ -223,7 +237,9 @@ def run_beam(plan: Plan, staging: str, settings: ShardSettings, beam_options: st
     if runner in REMOTE_ONLY_RUNNERS:
         local = next((t.path for s in plan.shards for t in s.tasks if not fs.is_remote(t.path)), None)
         if local:
-            raise UsageError(f"--runner={given_runner(flags)}: workers cannot read the local file {local}; put the images in a bucket (gs://...)")
+            raise UsageError(
+                f"--runner={given_runner(flags)}: workers cannot read the local file {local}; put the images in a bucket (gs://...)"
+            )
     elements = write_plan(plan.shards, fs.join(staging, PLAN_NAME))
     fn = WriteShardFn(staging, fs.join(staging, PLAN_NAME), settings)
     try:
@@ -290,7 +306,9 @@ class WriteShardFn(_DoFn):  # type: ignore[misc, valid-type]
         _, offset, length = element
         shard = shard_from_json(fs.read_range(self.plan_path, offset, length))
         tf_thread = getattr(self, "_tf_thread", None)
-        stream = encoder.encode_shard(shard.tasks, self.settings.encode, tf_thread.is_alive if tf_thread else None, PREFETCH_BYTES)
+        stream = encoder.encode_shard(
+            shard.tasks, self.settings.encode, tf_thread.is_alive if tf_thread else None, PREFETCH_BYTES
+        )
         tensorflow()  # joins the import (needed to write), or raises its error here
         outcome = writer.write_shard(shard, stream, self.staging, self.settings)
         fs.write_text(fs.join(self.staging, shard.name + OUTCOME_SUFFIX), json.dumps(outcome.to_dict()))
@@ -304,7 +322,9 @@ class WriteShardFn(_DoFn):  # type: ignore[misc, valid-type]
 
 def shard_to_json(shard: PlannedShard) -> bytes:
     """One plan line. ASCII JSON keeps undecodable file names (surrogate escapes) intact."""
-    return json.dumps({"split": shard.split, "index": shard.index, "count": shard.count, "tasks": shard.tasks}).encode("ascii")
+    return json.dumps({"split": shard.split, "index": shard.index, "count": shard.count, "tasks": shard.tasks}).encode(
+        "ascii"
+    )
 
 
 def shard_from_json(data: bytes) -> PlannedShard:
@@ -333,7 +353,9 @@ def read_outcomes(plan: list[PlannedShard], staging: str) -> list[ShardOutcome]:
         try:
             return ShardOutcome.from_dict(json.loads(fs.read_bytes(path)))
         except Exception:
-            raise DataError(f"the Beam pipeline finished but shard {shard.name} left no result ({path}); nothing was published") from None
+            raise DataError(
+                f"the Beam pipeline finished but shard {shard.name} left no result ({path}); nothing was published"
+            ) from None
 
     if not fs.is_remote(staging):
         return [read(s) for s in plan]

@@ -87,9 +87,15 @@ class LocalEngine:
 
 
 def run_local(
-    plan: Plan, staging: str, settings: ShardSettings, workers: int | None, emit: EventSink,
-    progress: Callable[[int, int, int], None] | None, timing: Timing, journal: Journal,
-) -> list[ShardOutcome]:  # fmt: skip
+    plan: Plan,
+    staging: str,
+    settings: ShardSettings,
+    workers: int | None,
+    emit: EventSink,
+    progress: Callable[[int, int, int], None] | None,
+    timing: Timing,
+    journal: Journal,
+) -> list[ShardOutcome]:
     """Execute the plan; see `LocalEngine`."""
     todo = [shard for shard in plan.shards if shard.name not in journal.done]
     total = sum(len(s.tasks) for s in todo)
@@ -146,8 +152,14 @@ def _finish(outcome: ShardOutcome, journal: Journal, durable: bool) -> None:
     journal.record(outcome)
 
 
-def _write(shard: PlannedShard, cfg: WorkerConfig, drop: Mapping[str, tuple[str, str]], on_progress: Progress,
-           on_skip: Callable[[str, str], None], warming: Callable[[], bool] | None = None) -> ShardOutcome:  # fmt: skip
+def _write(
+    shard: PlannedShard,
+    cfg: WorkerConfig,
+    drop: Mapping[str, tuple[str, str]],
+    on_progress: Progress,
+    on_skip: Callable[[str, str], None],
+    warming: Callable[[], bool] | None = None,
+) -> ShardOutcome:
     """Encode and write one shard in this process (a spawned worker, or a thread of the calling process).
 
     With `warming` (one process: TensorFlow imports in a thread), images are encoded ahead while it
@@ -156,12 +168,21 @@ def _write(shard: PlannedShard, cfg: WorkerConfig, drop: Mapping[str, tuple[str,
     and 9% slower).
     """
     batch = _Batcher(on_progress)
-    stream = encoder.encode_shard(shard.tasks, cfg.settings.encode, warming, PREFETCH_BYTES if warming else 0, drop=drop)
+    stream = encoder.encode_shard(
+        shard.tasks, cfg.settings.encode, warming, PREFETCH_BYTES if warming else 0, drop=drop
+    )
     writer_runtime(cfg.staging)  # joins the import
     outcome = writer.write_shard(
-        shard, stream, cfg.staging, cfg.settings, on_skip=on_skip, on_image=batch.add, drop=drop,
-        durable=False, writeback=cfg.settings.fsync,
-    )  # fmt: skip
+        shard,
+        stream,
+        cfg.staging,
+        cfg.settings,
+        on_skip=on_skip,
+        on_image=batch.add,
+        drop=drop,
+        durable=False,
+        writeback=cfg.settings.fsync,
+    )
     batch.flush()
     return outcome
 
@@ -206,9 +227,17 @@ class _Scheduler:
     (see tf_import), so output is held until it is done.
     """
 
-    def __init__(self, todo: list[PlannedShard], cfg: WorkerConfig, drop: dict[str, tuple[str, str]], pool: _Pool | None,
-                 emit: EventSink, on_progress: Progress, finished: Callable[[ShardOutcome], None],
-                 tf_thread: threading.Thread) -> None:  # fmt: skip
+    def __init__(
+        self,
+        todo: list[PlannedShard],
+        cfg: WorkerConfig,
+        drop: dict[str, tuple[str, str]],
+        pool: _Pool | None,
+        emit: EventSink,
+        on_progress: Progress,
+        finished: Callable[[ShardOutcome], None],
+        tf_thread: threading.Thread,
+    ) -> None:
         self.queue = collections.deque(todo)
         self.cfg, self.drop, self.pool = cfg, drop, pool
         self.emit, self.on_progress, self.finished = emit, on_progress, finished
@@ -313,7 +342,7 @@ class _Scheduler:
             self.inbox.put(("progress", shard.name, images, nbytes))
 
         try:
-            skip = lambda rel, why: self.inbox.put(("skipped", rel, why))  # noqa: E731
+            skip = lambda rel, why: self.inbox.put(("skipped", rel, why))
             outcome = _write(shard, self.cfg, self._drop_for(shard), progress, skip, self.warming)
             self.inbox.put(("done_here", outcome))
         except _Stopped:
@@ -335,7 +364,9 @@ class _Pool:
         ctx = multiprocessing.get_context("spawn")
         self.size = size
         self.events = ctx.Queue()  # workers' progress and skipped files
-        self.pool = ProcessPoolExecutor(size, mp_context=ctx, initializer=_init_worker, initargs=(cfg, self.events, os.getpid()))
+        self.pool = ProcessPoolExecutor(
+            size, mp_context=ctx, initializer=_init_worker, initargs=(cfg, self.events, os.getpid())
+        )
         with _main_not_reimported():
             for _ in range(size):  # start them now (the executor spawns on submit): each one's start-up
                 self.pool.submit(os.getpid)  # and TensorFlow import then overlaps ours instead of trailing it
@@ -405,7 +436,9 @@ def _chunks(items: list[Any], size: int) -> list[list[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def _drop_map(plan: Plan, settings: ShardSettings, digest_all: Callable[[list[str]], list[str | None]]) -> dict[str, tuple[str, str]]:
+def _drop_map(
+    plan: Plan, settings: ShardSettings, digest_all: Callable[[list[str]], list[str | None]]
+) -> dict[str, tuple[str, str]]:
     """--dedupe drop: rel path of each later copy -> (digest, first copy's rel path), in plan order.
 
     Decided before any shard is written, from a content hash of every planned file (~40 us per
@@ -484,6 +517,7 @@ def _work(shard: PlannedShard, drop: dict[str, tuple[str, str]]) -> dict[str, An
     """Worker entry point: write one shard, return its outcome as plain data."""
     assert _cfg is not None, "_init_worker was not called"
     try:
+
         def progress(images: int, nbytes: int) -> None:
             _check_parent()
             _events.put(("progress", shard.name, images, nbytes))
