@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 
-.PHONY: install test demo bench clean
+.PHONY: install test lint demo bench clean
 
 install: $(STAMP)
 
@@ -16,8 +16,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test,beam]'
 	touch $(STAMP)
 
-test: $(STAMP)
+test: lint
 	$(BIN)/python -m pytest -q
+
+# The house rules (ARCHITECTURE.md): formatted, linted and type-checked, or make test fails.
+lint: $(STAMP)
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
 
 demo: $(STAMP)
 	rm -rf out
@@ -28,5 +34,5 @@ bench: $(STAMP)
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) out build dist src/*.egg-info .pytest_cache bench/.cache
+	rm -rf $(VENV) out build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache bench/.cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

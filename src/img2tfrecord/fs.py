@@ -238,7 +238,7 @@ def list_entries(path: str) -> list[tuple[str, bool | None]]:
     Object stores (gs://) mark sub-folders with a trailing '/', so a bucket listing needs no
     per-object request; other filesystems leave the caller to ask `isdir` where it matters.
     """
-    out = []
+    out: list[tuple[str, bool | None]] = []
     for name in gfile(path).listdir(path):
         out.append((name.rstrip("/"), True) if name.endswith("/") else (name, None))
     return out

@@ -75,10 +75,10 @@ def _split_files(
                 raise UsageError(f"{p / MANIFEST}: split {split!r} has no shards")
             records = man.splits[split].get("records")
             return [os.fspath(r.path) for r in refs], man, records if isinstance(records, int) else None
-        files = shard_files_in(p, split)
-        if not files:
+        found = shard_files_in(p, split)
+        if not found:
             raise UsageError(f"{p}: no {MANIFEST} and no {split}-NNNNN-of-NNNNN shard files")
-        return [os.fspath(f) for f in files], None, None
+        return [os.fspath(f) for f in found], None, None
     if p.is_file():
         return [text], None, None
     files = [m for m in sorted(glob.glob(text)) if is_shard_candidate(Path(m))]
@@ -535,7 +535,7 @@ def load(
             ds = _checked_records(
                 tf,
                 files,
-                counts,
+                [n for n in counts if n is not None],  # all known here
                 compression_type,
                 spec,
                 image_of,

@@ -40,7 +40,7 @@ def report(mode: str, written: Iterable[tuple[str, str, str, str]], dropped: lis
         groups.setdefault(digest, []).append((rel, split, text))
     for d in dropped:
         groups.setdefault(d["digest"], []).append((d["path"], d["split"], d["class"]))
-    out = []
+    out: list[dict[str, Any]] = []
     for members in groups.values():
         if len(members) < 2:
             continue

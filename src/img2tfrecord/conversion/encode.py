@@ -393,7 +393,8 @@ def _keep(im: Image.Image, data: bytes, fmt: str, validate: bool) -> Result | st
             return "PNG->PNG"
         orient = hdr.has_exif and im.getexif().get(0x0112, 1) not in (1, None)
         return Result("keep", data, "PNG", h, w, channels, None, orient, depth=depth)
-    if fmt == "BMP" and im.mode == "RGB" and im.tile and im.tile[0][0] == "raw" and im.tile[0][3][0] == "BGR":
+    tile = getattr(im, "tile", None)  # an ImageFile's decoder plan: ("raw", box, offset, (rawmode, ...))
+    if fmt == "BMP" and im.mode == "RGB" and tile and tile[0][0] == "raw" and tile[0][3][0] == "BGR":
         if validate and not _tf_agrees(data, im):  # uncompressed 24-bit: what tf.io.decode_bmp reads
             return "BMP->PNG"
         return Result("keep", data, "BMP", h, w, 3)

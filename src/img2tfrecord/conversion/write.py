@@ -30,7 +30,7 @@ from img2tfrecord.conversion.options import (
 from img2tfrecord.conversion.plan import MIN_INDEXED_RECORDS, PlannedShard, shard_bounds
 from img2tfrecord.errors import DataError
 from img2tfrecord.format.framing import RECORD_OVERHEAD, record_spans
-from img2tfrecord.format.naming import SHARD_RE, shard_name
+from img2tfrecord.format.naming import shard_name, shard_split
 from img2tfrecord.format.schema import utf8_text
 from img2tfrecord.tf_import import record_io, tensorflow
 
@@ -247,7 +247,7 @@ def rebalance(
     if k_new == k and max(counts) - min(counts) <= 1:
         return infos
     if k_new != k:
-        split = SHARD_RE.match(infos[0].file)["split"]
+        split = shard_split(infos[0].file)
         targets = [ShardInfo(shard_name(split, i, k_new)) for i in range(k_new)]
     else:
         targets = [ShardInfo(i.file) for i in infos]
@@ -261,7 +261,9 @@ def rebalance(
     for info in new:
         fs.rename(fs.join(staging, info.file + ".rebalanced"), fs.join(staging, info.file))
         if index:
-            fs.rename(fs.join(staging, info.file + ".rebalanced.idx"), fs.join(staging, info.index))
+            fs.rename(
+                fs.join(staging, info.file + ".rebalanced.idx"), fs.join(staging, info.index or info.file + ".idx")
+            )
     return new
 
 
@@ -309,8 +311,8 @@ def _recut_bytes(
         path = fs.join(staging, info.file + ".rebalanced")
         with open(path, "wb") as dst:
             for src_path, group in itertools.groupby(spans[a:b], key=lambda s: s[0]):
-                group = list(group)
-                _copy_range(src_path, group[0][1], sum(s[2] for s in group), dst)
+                run = list(group)
+                _copy_range(src_path, run[0][1], sum(s[2] for s in run), dst)
         new.append(seal(path, out, (s[2] for s in spans[a:b]), index, durable, checksum))
     return new
 

@@ -356,7 +356,7 @@ class TFRecordFile:
             self._raw = raw = _CountingReader(f, self._checksum)
             stream: Any
             if self.compression == "gzip":
-                stream = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[arg-type]
+                stream = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[call-overload]
             elif self.compression == "zlib":
                 stream = _ZlibReader(raw)
             else:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.format.images import MAX_PIXELS
 from img2tfrecord.format.manifest import MANIFEST_NAME as MANIFEST
-from img2tfrecord.format.naming import _AUX_SUFFIXES, SHARD_RE
+from img2tfrecord.format.naming import _AUX_SUFFIXES, SHARD_RE, shard_split
 
 if TYPE_CHECKING:  # pragma: no cover
     pass
@@ -161,7 +161,7 @@ def resolve_paths(paths: Iterable[str | os.PathLike[str]], split: str | None = N
                 raise UsageError(
                     f"{text}: no {MANIFEST} and no shard files {what}(named NAME-NNNNN-of-NNNNN) in this directory"
                 )
-            refs.extend(ShardRef(f, SHARD_RE.match(f.name)["split"]) for f in files)
+            refs.extend(ShardRef(f, shard_split(f.name)) for f in files)
             continue
         if p.is_file():
             matches = [p]

@@ -23,6 +23,14 @@ STAGING_DIR = ".img2tfrecord-staging"
 LOCK_NAME = ".img2tfrecord.lock"  # held (flock) by the run writing into an output directory
 
 
+def shard_split(name: str) -> str:
+    """The split of a shard file name (which must match SHARD_RE)."""
+    m = SHARD_RE.match(name)
+    if m is None:
+        raise ValueError(f"{name} is not a shard name (NAME-NNNNN-of-NNNNN)")
+    return m["split"]
+
+
 def shard_name(split: str, index: int, count: int) -> str:
     """`train-00002-of-00016`: Inception's and tf.raw_ops.ShardedFilename's pattern."""
     return f"{split}-{index:05d}-of-{count:05d}"

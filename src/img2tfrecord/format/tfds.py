@@ -111,7 +111,7 @@ def image_feature(manifest: dict[str, Any]) -> dict[str, Any]:
     height, width = (resize[1], resize[0]) if isinstance(resize, list) else (None, None)  # --resize WxH
     dtype = "uint8"  # what load() and TFDS decode to; a 16-bit manifest would say uint16 here
     if opts.get("encoding") == "raw":
-        shape = [height, width, channels] if None not in (height, width, channels) else [None]
+        shape: list[int | None] = [height, width, channels] if None not in (height, width, channels) else [None]
         return {
             "pythonClassName": _TFDS + "tensor_feature.Tensor",
             "tensor": {"shape": _dims(shape), "dtype": dtype, "encoding": "bytes"},

@@ -81,17 +81,17 @@ class Extractor:
         parts = _safe_parts(info.filename or "") or [f"record-{info.index:08d}"]
         if len(parts) < 2 or parts[0] != folder:  # files go inside class folders, never beside them
             parts = [folder, *parts]
-        data = info.image
+        data = info.image or b""
         content = sniff_image_format(data[:16])
         if info.format == FORMAT_RAW:
-            data = _raw_to_png(info)
-            if data is None:
+            png = _raw_to_png(info)
+            if png is None:
                 self.skipped += 1
                 return
-            content = "PNG"
+            data, content = png, "PNG"
         ext = _EXTENSIONS[content][0] if content in _EXTENSIONS else ""
         rel = "/".join(parts)
-        if ext and not rel.lower().endswith(_EXTENSIONS[content]):
+        if ext and content is not None and not rel.lower().endswith(_EXTENSIONS[content]):
             rel += ext
         try:
             self._write(self._unique(rel), data)

@@ -37,6 +37,7 @@ def _thumbnail(info: RecordInfo, max_pixels: int = MAX_PIXELS) -> Any:
     """
     from PIL import Image, ImageOps
 
+    img: Image.Image
     if info.format == FORMAT_RAW:
         png = _raw_to_png(info)
         if png is None:

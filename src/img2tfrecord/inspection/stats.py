@@ -22,7 +22,7 @@ def _median(c: Counter) -> int | None:
     return None  # pragma: no cover
 
 
-def _range(c: Counter) -> dict[str, int] | None:
+def _range(c: Counter) -> dict[str, int | None] | None:
     return {"min": min(c), "median": _median(c), "max": max(c)} if c else None
 
 

@@ -108,7 +108,7 @@ def import_beam() -> ModuleType:
 
 try:  # the DoFn below must subclass beam.DoFn; without Beam this module still imports (for the hint)
     _beam: ModuleType | None = import_beam()
-    _DoFn: type = _beam.DoFn
+    _DoFn: type = _beam.DoFn  # type: ignore[union-attr]
 except UsageError:
     _beam, _DoFn = None, object
 
