@@ -165,3 +165,23 @@ def test_label_offset_and_odd_class_names(tmp_path):
     assert inception.names == ["(unused 0)", "cat", "dog"] and inception.str2int("dog") == 2
     assert tfds_label(base | {"classes": [" cat", "dog"]}).names == ["0", "1"]  # TFDS strips lines: no names file
     assert type(tfds_label(base | {"label_offset": -1})).__name__ == "Scalar"
+
+
+def test_sixteen_bit_pngs_read_back_as_uint16(cli, tmp_path):
+    """A 16-bit source stays 16-bit, and TFDS decodes the dataset as uint16 (dataset.json's dtype)."""
+    from PIL import Image
+
+    src = tmp_path / "in" / "a"
+    src.mkdir(parents=True)
+    deep = (np.arange(24 * 16, dtype=np.uint16).reshape(16, 24) * 150 + 291).astype(np.uint16)
+    Image.fromarray(deep).save(src / "deep.tif")
+    Image.fromarray(np.full((16, 24), 7, np.uint8)).save(src / "flat.png")
+    out = tmp_path / "out"
+    assert cli("convert", tmp_path / "in", out).exit_code == 0
+    assert json.loads((out / "dataset.json").read_text())["dtype"] == "uint16"
+    builder = tfds.builder_from_directory(str(out))
+    assert builder.info.features["image/encoded"].dtype.name == "uint16"
+    rows = {ex["image/filename"].decode(): ex for ex in tfds.as_numpy(builder.as_dataset(split="train"))}
+    got = rows["a/deep.tif"]["image/encoded"]
+    assert got.dtype == np.uint16 and np.array_equal(got[..., 0], deep)
+    assert rows["a/flat.png"]["image/encoded"].max() == 7 * 257  # 8-bit scaled to 16 bits, as tf.image does

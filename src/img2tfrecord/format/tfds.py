@@ -109,12 +109,12 @@ def image_feature(manifest: dict[str, Any]) -> dict[str, Any]:
     channels = _FIXED_CHANNELS.get(str(opts.get("channels")))
     resize = opts.get("resize")
     height, width = (resize[1], resize[0]) if isinstance(resize, list) else (None, None)  # --resize WxH
-    dtype = "uint8"  # what load() and TFDS decode to; a 16-bit manifest would say uint16 here
+    dtype = manifest.get("dtype") or "uint8"  # uint16 when any record is a 16-bit PNG (RAW is always uint8)
     if opts.get("encoding") == "raw":
         shape: list[int | None] = [height, width, channels] if None not in (height, width, channels) else [None]
         return {
             "pythonClassName": _TFDS + "tensor_feature.Tensor",
-            "tensor": {"shape": _dims(shape), "dtype": dtype, "encoding": "bytes"},
+            "tensor": {"shape": _dims(shape), "dtype": "uint8", "encoding": "bytes"},
         }
     image: dict[str, Any] = {"shape": _dims([height, width, channels]), "dtype": dtype}
     if opts.get("encoding") in ("jpeg", "png") and channels is not None:  # TFDS refuses a format with channels None
