@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_dataset, read_records, tree_with_broken
+from helpers import make_dataset, read_records, tree_with_broken
 
 needs_beam = pytest.mark.skipif(
     importlib.util.find_spec("apache_beam") is None,

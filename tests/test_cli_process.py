@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_dataset, read_records
+from helpers import make_dataset, read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 NOISE = (

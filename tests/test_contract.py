@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_dataset, natural_image, read_records, save
+from helpers import make_dataset, natural_image, read_records, save
 
 
 def verify(cli, out: Path) -> None:

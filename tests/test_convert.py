@@ -13,7 +13,7 @@ import pytest
 import xxhash
 from PIL import Image
 
-from conftest import (
+from helpers import (
     decode,
     make_dataset,
     natural_image,
@@ -215,7 +215,7 @@ def _png_with_size(w: int, h: int) -> bytes:
     """A tiny PNG whose header claims w x h (a decompression bomb's shape)."""
     data = bytearray(Image.new("L", (1, 1)).tobytes())
     raw = bytearray()
-    from conftest import png_bytes
+    from helpers import png_bytes
 
     png = bytearray(png_bytes(Image.new("L", (1, 1))))
     ihdr = png.index(b"IHDR")

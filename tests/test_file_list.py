@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_dataset, read_records
+from helpers import make_dataset, read_records
 
 
 @pytest.fixture(scope="module")

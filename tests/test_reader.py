@@ -179,7 +179,7 @@ def test_load_names_the_image_that_does_not_decode(tmp_path: Path, formats: dict
 def test_manifest_specialised_decoding_gives_the_same_pixels(tmp_path: Path, cli) -> None:
     """load() drops the decoding branches dataset.json rules out; the pixels are those of the
     general per-record decoder (what load() does for files without a manifest)."""
-    from conftest import make_dataset, natural_image, save
+    from helpers import make_dataset, natural_image, save
 
     make_dataset(tmp_path / "in", {"a": 3, "b": 3})
     save(natural_image(30, 20, 5, "RGBA"), tmp_path / "in" / "a" / "rgba.png")

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import (
+from helpers import (
     decode,
     make_dataset,
     natural_image,

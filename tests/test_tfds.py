@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds  # the test extra: a missing install fails, it does not skip
 
-from conftest import (
+from helpers import (
     decode,
     make_dataset,
     natural_image,
