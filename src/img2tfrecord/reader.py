@@ -24,7 +24,7 @@ from google.protobuf.message import DecodeError
 
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.manifest import LABELS_NAME, MANIFEST_NAME
-from img2tfrecord.schema import FEATURE_TYPES, FORMAT_RAW, serialize_example
+from img2tfrecord.schema import FEATURE_TYPES, FORMAT_RAW, feature_kinds, parse_example, serialize_example
 from img2tfrecord.tf_import import tensorflow
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -96,7 +96,24 @@ def check_framing(path: str | os.PathLike[str]) -> int:
     the file cannot hold (which makes TensorFlow allocate that length, or crash the process).
     Data CRCs are not checked: that needs every byte (`inspect --verify`).
     """
-    return sum(1 for _ in record_spans(path))
+    with open(path, "rb", buffering=0) as f:  # the happy path, inlined (~2 us a record); record_spans says what is wrong
+        fd = f.fileno()
+        size = os.fstat(fd).st_size
+        offset = count = 0
+        crc, unpack, pread = google_crc32c.value, struct.unpack, os.pread
+        while offset < size:
+            head = pread(fd, HEADER_BYTES, offset)
+            if len(head) < HEADER_BYTES:
+                break
+            length, want = unpack("<QI", head)
+            c = crc(head[:8])
+            if (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF != want:
+                break
+            offset += HEADER_BYTES + length + FOOTER_BYTES
+            count += 1
+        if offset == size:
+            return count
+    return sum(1 for _ in record_spans(path))  # raises the DataError that names the problem
 
 
 def record_spans(path: str | os.PathLike[str]) -> Iterator[tuple[int, int]]:
@@ -538,78 +555,58 @@ def _checked_records(tf: Any, files: list[str], counts: list[int], compression_t
     are dropped where they happen (`ignore_errors`: an unreadable record ends its file, one that
     does not parse or decode is left out), and one check after them all, which knows every
     shard's record count, follows each shard's record numbers and reports the first one missing
-    (it must come after the last `ignore_errors`, which would swallow its error). Each shard ends
-    with `end`, a record the decoder decodes, so the check also sees a shard's end.
+    (it must come after the last `ignore_errors`, which would swallow its error). After the last
+    shard comes `end`, a record the decoder decodes: the check sees it only when records are
+    missing at the end of shards (`take` stops before it otherwise) and then names the first.
 
-    The shards' own pipelines hold no function: parsing, decoding and the check are each one
-    function of the whole stream, traced and instantiated once (load()'s first batch waited on
-    tracing and instantiating per-shard functions), and decoding is one parallel map, as in a
-    hand-written pipeline.
+    Cheap on purpose, because tf.data runs every function once a record (~30-40 us here): the
+    shards' own pipelines hold no function; parsing and decoding are one parallel map, as in a
+    hand-written pipeline; the check is one more, which calls back into Python (re-reading the
+    shard to say what is wrong) only when something is.
     """
     n = len(files)
     names = tf.constant(files)
-    sizes = tf.constant(counts, tf.int64)
+    sizes = tf.constant([*counts, 0], tf.int64)  # [n]: the end marker's "shard"
 
-    def shard(s: Any) -> Any:  # record numbers s * 2**40 + i, and then the end marker's
+    def shard(s: Any) -> Any:  # record numbers s * 2**40 + i
         read = tf.data.TFRecordDataset(names[s], compression_type=compression_type).ignore_errors()
-        return read.concatenate(tf.data.Dataset.from_tensors(tf.constant(end))).enumerate(start=s * _SHARD_STRIDE)
+        return read.enumerate(start=s * _SHARD_STRIDE)
 
     ds = tf.data.Dataset.range(n)
     if shuffle_files:
         ds = ds.shuffle(n, seed=seed, reshuffle_each_iteration=True)
     ds = ds.interleave(_graph(shard), cycle_length=cycle_length, block_length=1, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    ds = ds.concatenate(tf.data.Dataset.from_tensors((tf.constant(n * _SHARD_STRIDE, tf.int64), tf.constant(end))))
 
     def decode(number: Any, r: Any) -> Any:
         ex = tf.io.parse_single_example(r, spec)
-        return number // _SHARD_STRIDE, number % _SHARD_STRIDE, tf.equal(r, end), out(ex, image_of(ex))
+        return number // _SHARD_STRIDE, number % _SHARD_STRIDE, out(ex, image_of(ex))
 
     # deterministic: the check follows each shard's numbers in order (interleave keeps each shard's order)
     ds = ds.map(_graph(decode), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    total = sum(counts)
     if not _NAME_ERRORS:
-        return ds.filter(_graph(lambda s, i, last, x: tf.logical_not(last))).map(_graph(lambda s, i, last, x: x))
+        return ds.map(_graph(lambda s, i, x: x)).take(total)
     ds = ds.ignore_errors()
-    fields = {k: tf.io.FixedLenFeature([], tf.string) for k in ("image/encoded", "image/format", "image/filename")}
+    comp = compression_type.lower() or "none"
 
-    def fail(s: Any, i: Any, k: Any) -> Any:  # the message is built only when something is wrong
-        # shard s: this element is record i; k records came through before it, so when i != k
-        # record k is the first one missing; else the file ended early (i < count) or is longer.
-        file, count = names[s], sizes[s]
-        name = tf.strings.join([file, ": record ", tf.strings.as_string(k)])
-        # record k again: parsed if it parses (for its name), else fields with an empty image
-        again = tf.data.TFRecordDataset(file, compression_type=compression_type).skip(k).take(1)
-        again = again.map(lambda r: tf.io.parse_single_example(r, fields)).ignore_errors()
-        ex = again.concatenate(tf.data.Dataset.from_tensors({f: tf.constant(b"") for f in fields})).take(1).get_single_element()
-        size = tf.strings.length(ex["image/encoded"])
-        msg = tf.where(
-            tf.not_equal(i, k),
-            tf.where(
-                size > 0,
-                tf.strings.join([
-                    name, ": image/filename ", ex["image/filename"], " (", ex["image/format"], ", ",
-                    tf.strings.as_string(size), " bytes) does not decode; `img2tfrecord inspect --verify` shows why",
-                ]),  # fmt: skip
-                tf.strings.join([name, f" {_NOT_OURS} (or cannot be read); `img2tfrecord inspect` shows what it holds"]),
-            ),
-            tf.where(
-                i < count,
-                tf.strings.join([name, " cannot be read (corrupt or cut short); `img2tfrecord inspect` shows why"]),
-                tf.strings.join([file, ": holds more than the ", tf.strings.as_string(count), f" records {MANIFEST} lists"]),
-            ),
-        )
+    def fail(s: Any, i: Any, k: Any) -> Any:  # runs only when something is wrong
+        describe = lambda f, i, k, n: _describe_missing(f.numpy().decode(), int(i), int(k), int(n), comp)  # noqa: E731
+        msg = tf.py_function(describe, [names[s], i, k, sizes[s]], tf.string)
         with tf.control_dependencies([tf.debugging.Assert(False, [msg])]):
             return tf.constant(False)
 
     def check(seen: Any, item: Any) -> Any:
-        s, i, last, x = item
+        s, i, x = item
+        short = tf.cast(tf.argmax(tf.cast(seen < sizes, tf.int32)), tf.int64)  # at the end marker: a shard that came up short
+        s = tf.where(tf.equal(s, n), short, s)
         k = seen[s]  # records of shard s that came through so far
-        ok = tf.equal(i, k) & tf.math.logical_xor(last, i < sizes[s])  # the end marker comes exactly after `count` records
+        ok = tf.equal(i, k) & (i < sizes[s])  # at the end marker (i = 0): never
         checked = tf.cond(ok, lambda: tf.constant(True), lambda: fail(s, i, k))
         with tf.control_dependencies([checked]):
-            seen = tf.tensor_scatter_nd_add(seen, [[s]], [1])
-            return seen, (last, x)
+            return tf.tensor_scatter_nd_add(seen, [[s]], [1]), x
 
-    ds = ds.scan(tf.zeros([n], tf.int64), _graph(check))
-    return ds.filter(_graph(lambda last, x: tf.logical_not(last))).map(_graph(lambda last, x: x))
+    return ds.scan(tf.zeros([n + 1], tf.int64), _graph(check)).take(total)
 
 
 @contextlib.contextmanager
@@ -628,6 +625,41 @@ def _collector_paused() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
+
+
+def _describe_missing(path: str, i: int, k: int, count: int, compression: str) -> str:
+    """What `_checked_records` found: in shard `path`, record `i` came after `k` others.
+
+    Python, called from the graph only on failure, so it can afford to re-read the shard: when
+    record k is missing (i != k), it says why TensorFlow dropped it and names its image.
+    """
+    from img2tfrecord.inspector import FramingError, TFRecordFile  # noqa: PLC0415 - cycle
+
+    if i == k and i >= count:
+        return f"{path}: holds more than the {count:,} records {MANIFEST} lists"
+    what = f"record {k}"  # the first missing (k == i: where the file stopped being readable)
+    try:
+        for rec in TFRecordFile(path, compression):
+            if rec.index < k:
+                continue
+            at = f"(at byte {rec.offset:,})"
+            if not rec.crc_ok or rec.oversize:
+                why = "its data CRC does not match" if not rec.crc_ok else f"{rec.skipped_length:,} bytes long"
+                return f"{path}: {what} cannot be read {at}: {why}; `img2tfrecord inspect` shows more"
+            try:
+                kinds = feature_kinds(rec.data)
+            except DecodeError:
+                kinds = {}
+            if any(kinds.get(key) != (kind, 1) for key, kind in FEATURE_TYPES.items()):
+                return f"{path}: {what} {_NOT_OURS} {at}; `img2tfrecord inspect` shows what it holds"
+            ex = parse_example(rec.data)
+            name = ex["image/filename"][0].decode("utf-8", "backslashreplace")
+            fmt = ex["image/format"][0].decode("ascii", "replace")
+            return (f"{path}: {what}: image/filename {name} ({fmt}, {len(ex['image/encoded'][0]):,} bytes) does not decode; "
+                    "`img2tfrecord inspect --verify` shows why")  # fmt: skip
+    except (FramingError, OSError) as e:
+        return f"{path}: {what} cannot be read (corrupt or cut short: {getattr(e, 'message', e)}); `img2tfrecord inspect` shows why"
+    return f"{path}: {what} cannot be read (corrupt or cut short); `img2tfrecord inspect` shows why"
 
 
 def _graph(fn: Any) -> Any:
