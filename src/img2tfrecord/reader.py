@@ -537,9 +537,6 @@ def _check_shards(files: list[str], comp: str, verify: str, man: Manifest | None
         return list(pool.map(one, files))  # raises the first file's error, in file order
 
 
-# load()'s in-graph checks name the shard, record and image of what TensorFlow cannot read, parse
-# or decode; bench/read.py turns them off to measure what they cost.
-_NAME_ERRORS = True
 _NOT_OURS = "is not a tf.train.Example with the img2tfrecord features"
 _SHARD_STRIDE = 1 << 40  # record number = shard * stride + index: a shard holds fewer than 2**40 records
 
@@ -584,29 +581,45 @@ def _checked_records(tf: Any, files: list[str], counts: list[int], compression_t
 
     # deterministic: the check follows each shard's numbers in order (interleave keeps each shard's order)
     ds = ds.map(_graph(decode), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    total = sum(counts)
-    if not _NAME_ERRORS:
-        return ds.map(_graph(lambda s, i, x: x)).take(total)
     ds = ds.ignore_errors()
     comp = compression_type.lower() or "none"
 
-    def fail(s: Any, i: Any, k: Any) -> Any:  # runs only when something is wrong
-        describe = lambda f, i, k, n: _describe_missing(f.numpy().decode(), int(i), int(k), int(n), comp)  # noqa: E731
-        msg = tf.py_function(describe, [names[s], i, k, sizes[s]], tf.string)
+    def describe(s: Any, i: Any, seen: Any) -> str:
+        s, i, seen = int(s), int(i), seen.numpy()
+        if s == n:  # the end marker: the first shard that came up short
+            s = next(j for j in range(n) if seen[j] < counts[j])
+            i = int(seen[s])
+        return _describe_missing(files[s], i, int(seen[s]), counts[s], comp)
+
+    def fail(s: Any, i: Any, seen: Any) -> Any:  # runs only when something is wrong
+        msg = tf.py_function(describe, [s, i, seen], tf.string)
         with tf.control_dependencies([tf.debugging.Assert(False, [msg])]):
             return tf.constant(False)
 
     def check(seen: Any, item: Any) -> Any:
         s, i, x = item
-        short = tf.cast(tf.argmax(tf.cast(seen < sizes, tf.int32)), tf.int64)  # at the end marker: a shard that came up short
-        s = tf.where(tf.equal(s, n), short, s)
-        k = seen[s]  # records of shard s that came through so far
-        ok = tf.equal(i, k) & (i < sizes[s])  # at the end marker (i = 0): never
-        checked = tf.cond(ok, lambda: tf.constant(True), lambda: fail(s, i, k))
+        ok = tf.equal(i, seen[s]) & (i < sizes[s])  # seen[s]: records of shard s that came through so far; never at the end marker
+        checked = tf.cond(ok, lambda: tf.constant(True), lambda: fail(s, i, seen))
         with tf.control_dependencies([checked]):
             return tf.tensor_scatter_nd_add(seen, [[s]], [1]), x
 
-    return ds.scan(tf.zeros([n + 1], tf.int64), _graph(check)).take(total)
+    return ds.scan(tf.zeros([n + 1], tf.int64), _graph(check)).take(sum(counts))
+
+
+def _plain_records(tf: Any, files: list[str], compression_type: str, spec: dict[str, Any], image_of: Any, out: Any, shuffle_files: bool,
+                   seed: int | None, cycle_length: int, deterministic: bool) -> Any:  # fmt: skip
+    """`out(example, image)` of every record of `files`, unchecked: TensorFlow's own errors."""
+    ds = tf.data.Dataset.from_tensor_slices(files)
+    if shuffle_files:
+        ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    read = _graph(lambda f: tf.data.TFRecordDataset(f, compression_type=compression_type))
+    ds = ds.interleave(read, cycle_length=cycle_length, block_length=1, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+
+    def one(r: Any) -> Any:
+        ex = tf.io.parse_single_example(r, spec)
+        return out(ex, image_of(ex))
+
+    return ds.map(_graph(one), num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
 
 
 @contextlib.contextmanager
@@ -787,24 +800,11 @@ def load(
         def out(ex: Any, img: Any) -> Any:
             return {**ex, "image": img, "label": ex["image/class/label"]} if as_dict else (img, ex["image/class/label"])
 
+        cycle = cycle_length or min(len(files), 16)
         if None in counts:  # no count to hold TensorFlow's reads against: its own errors it is
-            ds = tf.data.Dataset.from_tensor_slices(files)
-            if shuffle_files:
-                ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-            ds = ds.interleave(
-                _graph(lambda f: tf.data.TFRecordDataset(f, compression_type=compression_type)),
-                cycle_length=cycle_length or min(len(files), 16), block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
-                deterministic=deterministic,
-            )  # fmt: skip
-
-            def one(r: Any) -> Any:
-                ex = tf.io.parse_single_example(r, spec)
-                return out(ex, image_of(ex))
-
-            ds = ds.map(_graph(one), num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+            ds = _plain_records(tf, files, compression_type, spec, image_of, out, shuffle_files, seed, cycle, deterministic)
         else:
-            ds = _checked_records(tf, files, counts, compression_type, spec, image_of, end, out, shuffle_files, seed,
-                                  cycle_length or min(len(files), 16), deterministic)  # fmt: skip
+            ds = _checked_records(tf, files, counts, compression_type, spec, image_of, end, out, shuffle_files, seed, cycle, deterministic)
         if records is not None:
             ds = ds.apply(tf.data.experimental.assert_cardinality(records))
         ds = ds.prefetch(tf.data.AUTOTUNE)
