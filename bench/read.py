@@ -90,12 +90,11 @@ out, passes = sys.argv[1], int(sys.argv[2])
 files, man, records = reader._split_files(out, "train")
 counts = reader._check_shards(files, "none", "framing", man, "train")
 spec = reader.features_spec()
-_, end = reader.image_decoder(man.formats, man.stored_channels, 3)
 image_of = lambda ex: tf.strings.length(ex["image/encoded"])  # reads the field, decodes nothing
 out_ = lambda ex, img: (img, ex["image/class/label"])
 def build(on):  # the checked pipeline, or the unchecked one load(verify="none") builds
     if on:
-        ds = reader._checked_records(tf, files, counts, "", spec, image_of, end, out_, False, None, min(len(files), 16), True)
+        ds = reader._checked_records(tf, files, counts, "", spec, image_of, out_, False, None, min(len(files), 16), True)
     else:
         ds = reader._plain_records(tf, files, "", spec, image_of, out_, False, None, min(len(files), 16), True)
     return ds.batch(256)

@@ -24,7 +24,7 @@ from google.protobuf.message import DecodeError
 
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.manifest import LABELS_NAME, MANIFEST_NAME
-from img2tfrecord.schema import FEATURE_TYPES, FORMAT_RAW, feature_kinds, parse_example, serialize_example
+from img2tfrecord.schema import FEATURE_TYPES, FORMAT_RAW, feature_kinds, serialize_example
 from img2tfrecord.tf_import import tensorflow
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -443,21 +443,18 @@ def _to_channels(tf: Any, img: Any, channels: int | None, have: int | None = Non
     return tf.ensure_shape(base, [None, None, channels])
 
 
-def image_decoder(formats: Iterable[str] | None = None, stored_channels: int | None = None, channels: int | None = 3) -> tuple[Any, bytes]:
-    """(decode, end marker): a graph function (encoded, format, height, width, stored channels) ->
-    uint8 HxWx`channels` image, and a serialized Example with a 1x1 image it decodes.
+def image_decoder(formats: Iterable[str] | None = None, stored_channels: int | None = None, channels: int | None = 3) -> Any:
+    """A graph function (encoded, format, height, width, stored channels) -> uint8 HxWx`channels` image.
 
     JPEG/PNG/BMP/GIF are decoded by content, RAW by reshaping. `formats` (the `image/format`
     values a manifest lists) and `stored_channels` (what `--channels` made every image) let it
     drop the branches that cannot occur: tracing those branches was most of load()'s start-up.
     With channels=3 TensorFlow's decoders convert grey and alpha themselves (the same pixels as
     `_to_channels`: grey replicated, alpha dropped); other conversions are `_to_channels`'.
-    The end marker is what `_read_shard` appends to a shard: decodable without a branch of its own.
     """
     tf = tensorflow()
     kinds = set(formats) if formats else None
     native = 3 if channels == 3 else 0  # channels decoders convert to exactly as _to_channels does
-    marker_channels = stored_channels or 1
 
     def raw(encoded: Any, height: Any, width: Any, stored: Any) -> Any:
         return tf.reshape(tf.io.decode_raw(encoded, tf.uint8), tf.stack([height, width, stored]))
@@ -467,45 +464,27 @@ def image_decoder(formats: Iterable[str] | None = None, stored_channels: int | N
             img = tf.ensure_shape(raw(encoded, height, width, stored), [None, None, stored_channels])
             return _to_channels(tf, img, channels, stored_channels)
     elif kinds and FORMAT_RAW not in kinds:
-        # decode_jpeg decodes by content too (one kernel for all formats), so the PNG marker works
         op = (lambda b: tf.io.decode_jpeg(b, channels=native)) if kinds == {"JPEG"} else (
             lambda b: tf.io.decode_image(b, channels=native, expand_animations=False))  # fmt: skip
         have = 3 if native else stored_channels
 
         def decode(encoded: Any, image_format: Any, height: Any, width: Any, stored: Any) -> Any:
             return _to_channels(tf, tf.ensure_shape(op(encoded), [None, None, have]), channels, have)
-
-        return decode, _example(_tiny_png(marker_channels), "PNG", marker_channels)
     else:  # no manifest, or one that mixes RAW with encoded images: decide per record
         def decode(encoded: Any, image_format: Any, height: Any, width: Any, stored: Any) -> Any:
             coded = lambda: tf.io.decode_image(encoded, channels=0, expand_animations=False, dtype=tf.uint8)  # noqa: E731
             img = tf.cond(tf.equal(image_format, FORMAT_RAW), lambda: raw(encoded, height, width, stored), coded)
             return _to_channels(tf, tf.ensure_shape(img, [None, None, None]), channels)
 
-    return decode, _example(bytes(marker_channels), FORMAT_RAW, marker_channels)
-
-
-def _tiny_png(channels: int) -> bytes:
-    """A 1x1 black PNG of 1 or 3 channels, made by hand (no TensorFlow op to run eagerly)."""
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    header = struct.pack(">IIBBBBB", 1, 1, 8, 0 if channels == 1 else 2, 0, 0, 0)  # 8-bit grey or RGB
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(bytes(1 + channels))) + chunk(b"IEND", b"")
-
-
-def _example(encoded: bytes, image_format: str, channels: int) -> bytes:
-    """A 1x1 image record (load()'s end-of-shard marker)."""
-    return serialize_example(encoded=encoded, image_format=image_format, height=1, width=1, channels=channels, label=0, text=b"", filename=b"")
+    return decode
 
 
 def decode_image(encoded: Any, image_format: Any, height: Any, width: Any, stored_channels: Any, channels: int | None = 3) -> Any:
     """Decode one record's image in a tf.data graph: JPEG/PNG/BMP/GIF by content, RAW by reshape."""
-    return image_decoder(channels=channels)[0](encoded, image_format, height, width, stored_channels)
+    return image_decoder(channels=channels)(encoded, image_format, height, width, stored_channels)
 
 
 VERIFY_LEVELS = ("none", "framing", "full")
-# Ends each shard in `_read_shard`: any Example that parses with `features_spec()` would do.
 
 
 def _check_shards(files: list[str], comp: str, verify: str, man: Manifest | None, split: str) -> list[int | None]:
@@ -538,72 +517,85 @@ def _check_shards(files: list[str], comp: str, verify: str, man: Manifest | None
 
 
 _NOT_OURS = "is not a tf.train.Example with the img2tfrecord features"
-_SHARD_STRIDE = 1 << 40  # record number = shard * stride + index: a shard holds fewer than 2**40 records
 
 
-def _checked_records(tf: Any, files: list[str], counts: list[int], compression_type: str, spec: dict[str, Any], image_of: Any, end: bytes,
-                     out: Any, shuffle_files: bool, seed: int | None, cycle_length: int, deterministic: bool) -> Any:  # fmt: skip
+def _checked_records(tf: Any, files: list[str], counts: list[int], compression_type: str, spec: dict[str, Any], image_of: Any, out: Any,
+                     shuffle_files: bool, seed: int | None, cycle_length: int, deterministic: bool) -> Any:  # fmt: skip
     """`out(example, image)` of every record of `files`; one that cannot be read, parsed or decoded
     raises naming its shard, its index and, when it parses, its image/filename.
 
     TensorFlow's own errors name none of these: `DataLossError: corrupted record at 1234`,
     `Could not parse example input, value: '<the raw bytes>'` (which, when those bytes are not
-    UTF-8, even surfaces as a UnicodeDecodeError), `Invalid JPEG data or crop window`. So errors
-    are dropped where they happen (`ignore_errors`: an unreadable record ends its file, one that
-    does not parse or decode is left out), and one check after them all, which knows every
-    shard's record count, follows each shard's record numbers and reports the first one missing
-    (it must come after the last `ignore_errors`, which would swallow its error). After the last
-    shard comes `end`, a record the decoder decodes: the check sees it only when records are
-    missing at the end of shards (`take` stops before it otherwise) and then names the first.
+    UTF-8, even surfaces as a UnicodeDecodeError), `Invalid JPEG data or crop window`. So each
+    shard's errors are dropped where they happen (`ignore_errors`: an unreadable record ends the
+    shard, one that does not parse or decode is left out), and the shard is cut at the record
+    count dataset.json gives (`take`), after an element that raises: a shard that came up short
+    reaches it, and then Python re-reads the shard to say which record failed and why.
 
-    Cheap on purpose, because tf.data runs every function once a record (~30-40 us here): the
-    shards' own pipelines hold no function; parsing and decoding are one parallel map, as in a
-    hand-written pipeline; the check is one more, which calls back into Python (re-reading the
-    shard to say what is wrong) only when something is.
+    Nothing of this runs a function a record (tf.data runs each one ~25-40 us a record here), so
+    the checks cost next to nothing while all is well: decoding is the shards' one function.
     """
-    n = len(files)
-    names = tf.constant(files)
-    sizes = tf.constant([*counts, 0], tf.int64)  # [n]: the end marker's "shard"
-
-    def shard(s: Any) -> Any:  # record numbers s * 2**40 + i
-        read = tf.data.TFRecordDataset(names[s], compression_type=compression_type).ignore_errors()
-        return read.enumerate(start=s * _SHARD_STRIDE)
-
-    ds = tf.data.Dataset.range(n)
-    if shuffle_files:
-        ds = ds.shuffle(n, seed=seed, reshuffle_each_iteration=True)
-    ds = ds.interleave(_graph(shard), cycle_length=cycle_length, block_length=1, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
-    ds = ds.concatenate(tf.data.Dataset.from_tensors((tf.constant(n * _SHARD_STRIDE, tf.int64), tf.constant(end))))
-
-    def decode(number: Any, r: Any) -> Any:
-        ex = tf.io.parse_single_example(r, spec)
-        return number // _SHARD_STRIDE, number % _SHARD_STRIDE, out(ex, image_of(ex))
-
-    # deterministic: the check follows each shard's numbers in order (interleave keeps each shard's order)
-    ds = ds.map(_graph(decode), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    ds = ds.ignore_errors()
     comp = compression_type.lower() or "none"
+    names = tf.constant(files)
+    sizes = tf.constant(counts, tf.int64)
 
-    def describe(s: Any, i: Any, seen: Any) -> str:
-        s, i, seen = int(s), int(i), seen.numpy()
-        if s == n:  # the end marker: the first shard that came up short
-            s = next(j for j in range(n) if seen[j] < counts[j])
-            i = int(seen[s])
-        return _describe_missing(files[s], i, int(seen[s]), counts[s], comp)
+    def decode(r: Any) -> Any:
+        ex = tf.io.parse_single_example(r, spec)
+        return out(ex, image_of(ex))
 
-    def fail(s: Any, i: Any, seen: Any) -> Any:  # runs only when something is wrong
-        msg = tf.py_function(describe, [s, i, seen], tf.string)
-        with tf.control_dependencies([tf.debugging.Assert(False, [msg])]):
-            return tf.constant(False)
+    def shard(s: Any) -> Any:
+        read = tf.data.TFRecordDataset(names[s], compression_type=compression_type).ignore_errors()
+        good = read.map(_graph(decode), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).ignore_errors()
 
-    def check(seen: Any, item: Any) -> Any:
-        s, i, x = item
-        ok = tf.equal(i, seen[s]) & (i < sizes[s])  # seen[s]: records of shard s that came through so far; never at the end marker
-        checked = tf.cond(ok, lambda: tf.constant(True), lambda: fail(s, i, seen))
-        with tf.control_dependencies([checked]):
-            return tf.tensor_scatter_nd_add(seen, [[s]], [1]), x
+        def short(*x: Any) -> Any:  # pulled only when the shard has fewer records than it should
+            msg = tf.py_function(lambda s: _describe_short_shard(files[int(s)], counts[int(s)], comp, spec, image_of), [s], tf.string)
+            with tf.control_dependencies([tf.debugging.Assert(False, [msg])]):
+                return tf.nest.map_structure(tf.identity, x if len(x) > 1 else x[0])
 
-    return ds.scan(tf.zeros([n + 1], tf.int64), _graph(check)).take(sum(counts))
+        blank = tf.nest.map_structure(lambda sp: tf.zeros([d or 0 for d in sp.shape], sp.dtype), good.element_spec)
+        return good.concatenate(tf.data.Dataset.from_tensors(blank).map(_graph(short))).take(sizes[s])
+
+    ds = tf.data.Dataset.range(len(files))
+    if shuffle_files:
+        ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    return ds.interleave(_graph(shard), cycle_length=cycle_length, block_length=1, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+
+
+def _describe_short_shard(path: str, count: int, compression: str, spec: dict[str, Any], image_of: Any) -> str:
+    """Why a shard gave load() fewer than its `count` records: the first one TensorFlow could not
+    read, parse or decode, found by reading it again (Python, called from the graph only then)."""
+    from img2tfrecord.inspector import FramingError, TFRecordFile  # noqa: PLC0415 - cycle
+
+    tf = tensorflow()
+    index = 0
+    try:
+        for rec in TFRecordFile(path, compression):
+            index = rec.index
+            what = f"{path}: record {index}"
+            if not rec.crc_ok or rec.oversize:
+                why = "its data CRC does not match" if not rec.crc_ok else f"{rec.skipped_length:,} bytes long"
+                return f"{what} cannot be read (at byte {rec.offset:,}): {why}; `img2tfrecord inspect` shows more"
+            try:
+                kinds = feature_kinds(rec.data)  # ours first: TensorFlow's parser can fail with a UnicodeDecodeError
+            except DecodeError:
+                kinds = {}
+            if any(kinds.get(key) != (kind, 1) for key, kind in FEATURE_TYPES.items()):
+                return f"{what} {_NOT_OURS} (at byte {rec.offset:,}); `img2tfrecord inspect` shows what it holds"
+            ex = tf.io.parse_single_example(rec.data, spec)
+            try:
+                image_of(ex)
+            except tf.errors.OpError as e:
+                name = ex["image/filename"].numpy().decode("utf-8", "backslashreplace")
+                fmt = ex["image/format"].numpy().decode("ascii", "replace")
+                why = (e.message or "").strip().splitlines()[0][:200]
+                return (f"{what}: image/filename {name} ({fmt}, {len(ex['image/encoded'].numpy()):,} bytes) does not decode: {why}; "
+                        "`img2tfrecord inspect --verify` shows more")  # fmt: skip
+            index += 1
+    except FramingError as e:
+        return f"{path}: record {e.index} cannot be read (at byte {e.offset:,}): {e.message}; `img2tfrecord inspect` shows why"
+    except OSError as e:
+        return f"{path}: record {index} cannot be read: {e.strerror or e}"
+    return f"{path}: record {index} cannot be read (cut short: it holds {index:,} of the {count:,} records {MANIFEST} lists)"
 
 
 def _plain_records(tf: Any, files: list[str], compression_type: str, spec: dict[str, Any], image_of: Any, out: Any, shuffle_files: bool,
@@ -638,41 +630,6 @@ def _collector_paused() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
-
-
-def _describe_missing(path: str, i: int, k: int, count: int, compression: str) -> str:
-    """What `_checked_records` found: in shard `path`, record `i` came after `k` others.
-
-    Python, called from the graph only on failure, so it can afford to re-read the shard: when
-    record k is missing (i != k), it says why TensorFlow dropped it and names its image.
-    """
-    from img2tfrecord.inspector import FramingError, TFRecordFile  # noqa: PLC0415 - cycle
-
-    if i == k and i >= count:
-        return f"{path}: holds more than the {count:,} records {MANIFEST} lists"
-    what = f"record {k}"  # the first missing (k == i: where the file stopped being readable)
-    try:
-        for rec in TFRecordFile(path, compression):
-            if rec.index < k:
-                continue
-            at = f"(at byte {rec.offset:,})"
-            if not rec.crc_ok or rec.oversize:
-                why = "its data CRC does not match" if not rec.crc_ok else f"{rec.skipped_length:,} bytes long"
-                return f"{path}: {what} cannot be read {at}: {why}; `img2tfrecord inspect` shows more"
-            try:
-                kinds = feature_kinds(rec.data)
-            except DecodeError:
-                kinds = {}
-            if any(kinds.get(key) != (kind, 1) for key, kind in FEATURE_TYPES.items()):
-                return f"{path}: {what} {_NOT_OURS} {at}; `img2tfrecord inspect` shows what it holds"
-            ex = parse_example(rec.data)
-            name = ex["image/filename"][0].decode("utf-8", "backslashreplace")
-            fmt = ex["image/format"][0].decode("ascii", "replace")
-            return (f"{path}: {what}: image/filename {name} ({fmt}, {len(ex['image/encoded'][0]):,} bytes) does not decode; "
-                    "`img2tfrecord inspect --verify` shows why")  # fmt: skip
-    except (FramingError, OSError) as e:
-        return f"{path}: {what} cannot be read (corrupt or cut short: {getattr(e, 'message', e)}); `img2tfrecord inspect` shows why"
-    return f"{path}: {what} cannot be read (corrupt or cut short); `img2tfrecord inspect` shows why"
 
 
 def _graph(fn: Any) -> Any:
@@ -791,7 +748,7 @@ def load(
         deterministic = not shuffle_files
     with _collector_paused():  # see _collector_paused
         spec = features_spec()
-        decode, end = image_decoder(man.formats if man else None, man.stored_channels if man else None, channels)
+        decode = image_decoder(man.formats if man else None, man.stored_channels if man else None, channels)
 
         def image_of(ex: Any) -> Any:
             img = decode(ex["image/encoded"], ex["image/format"], ex["image/height"], ex["image/width"], ex["image/channels"])
@@ -804,7 +761,7 @@ def load(
         if None in counts:  # no count to hold TensorFlow's reads against: its own errors it is
             ds = _plain_records(tf, files, compression_type, spec, image_of, out, shuffle_files, seed, cycle, deterministic)
         else:
-            ds = _checked_records(tf, files, counts, compression_type, spec, image_of, end, out, shuffle_files, seed, cycle, deterministic)
+            ds = _checked_records(tf, files, counts, compression_type, spec, image_of, out, shuffle_files, seed, cycle, deterministic)
         if records is not None:
             ds = ds.apply(tf.data.experimental.assert_cardinality(records))
         ds = ds.prefetch(tf.data.AUTOTUNE)
