@@ -143,3 +143,15 @@ def test_label_offset_and_odd_class_names(tmp_path):
     assert inception.names == ["(unused 0)", "cat", "dog"] and inception.str2int("dog") == 2
     assert tfds_label(base | {"classes": [" cat", "dog"]}).names == ["0", "1"]  # TFDS strips lines: no names file
     assert type(tfds_label(base | {"label_offset": -1})).__name__ == "Scalar"
+
+
+def test_readme_tfds_recipe_runs(outputs):
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"```python\n(.*?)```", readme.split("### TensorFlow Datasets", 1)[1], re.S).group(1)
+    scope: dict = {}
+    exec(compile(block.replace('"out"', repr(str(outputs["png"]))), "README.md", "exec"), scope)  # noqa: S102 - our own documentation
+    assert scope["names"] == ["cat", "dog", "fox"] and scope["n"] == 18
+    image, label = next(iter(scope["train"]))
+    assert image.shape[-1] == 3 and label.dtype.name == "int64"
