@@ -197,4 +197,6 @@ def test_one_run_at_a_time_per_output(cli, tmp_path):
         assert (staging / "train-00000-of-00002").read_bytes() == b"the other run's shard"
     res = cli("convert", tmp_path / "in", out)  # released (the other run ended or died)
     assert res.exit_code == 0, res.output
-    assert sorted(p.name for p in out.iterdir()) == ["dataset.json", "labels.txt", "train-00000-of-00001"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "dataset.json", "dataset_info.json", "features.json", "image.class.label.labels.txt", "labels.txt", "train-00000-of-00001",
+    ]  # fmt: skip

@@ -722,6 +722,9 @@ def load(
 
     The dataset knows its length when dataset.json gives the split's record count, so
     `len(ds)` works and a short read fails loudly instead of silently training on less.
+    With every shard's record count known (dataset.json, or verify counting them), a record
+    TensorFlow cannot read, parse or decode raises `tf.errors.InvalidArgumentError` naming the
+    shard, the record and its image/filename once that shard is done (see `_checked_records`).
     """
     tf = tensorflow()
     if channels not in (None, 1, 2, 3, 4):
