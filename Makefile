@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 
-.PHONY: install test lint demo bench clean
+.PHONY: install test lint demo bench bench-read clean
 
 install: $(STAMP)
 
@@ -32,6 +32,9 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+
+bench-read: $(STAMP)  # only the read benchmark (load() vs a hand-written tf.data pipeline vs Keras), ~3 minutes
+	$(BIN)/python bench/run.py --only read
 
 clean:
 	rm -rf $(VENV) out build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache bench/.cache

@@ -10,7 +10,10 @@ The dataset is 4,000 generated images; the runs convert 12,000 (each image hard-
 times under new names) so that steady state, which starts only after TensorFlow's ~3 s import,
 lasts long enough to measure.
 
-Usage: python bench/run.py [--images 12000] [--rounds 3] [--quick] [--out bench/results.json]
+Then the read benchmark (bench/read.py): load() against a hand-written tf.data pipeline and
+Keras' image_dataset_from_directory, first-batch latency and steady throughput.
+
+Usage: python bench/run.py [--images 12000] [--rounds 3] [--quick] [--only convert|read] [--out bench/results.json]
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dataset
+import read
 
 PY = sys.executable
 BIN = os.path.join(os.path.dirname(PY), "img2tfrecord")
@@ -227,8 +231,15 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=12000, help="a multiple of 4000")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="fewer contenders, no 16k-image memory check")
+    ap.add_argument("--only", choices=("convert", "read"), help="run one of the two benchmarks (default: both)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.json"))
     args = ap.parse_args()
+    if args.only == "read":
+        result = {"read": read.run(args.rounds)}
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=2)
+        print(f"\nresults: {args.out}")
+        return
 
     data = dataset.make(args.images)
     work = tempfile.mkdtemp(prefix="img2tfrecord-bench-", dir=dataset.CACHE)
@@ -355,6 +366,9 @@ def main() -> None:
         "memory_by_dataset_size_mb": memory,
         "help_seconds": {"top": help_top, "convert": help_convert, "imports_tensorflow": tf_top or tf_convert},
     }
+    if args.only != "convert":
+        print()
+        result["read"] = read.run(args.rounds)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)
     print(f"\nresults: {args.out}")

@@ -62,9 +62,8 @@ def shard_names(out: Path) -> list[str]:
 
 
 def digest(out: Path) -> dict[str, str]:
-    return {
-        n: hashlib.sha256((out / n).read_bytes()).hexdigest() for n in shard_names(out) + ["dataset.json", "labels.txt"]
-    }
+    metadata = ["dataset.json", "labels.txt", "dataset_info.json", "features.json", "image.class.label.labels.txt"]
+    return {n: hashlib.sha256((out / n).read_bytes()).hexdigest() for n in shard_names(out) + metadata}
 
 
 def test_sample_data_conversion_is_quiet_and_scriptable(tmp_path):

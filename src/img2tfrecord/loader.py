@@ -10,8 +10,6 @@ import contextlib
 import gc
 import glob
 import os
-import struct
-import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,7 +27,7 @@ from img2tfrecord.format.layout import (
     shard_files_in,
 )
 from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME
-from img2tfrecord.format.schema import FEATURE_TYPES, FORMAT_RAW, serialize_example
+from img2tfrecord.format.schema import FEATURE_TYPES, FORMAT_RAW, feature_kinds
 from img2tfrecord.tf_import import tensorflow
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -114,21 +112,18 @@ def _to_channels(tf: Any, img: Any, channels: int | None, have: int | None = Non
 
 def image_decoder(
     formats: Iterable[str] | None = None, stored_channels: int | None = None, channels: int | None = 3
-) -> tuple[Any, bytes]:
-    """(decode, end marker): a graph function (encoded, format, height, width, stored channels) ->
-    uint8 HxWx`channels` image, and a serialized Example with a 1x1 image it decodes.
+) -> Any:
+    """A graph function (encoded, format, height, width, stored channels) -> uint8 HxWx`channels` image.
 
     JPEG/PNG/BMP/GIF are decoded by content, RAW by reshaping. `formats` (the `image/format`
     values a manifest lists) and `stored_channels` (what `--channels` made every image) let it
     drop the branches that cannot occur: tracing those branches was most of load()'s start-up.
     With channels=3 TensorFlow's decoders convert grey and alpha themselves (the same pixels as
     `_to_channels`: grey replicated, alpha dropped); other conversions are `_to_channels`'.
-    The end marker is what `_read_shard` appends to a shard: decodable without a branch of its own.
     """
     tf = tensorflow()
     kinds = set(formats) if formats else None
     native = 3 if channels == 3 else 0  # channels decoders convert to exactly as _to_channels does
-    marker_channels = stored_channels or 1
 
     def raw(encoded: Any, height: Any, width: Any, stored: Any) -> Any:
         return tf.reshape(tf.io.decode_raw(encoded, tf.uint8), tf.stack([height, width, stored]))
@@ -139,18 +134,12 @@ def image_decoder(
             img = tf.ensure_shape(raw(encoded, height, width, stored), [None, None, stored_channels])
             return _to_channels(tf, img, channels, stored_channels)
     elif kinds and FORMAT_RAW not in kinds:
-        # decode_jpeg decodes by content too (one kernel for all formats), so the PNG marker works
-        op = (
-            (lambda b: tf.io.decode_jpeg(b, channels=native))
-            if kinds == {"JPEG"}
-            else (lambda b: tf.io.decode_image(b, channels=native, expand_animations=False))
-        )
+        op = (lambda b: tf.io.decode_jpeg(b, channels=native)) if kinds == {"JPEG"} else (
+            lambda b: tf.io.decode_image(b, channels=native, expand_animations=False))  # fmt: skip
         have = 3 if native else stored_channels
 
         def decode(encoded: Any, image_format: Any, height: Any, width: Any, stored: Any) -> Any:
             return _to_channels(tf, tf.ensure_shape(op(encoded), [None, None, have]), channels, have)
-
-        return decode, _example(_tiny_png(marker_channels), "PNG", marker_channels)
     else:  # no manifest, or one that mixes RAW with encoded images: decide per record
 
         def decode(encoded: Any, image_format: Any, height: Any, width: Any, stored: Any) -> Any:
@@ -158,47 +147,17 @@ def image_decoder(
             img = tf.cond(tf.equal(image_format, FORMAT_RAW), lambda: raw(encoded, height, width, stored), coded)
             return _to_channels(tf, tf.ensure_shape(img, [None, None, None]), channels)
 
-    return decode, _example(bytes(marker_channels), FORMAT_RAW, marker_channels)
-
-
-def _tiny_png(channels: int) -> bytes:
-    """A 1x1 black PNG of 1 or 3 channels, made by hand (no TensorFlow op to run eagerly)."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    header = struct.pack(">IIBBBBB", 1, 1, 8, 0 if channels == 1 else 2, 0, 0, 0)  # 8-bit grey or RGB
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(bytes(1 + channels)))
-        + chunk(b"IEND", b"")
-    )
-
-
-def _example(encoded: bytes, image_format: str, channels: int) -> bytes:
-    """A 1x1 image record (load()'s end-of-shard marker)."""
-    return serialize_example(
-        encoded=encoded,
-        image_format=image_format,
-        height=1,
-        width=1,
-        channels=channels,
-        label=0,
-        text=b"",
-        filename=b"",
-    )
+    return decode
 
 
 def decode_image(
     encoded: Any, image_format: Any, height: Any, width: Any, stored_channels: Any, channels: int | None = 3
 ) -> Any:
     """Decode one record's image in a tf.data graph: JPEG/PNG/BMP/GIF by content, RAW by reshape."""
-    return image_decoder(channels=channels)[0](encoded, image_format, height, width, stored_channels)
+    return image_decoder(channels=channels)(encoded, image_format, height, width, stored_channels)
 
 
 VERIFY_LEVELS = ("none", "framing", "full")
-# Ends each shard in `_read_shard`: any Example that parses with `features_spec()` would do.
 
 
 def _check_shards(files: list[str], comp: str, verify: str, man: Manifest | None, split: str) -> list[int | None]:
@@ -230,56 +189,51 @@ def _check_shards(files: list[str], comp: str, verify: str, man: Manifest | None
         return list(pool.map(one, files))  # raises the first file's error, in file order
 
 
-# load()'s in-graph checks name the shard, record and image of what TensorFlow cannot read, parse
-# or decode; bench/read.py turns them off to measure what they cost.
-_NAME_ERRORS = True
 _NOT_OURS = "is not a tf.train.Example with the img2tfrecord features"
-_SHARD_STRIDE = 1 << 40  # record number = shard * stride + index: a shard holds fewer than 2**40 records
 
 
-def _checked_records(
-    tf: Any,
-    files: list[str],
-    counts: list[int],
-    compression_type: str,
-    spec: dict[str, Any],
-    image_of: Any,
-    end: bytes,
-    out: Any,
-    shuffle_files: bool,
-    seed: int | None,
-    cycle_length: int,
-    deterministic: bool,
-) -> Any:
+def _checked_records(tf: Any, files: list[str], counts: list[int], compression_type: str, spec: dict[str, Any], image_of: Any, out: Any,
+                     shuffle_files: bool, seed: int | None, cycle_length: int, deterministic: bool) -> Any:  # fmt: skip
     """`out(example, image)` of every record of `files`; one that cannot be read, parsed or decoded
     raises naming its shard, its index and, when it parses, its image/filename.
 
     TensorFlow's own errors name none of these: `DataLossError: corrupted record at 1234`,
     `Could not parse example input, value: '<the raw bytes>'` (which, when those bytes are not
-    UTF-8, even surfaces as a UnicodeDecodeError), `Invalid JPEG data or crop window`. So errors
-    are dropped where they happen (`ignore_errors`: an unreadable record ends its file, one that
-    does not parse or decode is left out), and one check after them all, which knows every
-    shard's record count, follows each shard's record numbers and reports the first one missing
-    (it must come after the last `ignore_errors`, which would swallow its error). Each shard ends
-    with `end`, a record the decoder decodes, so the check also sees a shard's end.
+    UTF-8, even surfaces as a UnicodeDecodeError), `Invalid JPEG data or crop window`. So each
+    shard's errors are dropped where they happen (`ignore_errors`: an unreadable record ends the
+    shard, one that does not parse or decode is left out), and the shard is cut at the record
+    count dataset.json gives (`take`), after an element that raises: a shard that came up short
+    reaches it, and then Python re-reads the shard to say which record failed and why.
 
-    The shards' own pipelines hold no function: parsing, decoding and the check are each one
-    function of the whole stream, traced and instantiated once (load()'s first batch waited on
-    tracing and instantiating per-shard functions), and decoding is one parallel map, as in a
-    hand-written pipeline.
+    Nothing of this runs a function a record (tf.data runs each one ~25-40 us a record here), so
+    the checks cost next to nothing while all is well: decoding is the shards' one function.
     """
-    n = len(files)
+    comp = compression_type.lower() or "none"
     names = tf.constant(files)
     sizes = tf.constant(counts, tf.int64)
 
-    def shard(s: Any) -> Any:  # record numbers s * 2**40 + i, and then the end marker's
-        read = tf.data.TFRecordDataset(names[s], compression_type=compression_type).ignore_errors()
-        return read.concatenate(tf.data.Dataset.from_tensors(tf.constant(end))).enumerate(start=s * _SHARD_STRIDE)
+    def decode(r: Any) -> Any:
+        ex = tf.io.parse_single_example(r, spec)
+        return out(ex, image_of(ex))
 
-    ds = tf.data.Dataset.range(n)
+    def shard(s: Any) -> Any:
+        read = tf.data.TFRecordDataset(names[s], compression_type=compression_type).ignore_errors()
+        good = read.map(_graph(decode), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).ignore_errors()
+
+        def short(*x: Any) -> Any:  # pulled only when the shard has fewer records than it should
+            msg = tf.py_function(
+                lambda s: _describe_short_shard(files[int(s)], counts[int(s)], comp, spec, image_of), [s], tf.string
+            )
+            with tf.control_dependencies([tf.debugging.Assert(False, [msg])]):
+                return tf.nest.map_structure(tf.identity, x if len(x) > 1 else x[0])
+
+        blank = tf.nest.map_structure(lambda sp: tf.zeros([d or 0 for d in sp.shape], sp.dtype), good.element_spec)
+        return good.concatenate(tf.data.Dataset.from_tensors(blank).map(_graph(short))).take(sizes[s])
+
+    ds = tf.data.Dataset.range(len(files))
     if shuffle_files:
-        ds = ds.shuffle(n, seed=seed, reshuffle_each_iteration=True)
-    ds = ds.interleave(
+        ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    return ds.interleave(
         _graph(shard),
         cycle_length=cycle_length,
         block_length=1,
@@ -287,75 +241,64 @@ def _checked_records(
         deterministic=deterministic,
     )
 
-    def decode(number: Any, r: Any) -> Any:
+
+def _describe_short_shard(path: str, count: int, compression: str, spec: dict[str, Any], image_of: Any) -> str:
+    """Why a shard gave load() fewer than its `count` records: the first one TensorFlow could not
+    read, parse or decode, found by reading it again (Python, called from the graph only then)."""
+    from img2tfrecord.format.framing import FramingError, TFRecordFile
+
+    tf = tensorflow()
+    index = 0
+    try:
+        for rec in TFRecordFile(path, compression):
+            index = rec.index
+            what = f"{path}: record {index}"
+            if not rec.crc_ok or rec.oversize:
+                why = "its data CRC does not match" if not rec.crc_ok else f"{rec.skipped_length:,} bytes long"
+                return f"{what} cannot be read (at byte {rec.offset:,}): {why}; `img2tfrecord inspect` shows more"
+            try:
+                kinds = feature_kinds(rec.data)  # ours first: TensorFlow's parser can fail with a UnicodeDecodeError
+            except DecodeError:
+                kinds = {}
+            if any(kinds.get(key) != (kind, 1) for key, kind in FEATURE_TYPES.items()):
+                return f"{what} {_NOT_OURS} (at byte {rec.offset:,}); `img2tfrecord inspect` shows what it holds"
+            ex = tf.io.parse_single_example(rec.data, spec)
+            try:
+                image_of(ex)
+            except tf.errors.OpError as e:
+                name = ex["image/filename"].numpy().decode("utf-8", "backslashreplace")
+                fmt = ex["image/format"].numpy().decode("ascii", "replace")
+                why = (e.message or "").strip().splitlines()[0][:200]
+                return (f"{what}: image/filename {name} ({fmt}, {len(ex['image/encoded'].numpy()):,} bytes) does not decode: {why}; "
+                        "`img2tfrecord inspect --verify` shows more")  # fmt: skip
+            index += 1
+    except FramingError as e:
+        return f"{path}: record {e.index} cannot be read (at byte {e.offset:,}): {e.message}; `img2tfrecord inspect` shows why"
+    except OSError as e:
+        return f"{path}: record {index} cannot be read: {e.strerror or e}"
+    return f"{path}: record {index} cannot be read (cut short: it holds {index:,} of the {count:,} records {MANIFEST} lists)"
+
+
+def _plain_records(tf: Any, files: list[str], compression_type: str, spec: dict[str, Any], image_of: Any, out: Any, shuffle_files: bool,
+                   seed: int | None, cycle_length: int, deterministic: bool) -> Any:  # fmt: skip
+    """`out(example, image)` of every record of `files`, unchecked: TensorFlow's own errors."""
+    ds = tf.data.Dataset.from_tensor_slices(files)
+    if shuffle_files:
+        ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    read = _graph(lambda f: tf.data.TFRecordDataset(f, compression_type=compression_type))
+    ds = ds.interleave(
+        read,
+        cycle_length=cycle_length,
+        block_length=1,
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=deterministic,
+    )
+
+    def one(r: Any) -> Any:
         ex = tf.io.parse_single_example(r, spec)
-        return number // _SHARD_STRIDE, number % _SHARD_STRIDE, tf.equal(r, end), out(ex, image_of(ex))
+        return out(ex, image_of(ex))
 
-    # deterministic: the check follows each shard's numbers in order (interleave keeps each shard's order)
-    ds = ds.map(_graph(decode), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    if not _NAME_ERRORS:
-        return ds.filter(_graph(lambda s, i, last, x: tf.logical_not(last))).map(_graph(lambda s, i, last, x: x))
-    ds = ds.ignore_errors()
-    fields = {k: tf.io.FixedLenFeature([], tf.string) for k in ("image/encoded", "image/format", "image/filename")}
-
-    def fail(s: Any, i: Any, k: Any) -> Any:  # the message is built only when something is wrong
-        # shard s: this element is record i; k records came through before it, so when i != k
-        # record k is the first one missing; else the file ended early (i < count) or is longer.
-        file, count = names[s], sizes[s]
-        name = tf.strings.join([file, ": record ", tf.strings.as_string(k)])
-        # record k again: parsed if it parses (for its name), else fields with an empty image
-        again = tf.data.TFRecordDataset(file, compression_type=compression_type).skip(k).take(1)
-        again = again.map(lambda r: tf.io.parse_single_example(r, fields)).ignore_errors()
-        ex = (
-            again.concatenate(tf.data.Dataset.from_tensors({f: tf.constant(b"") for f in fields}))
-            .take(1)
-            .get_single_element()
-        )
-        size = tf.strings.length(ex["image/encoded"])
-        msg = tf.where(
-            tf.not_equal(i, k),
-            tf.where(
-                size > 0,
-                tf.strings.join(
-                    [
-                        name,
-                        ": image/filename ",
-                        ex["image/filename"],
-                        " (",
-                        ex["image/format"],
-                        ", ",
-                        tf.strings.as_string(size),
-                        " bytes) does not decode; `img2tfrecord inspect --verify` shows why",
-                    ]
-                ),
-                tf.strings.join(
-                    [name, f" {_NOT_OURS} (or cannot be read); `img2tfrecord inspect` shows what it holds"]
-                ),
-            ),
-            tf.where(
-                i < count,
-                tf.strings.join([name, " cannot be read (corrupt or cut short); `img2tfrecord inspect` shows why"]),
-                tf.strings.join(
-                    [file, ": holds more than the ", tf.strings.as_string(count), f" records {MANIFEST} lists"]
-                ),
-            ),
-        )
-        with tf.control_dependencies([tf.debugging.Assert(False, [msg])]):
-            return tf.constant(False)
-
-    def check(seen: Any, item: Any) -> Any:
-        s, i, last, x = item
-        k = seen[s]  # records of shard s that came through so far
-        ok = tf.equal(i, k) & tf.math.logical_xor(
-            last, i < sizes[s]
-        )  # the end marker comes exactly after `count` records
-        checked = tf.cond(ok, lambda: tf.constant(True), lambda: fail(s, i, k))
-        with tf.control_dependencies([checked]):
-            seen = tf.tensor_scatter_nd_add(seen, [[s]], [1])
-            return seen, (last, x)
-
-    ds = ds.scan(tf.zeros([n], tf.int64), _graph(check))
-    return ds.filter(_graph(lambda last, x: tf.logical_not(last))).map(_graph(lambda last, x: x))
+    return ds.map(_graph(one), num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
 
 
 @contextlib.contextmanager
@@ -454,15 +397,11 @@ def load(
         in [0, 255] like Keras' `image_dataset_from_directory`. None keeps uint8 at stored size.
       channels: 1, 2, 3 or 4 to convert every image to (grey <-> RGB, alpha added/dropped),
         None to keep each image's stored channels.
-      shuffle_files: read the shards in a new random order each epoch. With a `seed`, every call
-        gives the same sequence of epochs, record for record (the file order is seeded, and
-        interleaving and decoding stay deterministic unless `deterministic=False`); without
-        one, the order differs from call to call.
+      shuffle_files: read the shards in a random order (seeded by `seed`) each epoch.
       as_dict: yield a dict of every schema field plus "image" (decoded) and "label".
       compression: "auto" (dataset.json, else sniffed from the first file), "none", "gzip", "zlib".
       cycle_length: shards read in parallel (default: all, at most 16).
-      deterministic: passed to `interleave`/`map`; default keeps the order, except with
-        `shuffle_files` and no `seed` (a run with random order gains a little speed).
+      deterministic: passed to `interleave`/`map`; default keeps order unless `shuffle_files`.
       verify: what is checked in Python before TensorFlow reads the shards (a problem raises
         DataError naming file, record and byte offset). "framing" (default): the record headers
         of uncompressed shards, 12 bytes a record, because TensorFlow allocates whatever length a
@@ -472,6 +411,9 @@ def load(
 
     The dataset knows its length when dataset.json gives the split's record count, so
     `len(ds)` works and a short read fails loudly instead of silently training on less.
+    With every shard's record count known (dataset.json, or verify counting them), a record
+    TensorFlow cannot read, parse or decode raises `tf.errors.InvalidArgumentError` naming the
+    shard, the record and its image/filename once that shard is done (see `_checked_records`).
 
     TensorFlow's libjpeg prints warnings ("Corrupt JPEG data: ...") straight to file descriptor 2
     while the dataset is iterated, long after this returns; so from the first call on, fd 2 of
@@ -503,7 +445,7 @@ def load(
         deterministic = not shuffle_files or seed is not None  # a seed asks for a repeatable order
     with _collector_paused():  # see _collector_paused
         spec = features_spec()
-        decode, end = image_decoder(man.formats if man else None, man.stored_channels if man else None, channels)
+        decode = image_decoder(man.formats if man else None, man.stored_channels if man else None, channels)
 
         def image_of(ex: Any) -> Any:
             img = decode(
@@ -514,37 +456,15 @@ def load(
         def out(ex: Any, img: Any) -> Any:
             return {**ex, "image": img, "label": ex["image/class/label"]} if as_dict else (img, ex["image/class/label"])
 
+        cycle = cycle_length or min(len(files), 16)
         if None in counts:  # no count to hold TensorFlow's reads against: its own errors it is
-            ds = tf.data.Dataset.from_tensor_slices(files)
-            if shuffle_files:
-                ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-            ds = ds.interleave(
-                _graph(lambda f: tf.data.TFRecordDataset(f, compression_type=compression_type)),
-                cycle_length=cycle_length or min(len(files), 16),
-                block_length=1,
-                num_parallel_calls=tf.data.AUTOTUNE,
-                deterministic=deterministic,
+            ds = _plain_records(
+                tf, files, compression_type, spec, image_of, out, shuffle_files, seed, cycle, deterministic
             )
-
-            def one(r: Any) -> Any:
-                ex = tf.io.parse_single_example(r, spec)
-                return out(ex, image_of(ex))
-
-            ds = ds.map(_graph(one), num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
         else:
+            known = [n for n in counts if n is not None]  # every count is known on this branch
             ds = _checked_records(
-                tf,
-                files,
-                [n for n in counts if n is not None],  # all known here
-                compression_type,
-                spec,
-                image_of,
-                end,
-                out,
-                shuffle_files,
-                seed,
-                cycle_length or min(len(files), 16),
-                deterministic,
+                tf, files, known, compression_type, spec, image_of, out, shuffle_files, seed, cycle, deterministic
             )
         if records is not None:
             ds = ds.apply(tf.data.experimental.assert_cardinality(records))
