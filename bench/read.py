@@ -167,7 +167,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=2, help="passes over the split in each run (steady state is all but the first batch)")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "read-results.json"))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results-read.json"))
     args = ap.parse_args()
     result = run(args.rounds, args.epochs)
     with open(args.out, "w") as f:
