@@ -33,7 +33,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import dataset
+import dataset  # noqa: E402
 
 PY = sys.executable
 BIN = os.path.join(os.path.dirname(PY), "img2tfrecord")
@@ -193,7 +193,7 @@ if __name__ == "__main__":
         default=2,
         help="passes over the split in each run (steady state is all but the first batch)",
     )
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "read-results.json"))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results-read.json"))
     args = ap.parse_args()
     result = run(args.rounds, args.epochs)
     with open(args.out, "w") as f:
