@@ -204,3 +204,33 @@ def test_manifest_specialised_decoding_gives_the_same_pixels(tmp_path: Path, cli
                 np.testing.assert_array_equal(
                     r["image"], general[f]["image"], err_msg=f"{name} channels={channels} {f}"
                 )
+
+
+def test_load_keeps_sixteen_bit_images_sixteen_bit(cli, tmp_path):
+    """dataset.json's dtype is load()'s default: a 16-bit TIFF comes back with its values; 8-bit
+    images beside it are scaled to 16 bits (x257); dtype="uint8" gives TensorFlow's v >> 8."""
+    import numpy as np
+    from PIL import Image
+
+    import img2tfrecord
+
+    src = tmp_path / "in" / "a"
+    src.mkdir(parents=True)
+    deep = (np.arange(24 * 16, dtype=np.uint16).reshape(16, 24) * 150 + 291).astype(np.uint16)
+    Image.fromarray(deep).save(src / "deep.tif")
+    Image.fromarray(np.full((16, 24, 3), 7, np.uint8)).save(src / "flat.jpg", quality=100)
+    out = tmp_path / "out"
+    assert cli("convert", tmp_path / "in", out).exit_code == 0
+    got = {
+        d["image/filename"].numpy().decode(): d["image"].numpy()
+        for d in img2tfrecord.load(out, channels=None, as_dict=True)
+    }
+    assert got["a/deep.tif"].dtype == np.uint16 and np.array_equal(got["a/deep.tif"][..., 0], deep)
+    assert got["a/flat.jpg"].dtype == np.uint16 and abs(int(got["a/flat.jpg"].mean()) - 7 * 257) <= 257
+    eight = {
+        d["image/filename"].numpy().decode(): d["image"].numpy()
+        for d in img2tfrecord.load(out, channels=3, as_dict=True, dtype="uint8")
+    }
+    assert eight["a/deep.tif"].dtype == np.uint8 and np.array_equal(
+        eight["a/deep.tif"][..., 0], (deep >> 8).astype(np.uint8)
+    )

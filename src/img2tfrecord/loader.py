@@ -86,7 +86,7 @@ def _split_files(
 
 
 def _to_channels(tf: Any, img: Any, channels: int | None, have: int | None = None) -> Any:
-    """Convert a uint8 HxWxC image of 1-4 channels to `channels` (None: leave it).
+    """Convert a uint8 or uint16 HxWxC image of 1-4 channels to `channels` (None: leave it).
 
     `have`, when the manifest says how many channels every image has, picks the conversion here,
     in Python; otherwise it is chosen per image in the graph (`tf.cond`, slower to trace).
@@ -105,15 +105,20 @@ def _to_channels(tf: Any, img: Any, channels: int | None, have: int | None = Non
     else:
         base = pick(color, lambda: img[..., :3], lambda: tf.tile(img[..., :1], [1, 1, 3]))
     if channels in (2, 4):
-        opaque = lambda: tf.fill(tf.concat([tf.shape(img)[:2], [1]], 0), tf.constant(255, tf.uint8))
+        opaque = lambda: tf.fill(tf.concat([tf.shape(img)[:2], [1]], 0), tf.constant(img.dtype.max, img.dtype))
         base = tf.concat([base, pick(has_alpha, lambda: img[..., -1:], opaque)], axis=-1)
     return tf.ensure_shape(base, [None, None, channels])
 
 
 def image_decoder(
-    formats: Iterable[str] | None = None, stored_channels: int | None = None, channels: int | None = 3
+    formats: Iterable[str] | None = None,
+    stored_channels: int | None = None,
+    channels: int | None = 3,
+    dtype: str = "uint8",
 ) -> Any:
-    """A graph function (encoded, format, height, width, stored channels) -> uint8 HxWx`channels` image.
+    """A graph function (encoded, format, height, width, stored channels) -> HxWx`channels` image
+    of `dtype` ("uint8", or "uint16" for datasets with 16-bit PNGs: 8-bit images are then scaled
+    up as `tf.image.convert_image_dtype` does, v * 257; a 16-bit PNG decoded as uint8 is v >> 8).
 
     JPEG/PNG/BMP/GIF are decoded by content, RAW by reshaping. `formats` (the `image/format`
     values a manifest lists) and `stored_channels` (what `--channels` made every image) let it
@@ -122,11 +127,17 @@ def image_decoder(
     `_to_channels`: grey replicated, alpha dropped); other conversions are `_to_channels`'.
     """
     tf = tensorflow()
+    if dtype not in ("uint8", "uint16"):
+        raise UsageError(f"load: dtype must be uint8 or uint16, not {dtype!r}")
+    out_dtype = tf.uint16 if dtype == "uint16" else tf.uint8
     kinds = set(formats) if formats else None
     native = 3 if channels == 3 else 0  # channels decoders convert to exactly as _to_channels does
 
+    def widen(img: Any) -> Any:  # RAW and JPEG are 8-bit by nature
+        return img if dtype == "uint8" else tf.image.convert_image_dtype(img, out_dtype)
+
     def raw(encoded: Any, height: Any, width: Any, stored: Any) -> Any:
-        return tf.reshape(tf.io.decode_raw(encoded, tf.uint8), tf.stack([height, width, stored]))
+        return widen(tf.reshape(tf.io.decode_raw(encoded, tf.uint8), tf.stack([height, width, stored])))
 
     if kinds == {FORMAT_RAW}:
 
@@ -134,8 +145,8 @@ def image_decoder(
             img = tf.ensure_shape(raw(encoded, height, width, stored), [None, None, stored_channels])
             return _to_channels(tf, img, channels, stored_channels)
     elif kinds and FORMAT_RAW not in kinds:
-        op = (lambda b: tf.io.decode_jpeg(b, channels=native)) if kinds == {"JPEG"} else (
-            lambda b: tf.io.decode_image(b, channels=native, expand_animations=False))  # fmt: skip
+        op = (lambda b: widen(tf.io.decode_jpeg(b, channels=native))) if kinds == {"JPEG"} else (
+            lambda b: tf.io.decode_image(b, channels=native, dtype=out_dtype, expand_animations=False))  # fmt: skip
         have = 3 if native else stored_channels
 
         def decode(encoded: Any, image_format: Any, height: Any, width: Any, stored: Any) -> Any:
@@ -143,7 +154,7 @@ def image_decoder(
     else:  # no manifest, or one that mixes RAW with encoded images: decide per record
 
         def decode(encoded: Any, image_format: Any, height: Any, width: Any, stored: Any) -> Any:
-            coded = lambda: tf.io.decode_image(encoded, channels=0, expand_animations=False, dtype=tf.uint8)
+            coded = lambda: tf.io.decode_image(encoded, channels=0, expand_animations=False, dtype=out_dtype)
             img = tf.cond(tf.equal(image_format, FORMAT_RAW), lambda: raw(encoded, height, width, stored), coded)
             return _to_channels(tf, tf.ensure_shape(img, [None, None, None]), channels)
 
@@ -386,6 +397,7 @@ def load(
     cycle_length: int | None = None,
     deterministic: bool | None = None,
     verify: str = "framing",
+    dtype: str | None = None,
 ) -> tf.data.Dataset:
     """A `tf.data.Dataset` of `(image, label)` from an img2tfrecord output directory (or shard files).
 
@@ -408,6 +420,9 @@ def load(
         header claims and can crash on a malicious one; and each shard's record count against
         dataset.json. "full": every record too (data CRC, our schema, RAW sizes, image headers
         within dataset.json's max_pixels), costing a read of the whole split. "none": nothing.
+      dtype: "uint8" or "uint16" images; default dataset.json's `dtype` (uint16 when any record
+        is a 16-bit PNG: 8-bit images are then scaled by 257), else uint8. Ignored with
+        `image_size` (float32 then).
 
     The dataset knows its length when dataset.json gives the split's record count, so
     `len(ds)` works and a short read fails loudly instead of silently training on less.
@@ -445,7 +460,8 @@ def load(
         deterministic = not shuffle_files or seed is not None  # a seed asks for a repeatable order
     with _collector_paused():  # see _collector_paused
         spec = features_spec()
-        decode = image_decoder(man.formats if man else None, man.stored_channels if man else None, channels)
+        want = dtype or (str(man.data.get("dtype") or "uint8") if man else "uint8")
+        decode = image_decoder(man.formats if man else None, man.stored_channels if man else None, channels, want)
 
         def image_of(ex: Any) -> Any:
             img = decode(
