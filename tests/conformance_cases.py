@@ -344,6 +344,8 @@ def matrix() -> list[Case]:
     bad_crc = bytearray(png_bytes(rgb, 2, 8))
     bad_crc[bad_crc.index(b"IEND") - 8] ^= 1  # the IDAT CRC: Pillow does not check it, libpng (TensorFlow) does
     cases.append(Case("png_bad_idat_crc.png", bytes(bad_crc), tags={"tf_rejects"}))
+    whole = png_bytes(rgb, 2, 8)  # cut after its image data: Pillow decodes it, libpng (TensorFlow) does not
+    cases.append(Case("png_no_iend.png", whole[: whole.index(b"IEND") - 4], tags={"tf_rejects"}))
     cases.append(
         Case(
             "tif_I_beyond16.tif",

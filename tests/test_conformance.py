@@ -194,7 +194,7 @@ def test_record_decodes_as_declared_and_holds_the_source_pixels(tree, encoding, 
 def test_the_matrix_covers_what_it_claims():
     """A guard against a generator that quietly stops making cases."""
     names = set(BY_NAME)
-    assert len(CASES) >= 280
+    assert len(CASES) >= 360
     for prefix in ("png_", "tif_", "jpg_", "webp_", "bmp_", "gif_"):
         assert sum(n.startswith(prefix) for n in names) >= 3, prefix
     assert {c.orientation for c in CASES} == set(range(1, 9))

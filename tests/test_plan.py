@@ -9,6 +9,7 @@ Unit tests below cover the pieces: shard bounds, shard counts, the stratified sp
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,33 @@ def test_stratified_split_keeps_every_class_in_proportion(tmp_path):
     assert per["train"] == {"a": 40, "b": 16, "c": 4} and per["validation"] == {"a": 10, "b": 4, "c": 1}
     again = discover(str(src), split={"train": 0.8, "validation": 0.2}, seed=0)
     assert [it.rel for it in again.splits["train"]] == [it.rel for it in found.splits["train"]]
+
+
+def test_worker_count_never_exceeds_shards_and_scales_with_images():
+    from img2tfrecord.conversion.engines.local import MIN_IMAGES_PER_WORKER, worker_count
+
+    assert worker_count(8, 3, 10_000) == 3  # never more processes than shards
+    assert worker_count(None, 16, MIN_IMAGES_PER_WORKER) == 1  # a small job: one TensorFlow import, not N
+    assert worker_count(None, 16, 10 * MIN_IMAGES_PER_WORKER) == min(os.cpu_count() or 1, 10)
+    assert worker_count(1, 0, 0) == 1
+
+
+def test_the_local_scheduler_writes_every_shard_once_and_returns_them_in_plan_order(tmp_path):
+    """Shards go to whoever is free (this process and a worker), outcomes come back in plan order."""
+    from helpers import make_dataset
+    from img2tfrecord.conversion.engines.local import LocalEngine
+    from img2tfrecord.conversion.events import Timing
+    from img2tfrecord.conversion.resume import Journal, header
+    from img2tfrecord.format.naming import STAGING_DIR
+
+    make_dataset(tmp_path / "in", {"a": 9, "b": 8})
+    plan = plan_job(str(tmp_path / "in"), str(tmp_path / "out"), shards=5)
+    staging = tmp_path / "out" / STAGING_DIR
+    staging.mkdir(parents=True)
+    seen: list[str] = []
+    outcomes = LocalEngine(Journal(str(staging), header(plan)), Timing(), workers=2).run(
+        plan, str(staging), plan.settings, lambda kind, msg: seen.append(kind)
+    )
+    assert [o.info.file for o in outcomes] == [s.name for s in plan.shards]
+    assert [o.images for o in outcomes] == [len(s.tasks) for s in plan.shards]
+    assert sorted(p.name for p in staging.iterdir() if "-of-" in p.name) == sorted(s.name for s in plan.shards)

@@ -10,9 +10,9 @@ TensorFlow's decoder makes of the bytes, not by what Pillow says the image is
   that libjpeg would silently fill with grey (an EOI/RST marker or garbage mid-stream), which
   Pillow and TensorFlow only warn about, is a skip;
 * PNG and 24-bit BMP, keep mode: the header gives the shape TensorFlow decodes to (a tRNS colour
-  key on grey/RGB adds no channel); with validation TensorFlow's own decoder must return exactly
-  that shape, or the image is re-encoded from Pillow's decode (TensorFlow rejects some PNGs that
-  Pillow reads, e.g. a bad IDAT CRC);
+  key on grey/RGB adds no channel); with validation Pillow decodes it all, and a PNG whose
+  critical chunks libpng (TensorFlow) would refuse, e.g. a bad IDAT CRC, is re-encoded from
+  Pillow's decode;
 * everything else, and every image in the re-encoding modes, is decoded (first frame), turned
   upright (EXIF or TIFF orientation), brought to one of L, LA, RGB, RGBA or 16-bit grey without
   loss, and encoded. 16-bit stays 16-bit in PNG; pixel values that fit no format TensorFlow
@@ -52,13 +52,12 @@ from img2tfrecord.format.images import (
     MODE_CHANNELS,
     describe_unknown,
     jpeg_frame_problem,
+    png_chunks_sound,
     png_header,
     sniff,
-    tf_error_message,
     tf_png_channels,
 )
 from img2tfrecord.format.schema import FORMAT_RAW, serialize_example, utf8_text
-from img2tfrecord.tf_import import tensorflow
 
 # We enforce our own --max-pixels before decoding; Pillow's global limit would raise at open().
 Image.MAX_IMAGE_PIXELS = None
@@ -380,49 +379,28 @@ def _describe(e: BaseException) -> str:
 
 def _keep(im: Image.Image, data: bytes, fmt: str, validate: bool) -> Result | str | None:
     """A Result when the file's own bytes can be stored; else None (transcode), or a
-    "PNG->PNG"-style label when TensorFlow's decoder refuses bytes Pillow reads.
+    "PNG->PNG"-style label when TensorFlow's decoder would refuse bytes Pillow reads.
 
-    The declared shape is what TensorFlow decodes the bytes to (see `imageformat`), and with
-    validation TensorFlow's own decoder must agree.
+    The declared shape is what TensorFlow decodes the bytes to, by rules checked against its real
+    decoder over every mode (`imageformat.tf_png_channels`; tests/test_conformance.py). The rules,
+    not a TensorFlow decode here: encoding then needs no TensorFlow at all (an eager decode costs
+    ~150 us of dispatch an image), and the bytes stored cannot depend on which process wrote them.
     """
     w, h = im.size
     if fmt == "PNG" and (hdr := png_header(data)) is not None and (channels := tf_png_channels(hdr)) is not None:
         depth = 16 if hdr.bit_depth == 16 else 8
-        if validate and _tf_shape(data, depth) != (h, w, channels):
-            im.load()  # Pillow must read it all, or it is not an image worth keeping
-            return "PNG->PNG"
+        if validate:
+            im.load()  # Pillow reads it all: zlib inflates every byte, the filters are undone
+            if not png_chunks_sound(data):  # libpng (TensorFlow) fails on what Pillow lets pass
+                return "PNG->PNG"
         orient = hdr.has_exif and im.getexif().get(0x0112, 1) not in (1, None)
         return Result("keep", data, "PNG", h, w, channels, None, orient, depth=depth)
     tile = getattr(im, "tile", None)  # an ImageFile's decoder plan: ("raw", box, offset, (rawmode, ...))
     if fmt == "BMP" and im.mode == "RGB" and tile and tile[0][0] == "raw" and tile[0][3][0] == "BGR":
-        if validate and not _tf_agrees(data, im):  # uncompressed 24-bit: what tf.io.decode_bmp reads
-            return "BMP->PNG"
+        if validate:  # uncompressed 24-bit: what tf.io.decode_bmp reads
+            im.load()
         return Result("keep", data, "BMP", h, w, 3)
     return None
-
-
-def _tf_agrees(data: bytes, im: Image.Image) -> bool:
-    """TensorFlow decodes these bytes to Pillow's pixels (BMP: rare, and its variants are many:
-    top-down rows, odd headers; the pixels are compared, not just the shape)."""
-    import numpy as np
-
-    tf = tensorflow()
-    try:
-        pixels = tf.io.decode_image(data, channels=0, expand_animations=False).numpy()
-    except (tf.errors.OpError, ValueError):
-        im.load()  # Pillow must read it all, or it is not an image worth keeping
-        return False
-    return bool(np.array_equal(pixels, np.asarray(im.convert("RGB"))))
-
-
-def _tf_shape(data: bytes, depth: int) -> tuple[int, ...] | str:
-    """What `tf.io.decode_image` returns for these bytes: its shape, or its error message."""
-    tf = tensorflow()
-    try:
-        dtype = tf.uint16 if depth == 16 else tf.uint8
-        return tuple(tf.io.decode_image(data, channels=0, dtype=dtype, expand_animations=False).shape)
-    except (tf.errors.OpError, ValueError) as e:
-        return tf_error_message(e)
 
 
 def _eight_bit(arr) -> Image.Image:  # type: ignore[no-untyped-def]

@@ -14,6 +14,7 @@ import io
 import re
 import struct
 import warnings
+import zlib
 from typing import NamedTuple
 
 from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS, FORMAT_RAW
@@ -105,6 +106,31 @@ def tf_png_channels(h: PngHeader) -> int | None:
     if h.color_type == 3:
         return 4 if h.has_trns else 3
     return _PNG_CHANNELS.get(h.color_type)
+
+
+def png_chunks_sound(data: bytes) -> bool:
+    """Every critical chunk (IHDR, PLTE, IDAT, IEND) has a matching CRC, and IEND is there.
+
+    libpng, which TensorFlow decodes with, fails on a bad CRC in a critical chunk and on a
+    missing end; Pillow checks neither IDAT's CRC nor the end (a bit flipped in an IDAT CRC, or a
+    file cut after its image data, decodes in Pillow and raises in TensorFlow). A bad CRC in an
+    ancillary chunk is only a warning in libpng, as in Pillow.
+    """
+    view = memoryview(data)
+    pos, end = 8, len(data)
+    while pos + 12 <= end:
+        length = int.from_bytes(view[pos : pos + 4], "big")
+        stop = pos + 12 + length
+        if stop > end:
+            return False
+        kind = bytes(view[pos + 4 : pos + 8])
+        critical = not kind[0] & 0x20  # lower-case first letter: ancillary
+        if critical and zlib.crc32(view[pos + 4 : pos + 8 + length]) != int.from_bytes(view[stop - 4 : stop], "big"):
+            return False
+        if kind == b"IEND":
+            return True
+        pos = stop
+    return False
 
 
 def tf_error_message(e: BaseException) -> str:

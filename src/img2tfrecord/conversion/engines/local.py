@@ -498,8 +498,7 @@ def _check_parent() -> None:
 
 def writer_runtime(staging: str) -> None:
     """What writing shards into `staging` needs of TensorFlow: its record writer alone for a local
-    folder (0.4 s), all of it for a remote one (its file systems). A worker that meets a PNG to
-    keep imports the rest when it needs the decoder (encoder._tf_shape)."""
+    folder, all of it for a remote one (its file systems); see tf_import.record_io."""
     if fs.is_remote(staging):
         tensorflow()
     else:
