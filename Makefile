@@ -21,8 +21,8 @@ test: lint
 
 # The house rules (ARCHITECTURE.md): formatted, linted and type-checked, or make test fails.
 lint: $(STAMP)
-	$(BIN)/ruff format --check src tests bench
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
 	$(BIN)/mypy
 
 demo: $(STAMP)

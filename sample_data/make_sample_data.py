@@ -18,9 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def shape_image(kind: str, rng: random.Random, size: tuple[int, int]) -> Image.Image:
     w, h = size
     y, x = np.mgrid[0:h, 0:w]
-    base = np.stack(
-        [(x * 255 // w), (y * 255 // h), np.full_like(x, rng.randrange(256))], axis=-1
-    ).astype(np.float32)
+    base = np.stack([(x * 255 // w), (y * 255 // h), np.full_like(x, rng.randrange(256))], axis=-1).astype(np.float32)
     noise = np.random.default_rng(rng.randrange(1 << 30)).normal(0, 12, (h, w, 3))
     im = Image.fromarray(np.clip(base * 0.6 + noise + 40, 0, 255).astype(np.uint8), "RGB")
     d = ImageDraw.Draw(im)
