@@ -41,14 +41,7 @@ def finalize(
         mine = [o for o in outcomes if o.split == s]
         if not mine:
             continue
-        infos = writer.rebalance(
-            staging,
-            [o.info for o in mine],
-            plan.settings.compression,
-            plan.settings.index,
-            plan.settings.checksum,
-            plan.settings.fsync,
-        )
+        infos = writer.rebalance(staging, [o.info for o in mine], plan.settings)
         if len(infos) < len(mine):
             warnings.append(
                 f"{s}: {len(infos)} shard(s) instead of {len(mine)}: after the skipped images, more would "

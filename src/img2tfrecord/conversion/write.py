@@ -32,7 +32,7 @@ from img2tfrecord.errors import DataError
 from img2tfrecord.format.framing import RECORD_OVERHEAD, record_spans
 from img2tfrecord.format.naming import shard_name, shard_split
 from img2tfrecord.format.schema import utf8_text
-from img2tfrecord.tf_import import record_io, tensorflow
+from img2tfrecord.tf_import import tensorflow
 
 WRITEBACK_BYTES = 16 * 1024 * 1024  # with writeback on, ask the kernel to flush every this many bytes
 
@@ -100,14 +100,9 @@ class ShardWriter:
 
 
 def record_writer(path: str, compression: str | None) -> Any:
-    """TensorFlow's C++ record writer for `path`: the class `tf.io.TFRecordWriter` wraps (same
-    bytes), loaded without the rest of TensorFlow for local files (`tf_import.record_io`); remote
-    paths need TensorFlow's file systems, so they take `tf.io.TFRecordWriter` itself."""
-    if fs.is_remote(path):
-        tf = tensorflow()
-        return tf.io.TFRecordWriter(path, tf.io.TFRecordOptions(compression_type=TF_COMPRESSION[compression]))
-    rio = record_io()
-    return rio.RecordWriter(path, rio.RecordWriterOptions(TF_COMPRESSION[compression]))
+    """`tf.io.TFRecordWriter` for `path` (local or any `tf.io.gfile` file system)."""
+    tf = tensorflow()
+    return tf.io.TFRecordWriter(path, tf.io.TFRecordOptions(compression_type=TF_COMPRESSION[compression]))
 
 
 def seal(path: str, info: ShardInfo, sizes: Iterable[int], index: bool, durable: bool, checksum: str) -> ShardInfo:
@@ -223,14 +218,7 @@ def write_shard(
     return out
 
 
-def rebalance(
-    staging: str,
-    infos: list[ShardInfo],
-    compression: str | None,
-    index: bool,
-    checksum: str = DEFAULT_CHECKSUM,
-    durable: bool = True,
-) -> list[ShardInfo]:
+def rebalance(staging: str, infos: list[ShardInfo], settings: ShardSettings) -> list[ShardInfo]:
     """Re-cut one split's shards so record counts differ by at most one (after skipped images).
 
     Records move in order from the old shards into new ones: the global record order is unchanged
@@ -241,6 +229,7 @@ def rebalance(
     record is self-framed), in the kernel and without TensorFlow; compressed or remote ones are
     re-read and re-written through TensorFlow.
     """
+    index = settings.index
     counts = [i.records for i in infos]
     total, k = sum(counts), len(infos)
     k_new = min(k, max(1, total // MIN_INDEXED_RECORDS)) if index else k
@@ -251,8 +240,8 @@ def rebalance(
         targets = [ShardInfo(shard_name(split, i, k_new)) for i in range(k_new)]
     else:
         targets = [ShardInfo(i.file) for i in infos]
-    cut = _recut_bytes if not compression and not fs.is_remote(staging) else _recut_tf
-    new = cut(staging, infos, targets, shard_bounds(total, k_new), compression, index, checksum, durable)
+    cut = _recut_bytes if not settings.compression and not fs.is_remote(staging) else _recut_tf
+    new = cut(staging, infos, targets, shard_bounds(total, k_new), settings)
     if k_new != k:  # the old names are not reused: remove them (and their indexes)
         for info in infos:
             fs.remove(fs.join(staging, info.file))
@@ -272,23 +261,27 @@ def _recut_tf(
     infos: list[ShardInfo],
     targets: list[ShardInfo],
     bounds: list[tuple[int, int]],
-    compression: str | None,
-    index: bool,
-    checksum: str,
-    durable: bool,
+    settings: ShardSettings,
 ) -> list[ShardInfo]:
     tf = tensorflow()
     old = [fs.join(staging, i.file) for i in infos]
-    records = iter(tf.data.TFRecordDataset(old, compression_type=TF_COMPRESSION[compression]).as_numpy_iterator())
+    records = iter(
+        tf.data.TFRecordDataset(old, compression_type=TF_COMPRESSION[settings.compression]).as_numpy_iterator()
+    )
     new = []
     for info, (a, b) in zip(targets, bounds):
         sw = ShardWriter(
-            staging, info.file + ".rebalanced", compression, index, final_name=info.file, checksum=checksum
+            staging,
+            info.file + ".rebalanced",
+            settings.compression,
+            settings.index,
+            final_name=info.file,
+            checksum=settings.checksum,
         )
         for _ in range(b - a):
             sw.write(next(records))
         new.append(sw)
-    return [sw.close(durable) for sw in new]
+    return [sw.close(settings.fsync) for sw in new]
 
 
 def _recut_bytes(
@@ -296,10 +289,7 @@ def _recut_bytes(
     infos: list[ShardInfo],
     targets: list[ShardInfo],
     bounds: list[tuple[int, int]],
-    compression: str | None,
-    index: bool,
-    checksum: str,
-    durable: bool,
+    settings: ShardSettings,
 ) -> list[ShardInfo]:
     spans = []  # (old file, offset, framed size) of every record, in order
     for info in infos:
@@ -313,7 +303,7 @@ def _recut_bytes(
             for src_path, group in itertools.groupby(spans[a:b], key=lambda s: s[0]):
                 run = list(group)
                 _copy_range(src_path, run[0][1], sum(s[2] for s in run), dst)
-        new.append(seal(path, out, (s[2] for s in spans[a:b]), index, durable, checksum))
+        new.append(seal(path, out, (s[2] for s in spans[a:b]), settings.index, settings.fsync, settings.checksum))
     return new
 
 

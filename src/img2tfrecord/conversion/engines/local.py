@@ -40,7 +40,7 @@ from img2tfrecord.conversion.plan import PlannedShard, Task
 from img2tfrecord.conversion.resume import Journal
 from img2tfrecord.conversion.write import ShardOutcome
 from img2tfrecord.errors import WorkerDied
-from img2tfrecord.tf_import import record_io, tensorflow
+from img2tfrecord.tf_import import tensorflow
 
 if TYPE_CHECKING:
     from img2tfrecord.conversion.events import EventSink, Timing
@@ -118,7 +118,7 @@ def run_local(
         closing.append(closer.submit(_finish, outcome, journal, settings.fsync))
 
     pool = _Pool(cfg, n - 1) if n > 1 else None  # started first: the workers' imports overlap ours
-    tf_thread = threading.Thread(target=_import_tf, args=(cfg.staging,), name="import-tensorflow", daemon=True)
+    tf_thread = threading.Thread(target=_import_tf, name="import-tensorflow", daemon=True)
     tf_thread.start()
     try:
         if pool is None:
@@ -171,7 +171,7 @@ def _write(
     stream = encoder.encode_shard(
         shard.tasks, cfg.settings.encode, warming, PREFETCH_BYTES if warming else 0, drop=drop
     )
-    writer_runtime(cfg.staging)  # joins the import
+    tensorflow()  # joins the import
     outcome = writer.write_shard(
         shard,
         stream,
@@ -473,7 +473,7 @@ def _init_worker(cfg: WorkerConfig, events: Any, parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
     cstderr.install()  # for good: this process decodes images (libtiff & co. write to fd 2)
-    _tf_thread = threading.Thread(target=_import_tf, args=(cfg.staging,), name="import-tensorflow", daemon=True)
+    _tf_thread = threading.Thread(target=_import_tf, name="import-tensorflow", daemon=True)
     _tf_thread.start()
 
 
@@ -496,18 +496,9 @@ def _check_parent() -> None:
         os._exit(1)
 
 
-def writer_runtime(staging: str) -> None:
-    """What writing shards into `staging` needs of TensorFlow: its record writer alone for a local
-    folder, all of it for a remote one (its file systems); see tf_import.record_io."""
-    if fs.is_remote(staging):
-        tensorflow()
-    else:
-        record_io()
-
-
-def _import_tf(staging: str) -> None:
+def _import_tf() -> None:
     try:
-        writer_runtime(staging)
+        tensorflow()
     except BaseException:  # raised again, with its message, where a shard first needs it
         pass
 
