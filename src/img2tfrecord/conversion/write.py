@@ -32,7 +32,7 @@ from img2tfrecord.errors import DataError
 from img2tfrecord.format.framing import RECORD_OVERHEAD, record_spans
 from img2tfrecord.format.naming import shard_name, shard_split
 from img2tfrecord.format.schema import utf8_text
-from img2tfrecord.tf_import import tensorflow
+from img2tfrecord.tf_import import RecordIOError, record_io, tensorflow
 
 WRITEBACK_BYTES = 16 * 1024 * 1024  # with writeback on, ask the kernel to flush every this many bytes
 
@@ -79,19 +79,31 @@ class ShardWriter:
             self._wb_fd = os.open(self.path, os.O_RDONLY)
 
     def write(self, record: bytes) -> None:
-        self._writer.write(record)
+        try:
+            self._writer.write(record)
+        except RecordIOError as e:  # the writer alone loaded (see tf_import): its status, as an OSError
+            raise OSError(f"{self.path}: {e}") from None
         size = len(record) + RECORD_OVERHEAD
         self._sizes.append(size)
         self.info.records += 1
         self._written += size
         if self._wb_fd is not None and self._written - self._flushed >= WRITEBACK_BYTES:
-            self._writer.flush()
+            self._flush()
             fs.start_writeback(self._wb_fd, self._flushed, self._written - self._flushed)
             self._flushed = self._written
 
+    def _flush(self) -> None:
+        try:
+            self._writer.flush()
+        except RecordIOError as e:
+            raise OSError(f"{self.path}: {e}") from None
+
     def close(self, durable: bool = True) -> ShardInfo:
         """Close, measure, checksum and index the shard; `durable=False` leaves the fsync to the caller."""
-        self._writer.close()
+        try:
+            self._writer.close()
+        except RecordIOError as e:
+            raise OSError(f"{self.path}: {e}") from None
         if self._wb_fd is not None:
             fs.start_writeback(self._wb_fd, self._flushed, 0)  # 0: to the end of the file
             os.close(self._wb_fd)
@@ -100,9 +112,18 @@ class ShardWriter:
 
 
 def record_writer(path: str, compression: str | None) -> Any:
-    """`tf.io.TFRecordWriter` for `path` (local or any `tf.io.gfile` file system)."""
-    tf = tensorflow()
-    return tf.io.TFRecordWriter(path, tf.io.TFRecordOptions(compression_type=TF_COMPRESSION[compression]))
+    """TensorFlow's record writer for `path`: for a local path the C++ `RecordWriter` that
+    `tf.io.TFRecordWriter` subclasses, loaded without the rest of TensorFlow when it is not
+    imported (`tf_import.record_io`; same bytes, compressed or not); for any other
+    `tf.io.gfile` file system, `tf.io.TFRecordWriter` itself."""
+    if fs.is_remote(path):
+        tf = tensorflow()
+        return tf.io.TFRecordWriter(path, tf.io.TFRecordOptions(compression_type=TF_COMPRESSION[compression]))
+    rio = record_io()
+    try:
+        return rio.RecordWriter(os.fsencode(path), rio.RecordWriterOptions(TF_COMPRESSION[compression].encode()))
+    except RecordIOError as e:
+        raise OSError(f"{path}: {e}") from None
 
 
 def seal(path: str, info: ShardInfo, sizes: Iterable[int], index: bool, durable: bool, checksum: str) -> ShardInfo:
