@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import os
 from array import array
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, BinaryIO
 
@@ -284,11 +284,7 @@ def _recut_tf(
     bounds: list[tuple[int, int]],
     settings: ShardSettings,
 ) -> list[ShardInfo]:
-    tf = tensorflow()
-    old = [fs.join(staging, i.file) for i in infos]
-    records = iter(
-        tf.data.TFRecordDataset(old, compression_type=TF_COMPRESSION[settings.compression]).as_numpy_iterator()
-    )
+    records = _records(staging, [i.file for i in infos], TF_COMPRESSION[settings.compression])
     new = []
     for info, (a, b) in zip(targets, bounds):
         sw = ShardWriter(
@@ -303,6 +299,22 @@ def _recut_tf(
             sw.write(next(records))
         new.append(sw)
     return [sw.close(settings.fsync) for sw in new]
+
+
+def _records(staging: str, files: list[str], compression: str) -> Iterator[bytes]:
+    """Every record of `files` in order, read by TensorFlow: its record iterator for a local
+    folder (no full import, see tf_import), tf.data for a `tf.io.gfile` one."""
+    if fs.is_remote(staging):
+        tf = tensorflow()
+        paths = [fs.join(staging, f) for f in files]
+        yield from tf.data.TFRecordDataset(paths, compression_type=compression).as_numpy_iterator()
+        return
+    rio = record_io()
+    for f in files:
+        try:
+            yield from rio.RecordIterator(os.fsencode(fs.join(staging, f)), compression.encode())
+        except RecordIOError as e:
+            raise OSError(f"{f}: {e}") from None
 
 
 def _recut_bytes(
