@@ -29,9 +29,8 @@ import itertools
 import os
 import warnings
 from collections.abc import Callable, Container, Iterable, Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-import simplejpeg
 import xxhash
 from PIL import (
     BmpImagePlugin,
@@ -220,11 +219,19 @@ def _check_jpeg_scan(data: bytes) -> None:
     cost of a 1/8-scale decode (~1 ms for an ImageNet JPEG, less than Pillow's draft decode).
     """
     try:
-        simplejpeg.decode_jpeg(
+        _simplejpeg().decode_jpeg(
             data, colorspace="GRAY", fastdct=True, fastupsample=True, min_height=1, min_width=1, strict=True
         )
     except ValueError as e:
         raise SkipImage(f"JPEG: corrupt or truncated: {_describe(e)}") from None
+
+
+def _simplejpeg() -> Any:
+    """simplejpeg, imported when a JPEG is first decoded: it imports numpy (~150 ms, ~16 MB),
+    which `--no-validate` keep-mode workers and a coordinating process never need."""
+    import simplejpeg
+
+    return simplejpeg
 
 
 class JpegFrame(NamedTuple):
@@ -488,7 +495,7 @@ def _decode_jpeg(data: bytes, frame: JpegFrame, opts: EncodeOptions) -> Image.Im
     side = 0
     if opts.resize is not None:
         side = opts.resize if isinstance(opts.resize, int) else max(opts.resize)
-    arr = simplejpeg.decode_jpeg(
+    arr = _simplejpeg().decode_jpeg(
         data, colorspace="GRAY" if frame.channels == 1 else "RGB", min_height=side, min_width=side, strict=opts.validate
     )
     im = Image.fromarray(arr[:, :, 0] if frame.channels == 1 else arr, "L" if frame.channels == 1 else "RGB")
