@@ -23,12 +23,16 @@ import io
 import os
 import posixpath
 import random
-from collections.abc import Iterator
+import sys
+from array import array
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import NamedTuple
 
 from img2tfrecord import fs
+from img2tfrecord.conversion.table import ImageTable, Task, TaskView, encode_name
 from img2tfrecord.errors import UsageError, plural
 from img2tfrecord.format.schema import filename_problem, utf8_text
 
@@ -37,28 +41,28 @@ SPLIT_DIR_NAMES = {"train": "train", "validation": "validation", "val": "validat
 LIST_THREADS = 32  # concurrent gfile listings of a remote input (each is one or a few HTTP requests)
 FILE_LIST_HEADERS = {"path", "filename", "file"}
 
+IMAGE_EXTENSIONS_B = frozenset(e.encode() for e in IMAGE_EXTENSIONS)
 # (path to read, path relative to the input, image/filename, bytes at listing time or 0 = unknown)
 Found = tuple[str, str, str, int]
+ImageItem = Task  # one candidate image: where it is, what it will be labelled
 
-
-@dataclass(frozen=True)
-class ImageItem:
-    """One candidate image: where it is and what it will be labelled."""
-
-    path: str  # absolute (or input-joined) path used to read the file
-    rel: str  # path relative to the input directory, '/'-separated (for messages and the manifest)
-    filename: str  # path relative to the split's root, '/'-separated (image/filename)
-    label: int  # final label, offset included
-    text: str  # class folder name
-    size: int  # bytes on disk at listing time
+# The fast local walk reads names as bytes and stats files relative to an open folder (fstatat):
+# POSIX, with names that decode as UTF-8 with surrogate escapes (so bytes are what str.encode gives).
+_BYTES_WALK = (
+    os.name == "posix"
+    and os.stat in os.supports_dir_fd
+    and sys.getfilesystemencoding().lower().replace("-", "") == "utf8"
+    and sys.getfilesystemencodeerrors() == "surrogateescape"
+)
 
 
 @dataclass
 class Discovery:
-    """What the walk found: classes, candidate images per split, and what it ignored."""
+    """What the walk found: classes, candidate images per split (views over one `ImageTable`, in
+    plan order), and what it ignored."""
 
     classes: list[str]
-    splits: dict[str, list[ImageItem]]
+    splits: dict[str, TaskView]
     ignored_files: int = 0  # files that are no image candidates (notes.txt)
     warnings: list[str] = field(default_factory=list)
     presplit: bool = False
@@ -134,13 +138,119 @@ def _walk_class_remote(root: str, rel_prefix: str) -> tuple[list[tuple[str, str,
     return found, ignored
 
 
-def _walk_classes(walks: list[tuple[str, str, str]], remote: bool) -> Iterator[tuple[list[tuple[str, str, int]], int]]:
+class ClassFiles(NamedTuple):
+    """The image candidates below one class folder: names relative to it ('/'-separated, as
+    `encode_name` gives them), sorted as the names' str sort; their sizes; non-images ignored."""
+
+    names: list[bytes]
+    sizes: array
+    ignored: int
+
+
+def _walk_classes(walks: list[tuple[str, str, str]], remote: bool) -> Iterator[ClassFiles]:
     """Walk every (class, split key, folder); remote folders concurrently, results in order."""
     if not remote:
-        yield from (_walk_class(path, name + "/") for name, _, path in walks)
+        yield from (
+            _walk_class_fast(path) if _BYTES_WALK else _as_class_files(*_walk_class(path, "")) for _, _, path in walks
+        )
         return
     with ThreadPoolExecutor(min(LIST_THREADS, max(1, len(walks))), thread_name_prefix="list") as pool:
-        yield from pool.map(lambda w: _walk_class_remote(w[2], w[0] + "/"), walks)
+        yield from pool.map(lambda w: _as_class_files(*_walk_class_remote(w[2], w[0] + "/")), walks)
+
+
+def _as_class_files(found: list[tuple[str, str, int]], ignored: int) -> ClassFiles:
+    return ClassFiles([encode_name(r) for _, r, _ in found], array("q", (sz for _, _, sz in found)), ignored)
+
+
+def _sort_names(names: list[bytes]) -> None:
+    """Sort file system names as their str forms sort (what the walk has always done): as bytes
+    when they are valid UTF-8 (whose byte order is code point order), else by the decoded str."""
+    try:
+        b"/".join(names).decode("utf-8")  # '/' never occurs in a name and ends any multi-byte sequence
+        names.sort()
+    except UnicodeDecodeError:
+        names.sort(key=os.fsdecode)
+
+
+def _sizes(fd: int, names: list[bytes]) -> array:
+    """Each file's size, stat'ed relative to its open folder (following symlinks); 0 if it fails."""
+    stat = os.stat
+    try:
+        return array("q", [stat(n, dir_fd=fd).st_size for n in names])
+    except OSError:
+        pass
+    out = array("q")
+    for n in names:
+        try:
+            out.append(stat(n, dir_fd=fd).st_size)
+        except OSError:
+            out.append(0)  # broken symlink or vanished: the encoder reports it as skipped
+    return out
+
+
+def _walk_class_fast(root: str) -> ClassFiles:
+    """`_walk_class` for a local folder on POSIX: the same files, order, and symlink rules, with
+    names as bytes (no decoding, one small object each) and stats relative to the folder.
+
+    This loop is most of a million-file dry run: per entry, one `is_dir` (the directory entry's
+    type, no system call), an extension test and, for an image, one `fstatat`.
+    """
+    exts = IMAGE_EXTENSIONS_B
+    chunks: list[tuple[bytes, list[bytes], array]] = []
+    ignored = 0
+    visited: set[tuple[int, int]] = set()
+    stack: list[tuple[bytes, bytes]] = [(os.fsencode(root), b"")]
+    while stack:
+        path, rel = stack.pop()
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            continue
+        try:
+            st = os.fstat(fd)
+            key = (st.st_dev, st.st_ino)
+            if key in visited:  # a symlink loop or a second link to a folder already walked
+                continue
+            visited.add(key)
+            files: list[bytes] = []
+            subdirs: list[bytes] = []
+            try:
+                with os.scandir(path) as it:  # a bytes path: bytes names (a folder's fd would give str)
+                    for e in it:
+                        name = e.name
+                        if name[:1] == b".":  # hidden
+                            continue
+                        try:
+                            is_dir = e.is_dir()
+                        except OSError:
+                            is_dir = False
+                        if is_dir:
+                            subdirs.append(name)
+                            continue
+                        dot = name.rfind(b".")
+                        if dot > 0 and name[dot:].lower() in exts:
+                            files.append(name)
+                        else:
+                            ignored += 1
+            except OSError:
+                continue
+            _sort_names(files)
+            chunks.append((rel, files, _sizes(fd, files)))
+        finally:
+            os.close(fd)
+        _sort_names(subdirs)
+        stack.extend((os.path.join(path, n), rel + n + b"/") for n in reversed(subdirs))
+    if len(chunks) == 1 and not chunks[0][0]:
+        return ClassFiles(chunks[0][1], chunks[0][2], ignored)  # a flat class folder: sorted already
+    names = [rel + n for rel, files, _ in chunks for n in files]
+    sizes = array("q", chain.from_iterable(sz for _, _, sz in chunks))
+    by_name = list(range(len(names)))
+    try:
+        b"/".join(names).decode("utf-8")
+        by_name.sort(key=names.__getitem__)
+    except UnicodeDecodeError:
+        by_name.sort(key=lambda i: os.fsdecode(names[i]))
+    return ClassFiles([names[i] for i in by_name], array("q", (sizes[i] for i in by_name)), ignored)
 
 
 def _is_dir(entry: os.DirEntry) -> bool:
@@ -228,7 +338,7 @@ def parse_split_spec(spec: str) -> dict[str, float]:
     return fractions
 
 
-def _stratify(files: list, fractions: dict[str, float], rng: random.Random) -> dict[str, list]:
+def _stratify(files: Sequence[int], fractions: dict[str, float], rng: random.Random) -> dict[str, list[int]]:
     """Cut one class's files into splits by cumulative rounding, after a seeded shuffle."""
     files = list(files)
     rng.shuffle(files)
@@ -290,8 +400,6 @@ def discover(
                 "taken as classes; to use splits, move every class folder into train/, validation/ or test/"
             )
 
-    # class name -> split key -> candidates
-    per_class: dict[str, dict[str, list[Found]]] = {}
     walks: list[tuple[str, str, str]] = []  # (class name, split key, folder)
     for skey, sroot in split_roots.items():
         entries = (
@@ -307,103 +415,123 @@ def discover(
                         loose.append(e)
                 continue
             walks.append((e.name, skey, e.path))
-    for (c, skey, _), (found, ign) in zip(walks, _walk_classes(walks, remote)):
-        ignored += ign
-        prefix = f"{os.path.basename(split_roots[skey])}/" if skey else ""
-        per_class.setdefault(c, {})[skey] = [(p, prefix + c + "/" + r, c + "/" + r, sz) for p, r, sz in found]
     if loose:
         warnings.append(
             f"{plural(len(loose), 'image')} {'lies' if len(loose) == 1 else 'lie'} outside any class folder (e.g. {loose[0].name}) and {'is' if len(loose) == 1 else 'are'} ignored: "
             "put them in INPUT/CLASS/"
         )
+    images = f"(images: {', '.join(sorted(IMAGE_EXTENSIONS))})"
+    classes = _class_list(
+        {c for c, _, _ in walks},
+        labels,
+        f"no class folders found in {input_dir}: expected {input_dir}/CLASS_NAME/image.jpg {images}",
+    )
+    table = ImageTable(input_dir, remote, classes, [i + label_offset for i in range(len(classes))], split_rel=True)
+    index = {c: i for i, c in enumerate(classes)}
+    # Laid out split folder by split folder, class folders in the order of their "class/" prefix:
+    # each split's image numbers are then in image/filename order (see conversion.table).
+    rank = {k: i for i, k in enumerate(split_roots)}
+    walks.sort(key=lambda w: (rank[w[1]], w[0] + "/"))
+    per_class: dict[str, dict[str, Sequence[int]]] = {}  # class name -> split key -> image numbers
+    excluded: dict[str, int] = {}
+    for (c, skey, _), found in zip(walks, _walk_classes(walks, remote)):
+        ignored += found.ignored
+        if c not in index:
+            excluded[c] = excluded.get(c, 0) + len(found.names)
+            continue
+        split_dir = f"{os.path.basename(split_roots[skey])}/" if skey else ""
+        group = table.new_group(split_dir + c + "/", index[c], len(split_dir))
+        per_class.setdefault(c, {})[skey] = table.extend(group, found.names, found.sizes)
     split_keys = list(split_roots) if presplit else (list(split) if split else ["train"])
     return _assemble(
+        table,
         per_class,
+        excluded,
         split_keys,
         presplit=presplit,
         split=split,
         seed=seed,
-        label_offset=label_offset,
-        labels=labels,
         ignored=ignored,
         warnings=warnings,
         what="class folder",
         whats="class folders",
-        no_classes=(
-            f"no class folders found in {input_dir}: expected {input_dir}/CLASS_NAME/image.jpg "
-            f"(images: {', '.join(sorted(IMAGE_EXTENSIONS))})"
-        ),
-        no_images=(
-            f"no images found in {input_dir}: expected {input_dir}/CLASS_NAME/image.jpg "
-            f"(images: {', '.join(sorted(IMAGE_EXTENSIONS))})"
-        ),
+        no_images=f"no images found in {input_dir}: expected {input_dir}/CLASS_NAME/image.jpg {images}",
     )
 
 
+def _class_list(found: set[str], labels: list[str] | None, no_classes: str) -> list[str]:
+    """The classes, in label order: --labels as given, else the names found, sorted."""
+    classes = list(labels) if labels is not None else sorted(found)
+    if not classes:
+        raise UsageError(no_classes)
+    return classes
+
+
+def _in_order(parts: list[Sequence[int]]) -> array:
+    """One split's image numbers, sorted (= image/filename order); whole groups need no sort."""
+    if all(isinstance(p, range) for p in parts):
+        return array("q", chain.from_iterable(sorted(parts, key=lambda r: r.start)))  # type: ignore[attr-defined]
+    return array("q", sorted(chain.from_iterable(parts)))
+
+
 def _assemble(
-    per_class: dict[str, dict[str, list[Found]]],
+    table: ImageTable,
+    per_class: dict[str, dict[str, Sequence[int]]],
+    excluded: dict[str, int],
     split_keys: list[str],
     *,
     presplit: bool,
     split: dict[str, float] | None,
     seed: int,
-    label_offset: int,
-    labels: list[str] | None,
     ignored: int,
     warnings: list[str],
     what: str,
     whats: str,
-    no_classes: str,
     no_images: str,
 ) -> Discovery:
-    """Labels, stratified splits and the seeded shuffle: shared by the folder walk and --file-list."""
-    excluded = 0
-    if labels is not None:
-        classes = list(labels)
-        unlisted = sorted(set(per_class) - set(classes))
-        if unlisted:
-            excluded = sum(len(v) for c in unlisted for v in per_class[c].values())
-            warnings.append(
-                f"{plural(len(unlisted), what, whats)} not in --labels {'is' if len(unlisted) == 1 else 'are'} left out "
-                f"({plural(excluded, 'image')}): " + ", ".join(unlisted[:5]) + ("..." if len(unlisted) > 5 else "")
-            )
-    else:
-        classes = sorted(per_class)
-    if not classes:
-        raise UsageError(no_classes)
+    """Stratified splits and the seeded shuffle over the table's image numbers: shared by the folder
+    walk and --file-list. `per_class` holds the image numbers of each class in image/filename order."""
+    classes = table.classes
+    if excluded:
+        unlisted = sorted(excluded)
+        n = sum(excluded.values())
+        warnings.append(
+            f"{plural(len(unlisted), what, whats)} not in --labels {'is' if len(unlisted) == 1 else 'are'} left out "
+            f"({plural(n, 'image')}): " + ", ".join(unlisted[:5]) + ("..." if len(unlisted) > 5 else "")
+        )
     for c in classes:
-        if not any(per_class.get(c, {}).values()):
+        if not any(len(v) for v in per_class.get(c, {}).values()):
             warnings.append(f"class {c!r} has no images; its label is kept")
 
-    label_of = {c: i + label_offset for i, c in enumerate(classes)}
-    splits: dict[str, list[ImageItem]] = {}
-    for s in split_keys:
-        splits[s] = []
+    parts: dict[str, list[Sequence[int]]] = {s: [] for s in split_keys}
     for c in classes:
-        for skey, found in per_class.get(c, {}).items():
-            items = [ImageItem(path=p, rel=r, filename=f, label=label_of[c], text=c, size=sz) for p, r, f, sz in found]
+        for skey, numbers in per_class.get(c, {}).items():
             if presplit:
-                splits[skey].extend(items)
+                parts[skey].append(numbers)
             elif split:
-                for s, part in _stratify(items, split, random.Random(f"img2tfrecord:{seed}:stratify:{c}")).items():
-                    splits[s].extend(part)
+                for s, part in _stratify(numbers, split, random.Random(f"img2tfrecord:{seed}:stratify:{c}")).items():
+                    parts[s].append(part)
             else:
-                splits["train"].extend(items)
+                parts["train"].append(numbers)
     undecodable = [n for n in classes if not n.isascii() and utf8_text(n) != n]
-    undecodable += [
-        it.filename
-        for items in splits.values()
-        for it in items
-        if not it.filename.isascii() and utf8_text(it.filename) != it.filename
-    ]
+    if not table.names.isascii() or not all(g.prefix.isascii() for g in table.groups):  # else none can be
+        undecodable += [
+            name
+            for pieces in parts.values()
+            for piece in pieces
+            for i in piece
+            if not (name := table.task(i).filename).isascii() and utf8_text(name) != name
+        ]
     if undecodable:
         warnings.append(
             f"{plural(len(undecodable), 'name')} {'is' if len(undecodable) == 1 else 'are'} not valid UTF-8 (e.g. '{utf8_text(undecodable[0])}'): records, "
             "labels.txt and dataset.json hold the undecodable bytes as \\xNN escapes; rename the files to keep their names exact"
         )
-    for s, items in splits.items():
-        items.sort(key=lambda it: it.filename)
-        random.Random(f"img2tfrecord:{seed}:shuffle:{s}").shuffle(items)
+    splits: dict[str, TaskView] = {}
+    for s, pieces in parts.items():
+        order = _in_order(pieces)
+        random.Random(f"img2tfrecord:{seed}:shuffle:{s}").shuffle(order)
+        splits[s] = TaskView(table, order)
     if not any(splits.values()):
         raise UsageError(no_images)
     return Discovery(
@@ -412,7 +540,7 @@ def _assemble(
         ignored_files=ignored,
         warnings=warnings,
         presplit=presplit,
-        excluded_files=excluded,
+        excluded_files=sum(excluded.values()),
     )
 
 
@@ -435,24 +563,44 @@ def discover_file_list(
     remote ones are not (one request per object is the cost a file list avoids): a missing one
     is reported as skipped.
     """
-    per_class: dict[str, dict[str, list[Found]]] = {}
-    for found, label in _read_file_list(input_dir, file_list):
-        per_class.setdefault(label, {}).setdefault("", []).append(found)
-    for by_split in per_class.values():
-        by_split[""].sort(key=lambda f: f[2])  # as the walk sorts a class folder: list order is irrelevant
+    rows = _read_file_list(input_dir, file_list)
+    classes = _class_list({label for _, label in rows}, labels, f"--file-list {file_list} lists no images")
+    root = fs.local(input_dir)
+    table = ImageTable(root, fs.is_remote(root), classes, [i + label_offset for i in range(len(classes))])
+    groups = [table.new_group("", i) for i in range(len(classes))]
+    index = {c: i for i, c in enumerate(classes)}
+    excluded: dict[str, int] = {}
+    kept = []
+    for row in rows:
+        if row[1] in index:
+            kept.append(row)
+        else:
+            excluded[row[1]] = excluded.get(row[1], 0) + 1
+    del rows
+    kept.sort(key=lambda r: r[0][2])  # image/filename order, as the walk lays a tree out: list order is irrelevant
+    numbers = table.extend(
+        [groups[index[label]] for _, label in kept],
+        [encode_name(found[1]) for found, _ in kept],
+        (found[3] for found, _ in kept),
+    )
+    per_class: dict[str, dict[str, Sequence[int]]] = {}
+    for i, ((path, rel, _, _), label) in zip(numbers, kept):
+        if path != table.default_path(rel):
+            table.paths[i] = path
+        per = per_class.setdefault(label, {})
+        per.setdefault("", array("q")).append(i)  # type: ignore[attr-defined]
     return _assemble(
+        table,
         per_class,
+        excluded,
         list(split) if split else ["train"],
         presplit=False,
         split=split,
         seed=seed,
-        label_offset=label_offset,
-        labels=labels,
         ignored=0,
         warnings=[],
         what="class",
         whats="classes",
-        no_classes=f"--file-list {file_list} lists no images",
         no_images=f"--file-list {file_list}: none of the listed images belongs to a class in --labels",
     )
 

@@ -322,7 +322,8 @@ class WriteShardFn(_DoFn):  # type: ignore[misc, valid-type]
 
 def shard_to_json(shard: PlannedShard) -> bytes:
     """One plan line. ASCII JSON keeps undecodable file names (surrogate escapes) intact."""
-    return json.dumps({"split": shard.split, "index": shard.index, "count": shard.count, "tasks": shard.tasks}).encode(
+    tasks = list(shard.tasks)  # this shard's Tasks, made from the plan's table now
+    return json.dumps({"split": shard.split, "index": shard.index, "count": shard.count, "tasks": tasks}).encode(
         "ascii"
     )
 
