@@ -145,13 +145,13 @@ def run(images: int = 1_000_000, small: int = 10_000, rounds: int = 3) -> dict:
     return {"images": images, "small": small, "rounds": rounds, "contenders": rows, "ratio": ratio}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", type=int, default=1_000_000)
     ap.add_argument("--small", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results-plan.json"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     result = run(args.images, args.small, args.rounds)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)
