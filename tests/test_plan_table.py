@@ -174,6 +174,34 @@ def test_a_file_list_of_the_tree_plans_as_its_walk(tmp_path):
     assert header(listed)["fingerprint"] == header(walked)["fingerprint"]
 
 
+@pytest.mark.parametrize(
+    ("rows", "error"),
+    [
+        (
+            ["a/1.jpg", "a/2.jpg", "./a/1.jpg", "a/3.jpg", "a/1.jpg,a,x"],
+            "line 3: ./a/1.jpg is listed twice (first on line 1)",
+        ),
+        (["a/1.jpg", "a/1.jpg,a,x", "a/2.jpg", "a/1.jpg"], "line 2: expected path, got 3 column(s)"),
+        (["a/2.jpg", "a/nope.jpg", "a/1.jpg", "a/2.jpg"], "line 4: a/2.jpg is listed twice (first on line 1)"),
+        (["a/1.jpg", "a/nope.jpg", "b/9.jpg"], "line 2: {src}/a/nope.jpg does not exist (1 more listed file(s)"),
+        (["a/2.jpg", "a/1.jpg", "a/2.jpg", "a/1.jpg"], "line 3: a/2.jpg is listed twice (first on line 1)"),
+    ],
+    ids=["twice before a bad row", "bad row before twice", "twice and missing", "missing", "first of two"],
+)
+def test_a_file_list_names_its_first_wrong_line(tmp_path, rows, error):
+    """Names listed twice are found by sorting, after the rows are read: the error is still the
+    one on the first wrong line, as a reading that stopped there would give."""
+    from img2tfrecord.errors import UsageError
+
+    src = tmp_path / "in"
+    for name in ("a/1.jpg", "a/2.jpg", "a/3.jpg"):
+        write(src / name, 10)
+    (tmp_path / "list.csv").write_text("\n".join(rows) + "\n")
+    with pytest.raises(UsageError) as e:
+        plan_job(str(src), str(tmp_path / "out"), file_list=str(tmp_path / "list.csv"))
+    assert error.format(src=src) in str(e.value)
+
+
 def links(root: Path, n: int, classes: int = 10) -> Path:
     """n hard links to a few small files, in `classes` class folders."""
     src = root / "in"
