@@ -260,3 +260,17 @@ def test_a_dry_run_of_a_big_tree_imports_no_tensorflow(tmp_path):
     summary = json.loads(res.stdout)
     assert summary["images"] == 20_000 and summary["splits"]["train"]["class_counts"]["class_03"] == 2000
     assert not (tmp_path / "out").exists()
+
+
+def test_remote_runners_are_told_of_a_local_file_without_making_every_task():
+    """Dataflow's workers cannot read local files; a plan of a bucket answers that at once."""
+    from array import array
+
+    from img2tfrecord.conversion.table import ImageTable, first_local_path
+
+    bucket = ImageTable("gs://b/in", True, ["cat"], [0])
+    bucket.extend(bucket.new_group("cat/", 0), [b"1.jpg", b"2.jpg"], [0, 0])
+    view = TaskView(bucket, array("q", [1, 0]))
+    assert first_local_path(view) is None and [t.path for t in view] == ["gs://b/in/cat/2.jpg", "gs://b/in/cat/1.jpg"]
+    bucket.paths[0] = "/home/me/1.jpg"  # a --file-list row naming a local file
+    assert first_local_path(view) == "/home/me/1.jpg"

@@ -4,12 +4,13 @@ A split's shuffled candidate list is cut at `round(n * i / k)` (as TFDS does), s
 
 A shard's images are a `TaskView` over the walk's `ImageTable` (columns, ~45 bytes an image; see
 conversion.table): the plan of a million images holds no Python object per image, and its
-`Task`s are made when a shard is handed to a worker. Measured by `bench/plan.py` on 1 M files:
-see README "Performance"; the planning process stays under 150 bytes an image at its peak,
+`Task`s are made when a shard is handed to a worker. Measured by `bench/plan.py` on 1 M files
+(2 cores): the planning process peaks at ~75 bytes an image (target 150: 100 M images in < 15 GB),
 where a `Task` per image took ~700. Cyclic garbage collection is paused while the plan is made
-(`_gc_paused`): with an object per image it rescanned every earlier one again and again
-(28 -> 20 s in-process for a million); with columns there is little left for it to scan, and
-nothing made here forms a cycle."""
+(`_gc_paused`): with an object per image, every collection rescanned all earlier ones (measured
+in-process on 1 M files: 23.8 -> 18.9 s for the old plan); with columns there is little left for
+it to scan (7-8 s either way, within noise), and nothing made here forms a cycle, so the pause
+costs nothing and keeps a big --file-list (a few objects a row while parsing) from paying it."""
 
 from __future__ import annotations
 

@@ -34,6 +34,8 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, overload
 
+from img2tfrecord import fs
+
 
 class Task(NamedTuple):
     """One image of the plan, as a worker gets it (made per shard from the table, or read back
@@ -194,3 +196,10 @@ def fingerprint_items(tasks: Sequence[Task]) -> bytes:
             for i in tasks.order
         )
     return b"".join(f"\0{t.rel}\0{t.size}".encode("utf-8", "surrogateescape") for t in tasks)
+
+
+def first_local_path(tasks: Sequence[Task]) -> str | None:
+    """The first path of `tasks` that is a local file, or None (at once for a view of a remote walk)."""
+    if isinstance(tasks, TaskView) and tasks.table.remote and not tasks.table.paths:
+        return None
+    return next((t.path for t in tasks if not fs.is_remote(t.path)), None)

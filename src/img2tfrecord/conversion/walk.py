@@ -14,6 +14,16 @@ Inputs with a scheme (``gs://bucket/data``) are listed through ``tf.io.gfile``, 
 per thread, so a bucket with thousands of classes is listed in parallel. ``--file-list`` replaces
 the walk by a CSV/TSV of ``path[,label_name]`` rows; both give the same `Discovery`, and the same
 files give the same plan (and bytes) whichever way they were found.
+
+Scale (issue 13: 100 M images must plan on one Beam driver): what is found goes straight into an
+`ImageTable` (conversion.table), never into an object per image. A local class folder is read with
+names as bytes and its files stat'ed relative to the open folder (`_walk_class_fast`), and laid
+out so that a split's image numbers are in image/filename order: sorting a split sorts integers.
+On 1 M files in 10 classes (`bench/plan.py`, 2 cores), `convert --dry-run` now takes about the
+time of a bare `os.scandir` walk that keeps (path, size) tuples, sorts and shuffles them (1.1x;
+it was 2.7x), and ~75 bytes an image at its peak RSS (the bare walk ~230; it was ~700). The stat
+of each file is most of both. A file list is parsed into the same table, a row held as one bytes
+object until it is in (~200 bytes a row at the peak for 1 M rows; it was ~680).
 """
 
 from __future__ import annotations

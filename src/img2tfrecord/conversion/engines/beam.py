@@ -46,6 +46,7 @@ from img2tfrecord.conversion.options import (
     ShardSettings,
 )
 from img2tfrecord.conversion.plan import PlannedShard, Task
+from img2tfrecord.conversion.table import first_local_path
 from img2tfrecord.conversion.write import ShardOutcome
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.tf_import import tensorflow
@@ -235,7 +236,7 @@ def run_beam(
     for arg in unknown_options(flags):
         emit("warning", f"--beam-options: Beam does not know {arg}; it is passed on unchanged")
     if runner in REMOTE_ONLY_RUNNERS:
-        local = next((t.path for s in plan.shards for t in s.tasks if not fs.is_remote(t.path)), None)
+        local = next(filter(None, (first_local_path(s.tasks) for s in plan.shards)), None)
         if local:
             raise UsageError(
                 f"--runner={given_runner(flags)}: workers cannot read the local file {local}; put the images in a bucket (gs://...)"
