@@ -274,3 +274,24 @@ def test_remote_runners_are_told_of_a_local_file_without_making_every_task():
     assert first_local_path(view) is None and [t.path for t in view] == ["gs://b/in/cat/2.jpg", "gs://b/in/cat/1.jpg"]
     bucket.paths[0] = "/home/me/1.jpg"  # a --file-list row naming a local file
     assert first_local_path(view) == "/home/me/1.jpg"
+
+
+def test_the_duplicate_report_groups_as_a_list_per_digest_did():
+    """dedupe.report keeps a tuple for a digest seen once (nearly all of them): same report."""
+    from img2tfrecord.conversion import dedupe
+
+    rnd = random.Random(1)
+    written = [
+        (f"d{rnd.randrange(40)}", f"c{i % 3}/{i}.jpg", rnd.choice(["train", "validation"]), f"c{i % 3}")
+        for i in range(200)
+    ]
+    dropped = [{"digest": "d7", "path": "c1/x.jpg", "split": "train", "class": "c1", "duplicate_of": "c0/0.jpg"}]
+    groups: dict[str, list] = {}
+    for digest, rel, split, text in written:
+        groups.setdefault(digest, []).append((rel, split, text))
+    for d in dropped:
+        groups.setdefault(d["digest"], []).append((d["path"], d["split"], d["class"]))
+    want = [[m[0] for m in members] for members in groups.values() if len(members) > 1]
+    got = dedupe.report("drop", iter(written), dropped)
+    assert [g["files"] for g in got["groups"]] == want and got["duplicate_files"] == sum(len(w) - 1 for w in want)
+    assert got["dropped"] == [{"path": "c1/x.jpg", "split": "train", "duplicate_of": "c0/0.jpg"}]
