@@ -144,6 +144,24 @@ def test_the_columnar_plan_is_the_list_of_tasks_plan(tmp_path, options):
     assert plan.images == sum(len(t) for _, t in want)
 
 
+def test_the_str_walk_of_other_platforms_plans_the_same(tmp_path, monkeypatch):
+    """Where names are not bytes that decode as UTF-8 (Windows), the walk lists str names: same
+    plan, symlinks included (followed, each folder walked once)."""
+    from img2tfrecord.conversion import walk
+
+    src = awkward_tree(tmp_path / "in")
+    os.symlink(src / "a", src / "z" / "loop")  # a folder reached twice: walked once, where it comes first
+    os.symlink(src / "z", src / "z" / "deep" / "up")  # a loop
+    os.symlink(src / "k" / "x.jpg", src / "k" / "link.jpg")
+    os.symlink(src / "k" / "gone.jpg", src / "k" / "broken.jpg")  # size 0: reported as skipped later
+    fast = plan_list(plan_job(str(src), str(tmp_path / "o1"), shards=3, split="train=0.5,validation=0.5"))
+    rels = {t.rel for _, tasks in fast for t in tasks}
+    assert "z/loop/x.jpg" in rels and "k/link.jpg" in rels and "k/broken.jpg" in rels
+    assert not any(r.startswith("z/deep/up/") for r in rels)
+    monkeypatch.setattr(walk, "_BYTES_WALK", False)
+    assert plan_list(plan_job(str(src), str(tmp_path / "o2"), shards=3, split="train=0.5,validation=0.5")) == fast
+
+
 def test_split_folders_plan_as_before(tmp_path):
     for split, n in (("train", 0), ("val", 1)):
         for cls in ("cat", "cat-2", "dog"):
