@@ -8,8 +8,8 @@ conversion.table): the plan of a million images holds no Python object per image
 (2 cores): the planning process peaks at ~75 bytes an image (target 150: 100 M images in < 15 GB),
 where a `Task` per image took ~700. Cyclic garbage collection is paused while the plan is made
 (`_gc_paused`): with an object per image, every collection rescanned all earlier ones (measured
-in-process on 1 M files: 23.8 -> 18.9 s for the old plan); with columns there is little left for
-it to scan (7-8 s either way, within noise), and nothing made here forms a cycle, so the pause
+in-process on 1 M files, one run each: 23.8 -> 18.9 s for the old plan); with columns there is
+little left for it to scan (6.5-8.5 s either way, within this machine's noise), and nothing made here forms a cycle, so the pause
 costs nothing and keeps a big --file-list (a few objects a row while parsing) from paying it."""
 
 from __future__ import annotations
