@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 
-.PHONY: install test lint demo bench bench-read clean
+.PHONY: install test lint demo bench bench-read bench-plan clean
 
 install: $(STAMP)
 
@@ -35,6 +35,9 @@ bench: $(STAMP)
 
 bench-read: $(STAMP)  # only the read benchmark (load() vs a hand-written tf.data pipeline vs Keras), ~3 minutes
 	$(BIN)/python bench/run.py --only read
+
+bench-plan: $(STAMP)  # only the plan benchmark (convert --dry-run on 1 M files vs a plain scandir walk), ~2 minutes
+	$(BIN)/python bench/run.py --only plan
 
 clean:
 	rm -rf $(VENV) out build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache bench/.cache

@@ -11,9 +11,10 @@ times under new names) so that steady state, which starts only after TensorFlow'
 lasts long enough to measure.
 
 Then the read benchmark (bench/read.py): load() against a hand-written tf.data pipeline and
-Keras' image_dataset_from_directory, first-batch latency and steady throughput.
+Keras' image_dataset_from_directory, first-batch latency and steady throughput; and the plan
+benchmark (bench/plan.py): `convert --dry-run` on a million files against a plain-Python walk.
 
-Usage: python bench/run.py [--images 12000] [--rounds 3] [--quick] [--only convert|read] [--out bench/results.json]
+Usage: python bench/run.py [--images 12000] [--rounds 3] [--quick] [--only convert|read|plan] [--out bench/results.json]
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dataset
+import plan
 import read
 
 PY = sys.executable
@@ -256,9 +258,12 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=12000, help="a multiple of 4000")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="fewer contenders, no 16k-image memory check")
-    ap.add_argument("--only", choices=("convert", "read"), help="run one of the two benchmarks (default: both)")
+    ap.add_argument("--only", choices=("convert", "read", "plan"), help="run one of the benchmarks (default: all)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.json"))
     args = ap.parse_args()
+    if args.only == "plan":
+        plan.main(["--rounds", str(args.rounds)])
+        return
     if args.only == "read":
         result = {"read": read.run(args.rounds)}
         with open(args.out, "w") as f:
@@ -408,6 +413,9 @@ def main() -> None:
     if args.only != "convert":
         print()
         result["read"] = read.run(args.rounds)
+    if args.only is None:
+        print()
+        plan.main(["--rounds", str(args.rounds)])  # writes bench/results-plan.json
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)
     print(f"\nresults: {args.out}")

@@ -34,15 +34,28 @@ class Deduper:
 
 
 def report(mode: str, written: Iterable[tuple[str, str, str, str]], dropped: list[dict[str, str]]) -> dict[str, Any]:
-    """Groups of identical files among (digest, path, split, class) entries, plus what was dropped."""
-    groups: dict[str, list[tuple[str, str, str]]] = {}
+    """Groups of identical files among (digest, path, split, class) entries, plus what was dropped.
+
+    One entry per record of the run: a digest seen once keeps one tuple, not a list of one, since
+    nearly every digest is seen once."""
+    groups: dict[str, tuple[str, str, str] | list[tuple[str, str, str]]] = {}
+
+    def add(digest: str, member: tuple[str, str, str]) -> None:
+        seen = groups.get(digest)
+        if seen is None:
+            groups[digest] = member
+        elif isinstance(seen, tuple):
+            groups[digest] = [seen, member]
+        else:
+            seen.append(member)
+
     for digest, rel, split, text in written:
-        groups.setdefault(digest, []).append((rel, split, text))
+        add(digest, (rel, split, text))
     for d in dropped:
-        groups.setdefault(d["digest"], []).append((d["path"], d["split"], d["class"]))
+        add(d["digest"], (d["path"], d["split"], d["class"]))
     out: list[dict[str, Any]] = []
     for members in groups.values():
-        if len(members) < 2:
+        if isinstance(members, tuple):
             continue
         classes = sorted({m[2] for m in members})
         splits = sorted({m[1] for m in members})

@@ -10,6 +10,7 @@ from img2tfrecord.conversion import write as writer
 from img2tfrecord.conversion.events import EventSink, Timing
 from img2tfrecord.conversion.output import publish
 from img2tfrecord.conversion.plan import Plan, one_record_warning
+from img2tfrecord.conversion.table import class_counts
 from img2tfrecord.conversion.write import ShardOutcome
 from img2tfrecord.errors import DataError, plural
 from img2tfrecord.format import tfds as tfds_metadata
@@ -165,8 +166,8 @@ def _plan_summary(plan: Plan, timing: Timing, refused: str | None = None) -> dic
         )
         sp["images"] += len(shard.tasks)
         sp["shards"].append({"file": shard.name, "images": len(shard.tasks)})
-        for t in shard.tasks:
-            sp["class_counts"][utf8_text(t.text)] += 1
+        for text, n in class_counts(shard.tasks).items():  # from the plan's columns: no Task made
+            sp["class_counts"][utf8_text(text)] += n
     return {
         "input": plan.input_dir,
         "output": plan.output_dir,

@@ -1,13 +1,26 @@
 """The plan: which images, in which order, in which shard. Made once, from the walk and the options only, so the output bytes depend on nothing else.
 
-A split's shuffled candidate list is cut at `round(n * i / k)` (as TFDS does), so every shard mixes classes."""
+A split's shuffled candidate list is cut at `round(n * i / k)` (as TFDS does), so every shard mixes classes.
+
+A shard's images are a `TaskView` over the walk's `ImageTable` (columns, ~45 bytes an image; see
+conversion.table): the plan of a million images holds no Python object per image, and its
+`Task`s are made when a shard is handed to a worker. Measured by `bench/plan.py` on 1 M files
+(2 cores): the planning process peaks at ~75 bytes an image (target 150: 100 M images in < 15 GB),
+where a `Task` per image took ~700. Cyclic garbage collection is paused while the plan is made
+(`_gc_paused`): with an object per image, every collection rescanned all earlier ones (measured
+in-process on 1 M files, one run each: 23.8 -> 18.9 s for the old plan); with columns there is
+little left for it to scan (6.5-8.5 s either way, within this machine's noise), and nothing made here forms a cycle, so the pause
+costs nothing and keeps a big --file-list (a few objects a row while parsing) from paying it."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 import os
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.options import (
@@ -21,8 +34,8 @@ from img2tfrecord.conversion.options import (
     parse_resize,
     parse_shards,
 )
+from img2tfrecord.conversion.table import Task, sizes_of
 from img2tfrecord.conversion.walk import (
-    ImageItem,
     discover,
     discover_file_list,
     parse_split_spec,
@@ -110,18 +123,6 @@ def one_record_warning(split: str) -> str:
     )
 
 
-class Task(NamedTuple):
-    """One image of the plan. A tuple underneath: millions of them are held, pickled to workers
-    and written to Beam's plan file as JSON lists."""
-
-    path: str  # where to read it (local path or URL)
-    rel: str  # relative to the split's root: how the manifest, dedupe and resume name it
-    filename: str  # image/filename (rel, or a --file-list row as written)
-    label: int
-    text: str  # the class name (image/class/text)
-    size: int  # bytes, from the walk (0 when a remote listing gave none)
-
-
 @dataclass(frozen=True)
 class PlannedShard:
     """One shard of the plan: which images, in which order. The unit of work of every engine."""
@@ -129,16 +130,16 @@ class PlannedShard:
     split: str
     index: int
     count: int
-    tasks: tuple[Task, ...]
+    tasks: Sequence[Task]  # a TaskView over the plan's table (a tuple once sent to a worker)
 
     @property
     def name(self) -> str:
         return shard_name(self.split, self.index, self.count)
 
 
-def make_plan(splits: dict[str, list[Task]], counts: dict[str, int]) -> list[PlannedShard]:
+def make_plan(splits: Mapping[str, Sequence[Task]], counts: dict[str, int]) -> list[PlannedShard]:
     return [
-        PlannedShard(s, i, counts[s], tuple(tasks[a:b]))
+        PlannedShard(s, i, counts[s], tasks[a:b])
         for s, tasks in splits.items()
         if tasks
         for i, (a, b) in enumerate(shard_bounds(len(tasks), counts[s]))
@@ -225,7 +226,55 @@ def plan_job(
     fractions = parse_split_spec(split) if isinstance(split, str) else split
     class_list = read_labels_file(labels) if isinstance(labels, str) else labels
     check_paths(input_dir, output_dir)
+    with _gc_paused():
+        return _plan(
+            input_dir,
+            output_dir,
+            opts,
+            shard_request,
+            fractions,
+            class_list,
+            seed,
+            label_offset,
+            file_list,
+            index,
+            compression,
+            dedupe,
+            checksum,
+            fsync,
+            strict,
+        )
 
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while the plan is made (see the module docstring)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _plan(
+    input_dir: str,
+    output_dir: str,
+    opts: EncodeOptions,
+    shard_request: int | dict[str, int] | None,
+    fractions: dict[str, float] | None,
+    class_list: list[str] | None,
+    seed: int,
+    label_offset: int,
+    file_list: str | None,
+    index: bool,
+    compression: str | None,
+    dedupe: str,
+    checksum: str,
+    fsync: bool,
+    strict: bool,
+) -> Plan:
     if file_list:
         found = discover_file_list(
             input_dir, file_list, split=fractions, seed=seed, label_offset=label_offset, labels=class_list
@@ -237,10 +286,6 @@ def plan_job(
         split_bytes, {s: len(v) for s, v in found.splits.items()}, shard_request, min_shard_records(index)
     )
     empty = [f"split {s} has no images; no shards are written for it" for s, v in found.splits.items() if not v]
-    tasks = {
-        s: [Task(it.path, it.rel, it.filename, it.label, it.text, it.size) for it in items]
-        for s, items in found.splits.items()
-    }
     options = asdict(opts) | {
         "resize": list(opts.resize) if isinstance(opts.resize, tuple) else opts.resize,
         "seed": seed,
@@ -262,7 +307,7 @@ def plan_job(
         classes=found.classes,
         label_offset=label_offset,
         split_names=list(found.splits),
-        shards=make_plan(tasks, counts),
+        shards=make_plan(found.splits, counts),
         settings=settings,
         options=options,
         ignored_files=found.ignored_files,
@@ -282,10 +327,11 @@ def check_paths(input_dir: str, output_dir: str) -> None:
             )
 
 
-def _estimate_bytes(items: list[ImageItem], opts: EncodeOptions) -> int:
+def _estimate_bytes(items: Sequence[Task], opts: EncodeOptions) -> int:
     """Rough output size of a split, used only to choose a default shard count."""
-    source = sum(it.size for it in items)
-    unknown = sum(1 for it in items if not it.size)  # remote listings carry no sizes
+    sizes = sizes_of(items)
+    source = sum(sizes)
+    unknown = sizes.count(0)  # remote listings carry no sizes
     if unknown:
         known = len(items) - unknown
         source += unknown * (source // known if known else UNKNOWN_IMAGE_BYTES)

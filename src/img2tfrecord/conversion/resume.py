@@ -18,6 +18,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from img2tfrecord import fs
+from img2tfrecord.conversion.table import fingerprint_items
 from img2tfrecord.conversion.write import ShardOutcome
 from img2tfrecord.errors import DataError, UsageError, plural
 
@@ -36,12 +37,9 @@ def header(plan: Plan) -> dict[str, Any]:
     shards = {}
     for shard in plan.shards:
         h.update(shard.name.encode())
-        one = hashlib.sha256()
-        for t in shard.tasks:
-            item = f"\0{t.rel}\0{t.size}".encode("utf-8", "surrogateescape")
-            h.update(item)
-            one.update(item)
-        shards[shard.name] = one.hexdigest()[:16]
+        items = fingerprint_items(shard.tasks)  # from the plan's columns: no Task made
+        h.update(items)
+        shards[shard.name] = hashlib.sha256(items).hexdigest()[:16]
     return {
         "fingerprint": h.hexdigest(),
         "options": _plain(plan.options),

@@ -46,6 +46,7 @@ from img2tfrecord.conversion.options import (
     ShardSettings,
 )
 from img2tfrecord.conversion.plan import PlannedShard, Task
+from img2tfrecord.conversion.table import first_local_path
 from img2tfrecord.conversion.write import ShardOutcome
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.tf_import import tensorflow
@@ -235,7 +236,7 @@ def run_beam(
     for arg in unknown_options(flags):
         emit("warning", f"--beam-options: Beam does not know {arg}; it is passed on unchanged")
     if runner in REMOTE_ONLY_RUNNERS:
-        local = next((t.path for s in plan.shards for t in s.tasks if not fs.is_remote(t.path)), None)
+        local = next(filter(None, (first_local_path(s.tasks) for s in plan.shards)), None)
         if local:
             raise UsageError(
                 f"--runner={given_runner(flags)}: workers cannot read the local file {local}; put the images in a bucket (gs://...)"
@@ -322,7 +323,8 @@ class WriteShardFn(_DoFn):  # type: ignore[misc, valid-type]
 
 def shard_to_json(shard: PlannedShard) -> bytes:
     """One plan line. ASCII JSON keeps undecodable file names (surrogate escapes) intact."""
-    return json.dumps({"split": shard.split, "index": shard.index, "count": shard.count, "tasks": shard.tasks}).encode(
+    tasks = list(shard.tasks)  # this shard's Tasks, made from the plan's table now
+    return json.dumps({"split": shard.split, "index": shard.index, "count": shard.count, "tasks": tasks}).encode(
         "ascii"
     )
 

@@ -50,6 +50,7 @@ PREFETCH_BYTES = 64 * 1024 * 1024  # one process: images encoded ahead while Ten
 PROGRESS_EVERY = 0.2  # seconds between a worker's progress messages
 MIN_IMAGES_PER_WORKER = 500  # by default, smaller jobs use fewer processes (see worker_count)
 DIGEST_CHUNK = 256  # files per task of the --dedupe drop pre-pass
+DIGEST_BATCH = 64 * DIGEST_CHUNK  # files whose digests are asked for at once (their Tasks held meanwhile)
 
 Progress = Callable[[int, int], None]  # (images, bytes) just done
 _WORKER_DIED = (
@@ -444,17 +445,25 @@ def _drop_map(
 
     Decided before any shard is written, from a content hash of every planned file (~40 us per
     100 KB file), so every shard knows what to leave out whichever worker writes it, and a resumed
-    run decides exactly as the first.
+    run decides exactly as the first. The plan's Tasks are made DIGEST_BATCH at a time, not all at once.
     """
     if settings.dedupe != "drop":
         return {}
-    tasks: list[Task] = [t for shard in plan.shards for t in shard.tasks]
-    digests = digest_all([t.path for t in tasks])
     first = Deduper("drop")
-    out = {}
-    for t, d in zip(tasks, digests):
-        if d is not None and (kept := first.admit(d, t.rel)) is not None:
-            out[t.rel] = (d, kept)
+    out: dict[str, tuple[str, str]] = {}
+    batch: list[Task] = []
+
+    def decide() -> None:
+        for t, d in zip(batch, digest_all([t.path for t in batch])):
+            if d is not None and (kept := first.admit(d, t.rel)) is not None:
+                out[t.rel] = (d, kept)
+        batch.clear()
+
+    for shard in plan.shards:
+        batch.extend(shard.tasks)
+        if len(batch) >= DIGEST_BATCH:
+            decide()
+    decide()
     return out
 
 
