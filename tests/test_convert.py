@@ -21,6 +21,7 @@ from helpers import (
     read_records,
     run_without_tensorflow,
     save,
+    tree_with_broken,
 )
 
 
@@ -434,6 +435,28 @@ def test_duplicates_are_reported_or_dropped(cli, tmp_path):
     for d in dropped:
         assert d["path"] not in kept and d["duplicate_of"] in kept
     assert manifest["skipped"] == []
+
+
+def test_duplicate_groups_name_the_right_files_among_skips_and_shards(cli, tmp_path):
+    """The report finds paths from the plan, past skipped files, in every shard: the groups are
+    exactly the sets of byte-identical readable source files."""
+    root = tree_with_broken(tmp_path / "in")  # 3 broken JPEGs in one train shard
+    sources = sorted(p for p in root.rglob("*.*") if p.suffix in (".jpg", ".png") and "broken" not in p.name)
+    for i, src in enumerate(sources[::5]):  # copies under other names and classes
+        (root / ("cat", "dog", "fox")[i % 3] / f"zz_copy_{i}{src.suffix}").write_bytes(src.read_bytes())
+    out = tmp_path / "out"
+    res = cli("convert", root, out, "--split", "train=0.75,validation=0.25", "--shards", "train=3,validation=1")
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((out / "dataset.json").read_text())
+    assert len(manifest["skipped"]) == 3
+    by_content: dict[bytes, set[str]] = {}
+    skipped = {s["path"] for s in manifest["skipped"]}
+    for p in root.rglob("*.*"):
+        rel = p.relative_to(root).as_posix()
+        if p.suffix in (".jpg", ".png") and rel not in skipped:
+            by_content.setdefault(p.read_bytes(), set()).add(rel)
+    want = sorted(sorted(g) for g in by_content.values() if len(g) > 1)
+    assert sorted(sorted(g["files"]) for g in manifest["duplicates"]["groups"]) == want and len(want) >= 4
 
 
 def test_default_shard_counts_aim_at_100_to_200_mb():

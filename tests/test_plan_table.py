@@ -312,4 +312,11 @@ def test_the_duplicate_report_groups_as_a_list_per_digest_did():
     want = [[m[0] for m in members] for members in groups.values() if len(members) > 1]
     got = dedupe.report("drop", iter(written), dropped)
     assert [g["files"] for g in got["groups"]] == want and got["duplicate_files"] == sum(len(w) - 1 for w in want)
+    # finalize passes only the records whose digest is duplicated, found from 16-byte keys: same report
+    hexed = [(f"{int(d[1:]):032x}", *rest) for d, *rest in written]
+    twice = dedupe.duplicated(["".join(h[0] for h in hexed[:120]), "".join(h[0] for h in hexed[120:])], [f"{7:032x}"])
+    assert twice == {h[0] for h in hexed if sum(g[0] == h[0] for g in hexed) > 1} | {f"{7:032x}"}
+    hex_dropped = [d | {"digest": f"{7:032x}"} for d in dropped]
+    only = dedupe.report("drop", (h for h in hexed if h[0] in twice), hex_dropped)
+    assert [g["files"] for g in only["groups"]] == want and only["duplicate_files"] == got["duplicate_files"]
     assert got["dropped"] == [{"path": "c1/x.jpg", "split": "train", "duplicate_of": "c0/0.jpg"}]

@@ -14,6 +14,8 @@ from typing import Any
 
 from img2tfrecord.errors import plural
 
+DIGEST_HEX = 32  # xxh3-128 in hex digits
+
 
 class Deduper:
     """Decides, in plan order, whether a record is the first copy of its content."""
@@ -33,11 +35,27 @@ class Deduper:
             self.first.setdefault(digest, rel)
 
 
+def duplicated(columns: Iterable[str], extra: Iterable[str] = ()) -> set[str]:
+    """The digests that occur more than once among `columns` (each the hex digests of a shard's
+    records run together) and `extra`.
+
+    As 16-byte keys in one sorted array: 16 bytes a record, ~0.5 s for 1.28 M records, where a
+    dict of every digest cost ~200 bytes a record."""
+    import numpy as np
+
+    raw = b"".join(bytes.fromhex(c) for c in columns) + b"".join(bytes.fromhex(d) for d in extra)
+    if not raw:
+        return set()
+    keys, counts = np.unique(np.frombuffer(raw, dtype="V16"), return_counts=True)
+    return {k.tobytes().hex() for k in keys[counts > 1]}
+
+
 def report(mode: str, written: Iterable[tuple[str, str, str, str]], dropped: list[dict[str, str]]) -> dict[str, Any]:
     """Groups of identical files among (digest, path, split, class) entries, plus what was dropped.
 
-    One entry per record of the run: a digest seen once keeps one tuple, not a list of one, since
-    nearly every digest is seen once."""
+    `written` may hold every record or only those whose digest is `duplicated` (what finalize
+    passes): entries seen once form no group either way. A digest seen once keeps one tuple, not
+    a list of one."""
     groups: dict[str, tuple[str, str, str] | list[tuple[str, str, str]]] = {}
 
     def add(digest: str, member: tuple[str, str, str]) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from img2tfrecord.conversion import dedupe
 from img2tfrecord.conversion import write as writer
+from img2tfrecord.conversion.dedupe import DIGEST_HEX
 from img2tfrecord.conversion.events import EventSink, Timing
 from img2tfrecord.conversion.output import publish
 from img2tfrecord.conversion.plan import Plan, one_record_warning
@@ -22,6 +24,31 @@ from img2tfrecord.format.manifest import (
     manifest_text,
 )
 from img2tfrecord.format.schema import utf8_text
+
+
+def _duplicates(plan: Plan, outcomes: list[ShardOutcome]) -> dict[str, Any]:
+    """The duplicate report: digests seen twice found from the shards' digest columns (16 bytes a
+    record, sorted), then paths and classes looked up only for the records that have one."""
+    dropped = [d for o in outcomes for d in o.dropped]
+    twice = dedupe.duplicated([o.digests for o in outcomes], [d["digest"] for d in dropped])
+    return dedupe.report(plan.settings.dedupe, written(plan, outcomes, twice), dropped)
+
+
+def written(plan: Plan, outcomes: list[ShardOutcome], only: set[str]) -> Iterator[tuple[str, str, str, str]]:
+    """(digest, path, split, class) of each record whose digest is in `only`, in plan order.
+
+    A shard's records are its planned tasks minus the skipped and dropped ones, in order; shards
+    with none of `only` are passed over without making their tasks."""
+    for shard, o in zip(plan.shards, outcomes):
+        column = o.digests
+        if not column or not any(column[i : i + DIGEST_HEX] in only for i in range(0, len(column), DIGEST_HEX)):
+            continue
+        left_out = {s["path"] for s in o.skipped} | {d["path"] for d in o.dropped}
+        records = (t for t in shard.tasks if utf8_text(t.rel) not in left_out)
+        for i, task in zip(range(0, len(column), DIGEST_HEX), records):
+            digest = column[i : i + DIGEST_HEX]
+            if digest in only:
+                yield digest, utf8_text(task.rel), o.split, utf8_text(task.text)
 
 
 def finalize(
@@ -69,15 +96,7 @@ def finalize(
             "shards": [i.as_json() for i in infos],
         }
     orient = sum(o.orientation_ignored for o in outcomes)
-    duplicates = (
-        dedupe.report(
-            plan.settings.dedupe,
-            ((d, rel, o.split, text) for o in outcomes for d, rel, text in o.digests),
-            [d for o in outcomes for d in o.dropped],
-        )
-        if plan.settings.dedupe != "off"
-        else {"mode": "off"}
-    )
+    duplicates = _duplicates(plan, outcomes) if plan.settings.dedupe != "off" else {"mode": "off"}
     if line := dedupe.summary_line(duplicates):
         warnings.append(line)
         emit("warning", line)
