@@ -40,7 +40,7 @@ from img2tfrecord.conversion.plan import PlannedShard, Task
 from img2tfrecord.conversion.resume import Journal
 from img2tfrecord.conversion.write import ShardOutcome
 from img2tfrecord.errors import WorkerDied
-from img2tfrecord.tf_import import RecordIOError, record_io, tensorflow
+from img2tfrecord.tf_import import RecordIOError
 
 if TYPE_CHECKING:
     from img2tfrecord.conversion.events import EventSink, Timing
@@ -173,7 +173,7 @@ def _write(
     stream = encoder.encode_shard(
         shard.tasks, cfg.settings.encode, warming, PREFETCH_BYTES if warming else 0, drop=drop
     )
-    _writer_runtime(cfg.staging)  # joins the import
+    writer.load_writer(cfg.staging)  # joins the import
     outcome = writer.write_shard(
         shard,
         stream,
@@ -506,18 +506,9 @@ def _check_parent() -> None:
         os._exit(1)
 
 
-def _writer_runtime(staging: str) -> None:
-    """Load what writing into `staging` needs: TensorFlow's record writer alone for a local
-    folder (0.4 s, see tf_import), all of TensorFlow for a `tf.io.gfile` one."""
-    if fs.is_remote(staging):
-        tensorflow()
-    else:
-        record_io()
-
-
 def _import_tf(staging: str) -> None:
     try:
-        _writer_runtime(staging)
+        writer.load_writer(staging)
     except BaseException:  # raised again, with its message, where a shard first needs it
         pass
 
