@@ -399,6 +399,53 @@ def test_summary_rates_are_labelled(cli, tmp_path):
     assert " images/s including start-up, " in res.stderr and " images/s after it; " in res.stderr
 
 
+def test_resumed_run_reports_what_it_converted_apart_from_what_it_reused(cli, eight_shards, tmp_path):
+    """After --resume the rates are this run's: converted = the images outside the finished shards."""
+    out = tmp_path / "out"
+    finished = interrupted_run(eight_shards, out)
+    journal = (out / ".img2tfrecord-staging" / "journal.jsonl").read_text().splitlines()[1:]
+    in_finished = sum(json.loads(line)["info"]["records"] for line in journal)
+    res = cli("convert", eight_shards, out, "--shards", "8", "--resume", "--json")
+    assert res.exit_code == 0, res.output
+    s = json.loads(res.stdout)
+    assert s["reused_shards"] == len(finished) and s["reused_images"] == in_finished
+    assert s["converted_images"] == 40 - in_finished > 0
+    assert s["reused_images"] + s["converted_images"] == s["images"] == s["records"] == 40
+    published_bytes = sum(
+        sh["bytes"] for sh in json.loads((out / "dataset.json").read_text())["splits"]["train"]["shards"]
+    )
+    assert 0 < s["converted_bytes"] < s["input_bytes"] and s["bytes"] == published_bytes
+    rel = 0.01 + 0.001 / s["elapsed_seconds"]  # elapsed_seconds is rounded to the millisecond
+    assert s["images_per_second"] == pytest.approx(s["converted_images"] / s["elapsed_seconds"], rel=rel, abs=0.2)
+    assert s["mb_per_second"] == pytest.approx(s["converted_bytes"] / 1e6 / s["elapsed_seconds"], rel=rel, abs=0.02)
+
+    out2 = tmp_path / "out2"
+    finished = interrupted_run(eight_shards, out2)
+    res = cli("convert", eight_shards, out2, "--shards", "8", "--resume")
+    assert res.exit_code == 0, res.output
+    n = len(finished)
+    assert "Wrote 40 images (train: 40 in 8 shards)" in res.stderr
+    assert f"This run converted {40 - in_finished} images in " in res.stderr
+    assert (
+        f"; {in_finished} came from the {n} finished shard{'s' if n > 1 else ''} of the interrupted run." in res.stderr
+    )
+
+    s = json.loads(cli("convert", eight_shards, tmp_path / "fresh", "--shards", "8", "--json").stdout)
+    assert (s["converted_images"], s["reused_images"], s["reused_shards"]) == (40, 0, 0)
+    assert s["converted_bytes"] == s["input_bytes"]
+
+
+def test_progress_bar_shows_mb_per_second_on_every_update(capsys):
+    from img2tfrecord.cli.convert import _Progress
+
+    bar = _Progress(enabled=True)
+    bar.start(1000)
+    for images in (37, 81, 130):  # workers report in steps of any size, never a multiple of 64 here
+        bar.update(images, images * 100_000)
+        assert "MB/s" in str(bar.bar), str(bar.bar)
+    bar.close()
+
+
 # ---- 11. what the README promises ----
 
 

@@ -34,10 +34,10 @@ class _Progress:
     def update(self, images: int, bytes_read: int) -> None:
         if self.bar is None:
             return
-        last = images == self.bar.total
-        if images % 64 == 0 or last:  # MB/s next to tqdm's images/s, refreshed now and then
-            elapsed = self.bar.format_dict["elapsed"] or 1e-9
-            self.bar.set_postfix_str(f"{bytes_read / 1e6 / elapsed:.1f} MB/s", refresh=False)
+        # MB/s next to tqdm's images/s, on every update: workers report a few times a second, in
+        # steps of any size, so a "now and then" rule (every 64th image) could leave it out
+        elapsed = self.bar.format_dict["elapsed"] or 1e-9
+        self.bar.set_postfix_str(f"{bytes_read / 1e6 / elapsed:.1f} MB/s", refresh=False)
         self.bar.update(images - self.bar.n)
 
     def write(self, msg: str) -> None:
@@ -80,10 +80,18 @@ def _summary_text(s: dict[str, Any]) -> str:
     rate = f"{s['images_per_second']:,.0f} images/s"
     if s["steady_seconds"] < s["elapsed_seconds"]:  # the progress bar starts with the first image
         rate += f" including start-up, {s['steady_images_per_second']:,.0f} images/s after it"
-    text = (
+    wrote = (
         f"Wrote {plural(s['records'], 'image')} ({splits}) of {plural(len(classes), 'class', 'classes')} to {s['output']}: "
-        f"{s['bytes'] / 1e6:.1f} MB in {s['elapsed_seconds']:.1f} s ({rate}; {s['mb_per_second']:.1f} MB/s)."
+        f"{s['bytes'] / 1e6:.1f} MB"
     )
+    timed = f"in {s['elapsed_seconds']:.1f} s ({rate}; {s['mb_per_second']:.1f} MB/s)"
+    if s.get("reused_shards"):  # --resume: the rates are this run's own conversions, the rest is said apart
+        text = (
+            f"{wrote}. This run converted {plural(s['converted_images'], 'image')} {timed}; "
+            f"{s['reused_images']:,} came from the {plural(s['reused_shards'], 'finished shard')} of the interrupted run."
+        )
+    else:
+        text = f"{wrote} {timed}."
     if s["skipped_count"]:
         text += f" Skipped {plural(s['skipped_count'], 'unusable image')} (listed in dataset.json)."
     if s["transcoded"]:

@@ -178,6 +178,7 @@ def _run(
             "note",
             f"resuming: {len(done)} of {plural(len(plan.shards), 'shard')} {'was' if len(done) == 1 else 'were'} already finished and {'is' if len(done) == 1 else 'are'} reused",
         )
+    timing.reused = frozenset(done)  # the summary's rates count only what this run converts
     journal = Journal(staging, header(plan), done)
     runner = _engine(engine, workers, beam_options, progress, timing, journal)
     try:

@@ -22,6 +22,8 @@ class Timing:
     images_before: int = 0
     bytes_before: int = 0
     workers: int | None = None  # worker processes actually used (local engine)
+    # shards of an interrupted run that `--resume` reuses: not converted by this run, so not in its rates
+    reused: frozenset[str] = frozenset()
 
     def image_done(self, images: int, nbytes: int, total: int) -> None:
         if not self.steady_from and images >= total // 2 and images < total:

@@ -140,7 +140,10 @@ def finalize(
         raise DataError(f"cannot publish the dataset in {plan.output_dir}: {e.strerror or e}") from None
 
     images = sum(o.images for o in outcomes)
-    bytes_read = sum(o.bytes_read for o in outcomes)
+    # what this run converted; shards reused from an interrupted run (--resume) took no time here
+    converted = [o for o in outcomes if o.info.file not in timing.reused]
+    converted_images = sum(o.images for o in converted)
+    converted_bytes = sum(o.bytes_read for o in converted)
     elapsed = max(t_end - timing.start, 1e-9)
     steady = max(t_end - (timing.steady_from or timing.start), 1e-9)
     return {
@@ -152,7 +155,11 @@ def finalize(
         "images": images,
         "records": sum(si["records"] for si in split_info.values()),
         "bytes": sum(sh["bytes"] for si in split_info.values() for sh in si["shards"]),
-        "input_bytes": bytes_read,
+        "input_bytes": sum(o.bytes_read for o in outcomes),
+        "converted_images": converted_images,
+        "converted_bytes": converted_bytes,
+        "reused_images": images - converted_images,
+        "reused_shards": len(outcomes) - len(converted),
         "skipped": skipped,  # as in dataset.json: [{"path", "split", "reason"}]
         "skipped_count": len(skipped),
         "duplicates": {
@@ -169,11 +176,11 @@ def finalize(
         "warnings": warnings,
         "workers": timing.workers,
         "elapsed_seconds": round(elapsed, 3),
-        "images_per_second": round(images / elapsed, 1),
-        "mb_per_second": round(bytes_read / 1e6 / elapsed, 2),
+        "images_per_second": round(converted_images / elapsed, 1),
+        "mb_per_second": round(converted_bytes / 1e6 / elapsed, 2),
         "steady_seconds": round(steady, 3),
-        "steady_images_per_second": round((images - timing.images_before) / steady, 1),
-        "steady_mb_per_second": round((bytes_read - timing.bytes_before) / 1e6 / steady, 2),
+        "steady_images_per_second": round((converted_images - timing.images_before) / steady, 1),
+        "steady_mb_per_second": round((converted_bytes - timing.bytes_before) / 1e6 / steady, 2),
     }
 
 
