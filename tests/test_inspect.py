@@ -471,6 +471,53 @@ def test_verify_finds_every_kind_of_problem(ours: SimpleNamespace, tmp_path: Pat
     assert code == 1 and any(p["message"] == "listed in dataset.json but missing" for p in data["problems"])
 
 
+def test_verify_report_is_the_same_for_any_number_of_workers(tmp_path: Path) -> None:
+    """Images decode in batches on several threads: problems still come in record order, capped
+    at the same place, named by shard, record and offset, whatever --workers says."""
+    out = tmp_path / "bad"
+    items = make_items(CLASSES, {"cat": 80, "dog": 80, "fox": 80}, split="train")
+    decodable = [it for it in items if it.fmt != "RAW"]
+    for n, it in enumerate(decodable):
+        if n % 2 == 0:
+            it.encoded = it.encoded[: len(it.encoded) // 2]  # does not decode: its batch is redone image by image
+        elif n % 5 == 0:
+            it.h += 1  # decodes, to another shape
+        elif n % 7 == 0:
+            it.fmt = "BMP" if it.fmt != "BMP" else "PNG"  # image/format against the bytes
+    write_dataset(out, items, CLASSES, {"train": 2}, index=True)
+    reports = {w: run(out, "--verify", "--workers", w) for w in (1, 2, 5)}
+    jsons = {w: run(out, "--verify", "--json", "--workers", w) for w in (1, 3)}
+    assert reports[1].exit_code == jsons[1].exit_code == 1
+    assert reports[1].stdout == reports[2].stdout == reports[5].stdout
+    assert jsons[1].stdout == jsons[3].stdout
+    data = json.loads(jsons[1].stdout)
+    assert data["problems_omitted"] > 0  # a shard with more than 50 problems: the cap cuts at the same record
+    for name in {Path(p["file"]).name for p in data["problems"]}:
+        mine = [p for p in data["problems"] if Path(p["file"]).name == name]
+        assert [p["record"] for p in mine] == sorted(p["record"] for p in mine)
+        offsets = record_offsets(out / name)
+        assert all(p["offset"] == offsets[p["record"]] for p in mine)
+    messages = [p["message"] for p in data["problems"]]
+    assert any(m.startswith("image does not decode: ") for m in messages)
+    assert any(m.startswith("stored shape ") for m in messages)
+    assert any(" but the bytes are " in m for m in messages)
+    # the message of an undecodable image is TensorFlow's own for that image alone
+    tf = tensorflow()
+    bad = next(it for it in decodable if it.fmt == "JPEG" and len(it.encoded) < len(encode(it.image, "JPEG")))
+    with pytest.raises(tf.errors.OpError) as e:
+        tf.io.decode_image(bad.encoded, channels=0, expand_animations=False)
+    from img2tfrecord.format.images import tf_error_message
+
+    assert f"image does not decode: {tf_error_message(e.value)}" in messages
+
+
+def test_workers_must_be_positive(ours: SimpleNamespace) -> None:
+    r = CliRunner().invoke(inspect_command, [str(ours.out), "--verify", "--workers", "0"])
+    assert r.exit_code == 2 and "Traceback" not in r.output and "--workers" in r.output
+    with pytest.raises(inspector.UsageError):
+        inspector.inspect([ours.out], verify=True, workers=0)
+
+
 def test_exit_code_and_fast_import_in_a_real_process(ours: SimpleNamespace, tmp_path: Path) -> None:
     bad = tmp_path / "train-00000-of-00002"
     bad.write_bytes((ours.out / bad.name).read_bytes()[:-5])

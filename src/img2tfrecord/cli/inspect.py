@@ -203,6 +203,11 @@ def _problem(p: dict[str, Any], compressed: bool = False) -> str:
     help="Only the shards of this split (from dataset.json, else the file name); a PATH with none of them is refused.",
 )
 @click.option("--per-file", is_flag=True, help="Show the detailed block for every file, not only the total.")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Threads decoding images for --verify. Default: all cores. The report is the same for any value.",
+)
 def inspect_command(
     paths: tuple[str, ...],
     n: int,
@@ -213,6 +218,7 @@ def inspect_command(
     contact_sheet: str | None,
     split: str | None,
     per_file: bool,
+    workers: int | None,
 ) -> None:
     """Look inside TFRecord files (ours or any tf.train.Example files).
 
@@ -241,6 +247,7 @@ def inspect_command(
             extract_all=extract_all,
             contact_sheet=contact_sheet,
             progress=sys.stderr.isatty(),
+            workers=workers,
         )
     except Img2TFRecordError as e:
         click.echo(f"error: {e}", err=True)

@@ -1,15 +1,16 @@
-"""Problems and the checks that find them: image decoding with TensorFlow, our schema, DALI indexes, dataset.json against the files."""
+"""Problems and the checks that find them: image decoding with TensorFlow (`decode`), our schema, DALI indexes, dataset.json against the files."""
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterator
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from img2tfrecord.format.framing import FOOTER_BYTES, HEADER_BYTES, RawRecord
-from img2tfrecord.format.images import MAX_PIXELS, image_problem, sniff_image_format, tf_error_message
+from img2tfrecord.format.images import image_problem, sniff_image_format
 from img2tfrecord.format.layout import Manifest, ShardRef
 from img2tfrecord.format.manifest import LABELS_NAME as LABELS
 from img2tfrecord.format.manifest import MANIFEST_NAME as MANIFEST
@@ -20,6 +21,7 @@ from img2tfrecord.format.schema import (
     FORMAT_RAW,
     filename_problem,
 )
+from img2tfrecord.inspection.decode import Decoded, Decoder, Slot
 from img2tfrecord.inspection.records import OUR_FORMATS, RecordInfo
 
 MAX_PROBLEMS_PER_FILE = 50
@@ -47,15 +49,55 @@ class Problem:
         return {"file": self.file, "record": self.record, "offset": self.offset, "message": self.message}
 
 
+class _Later:
+    """A record's image checks that wait for TensorFlow's decode (see `_Problems.add_later`)."""
+
+    __slots__ = ("slot", "record", "offset", "check")
+
+    def __init__(self, slot: Slot, record: int, offset: int, check: Callable[[Decoded], Iterator[str]]) -> None:
+        self.slot, self.record, self.offset, self.check = slot, record, offset, check
+
+
 class _Problems:
-    """The problems of one file, capped so a wrecked file cannot flood memory or the terminal."""
+    """The problems of one file, capped so a wrecked file cannot flood memory or the terminal.
+
+    Problems are kept in record order even though images decode on other threads: behind a record
+    whose decode is pending (`add_later`), later problems wait in `_waiting` until `settle` finds
+    it decoded; the queue holds at most the records of the batches in flight.
+    """
 
     def __init__(self, file: str, sink: list[Problem], compressed: bool = False) -> None:
         self.file, self.sink, self.compressed = file, sink, compressed
         self.count = 0
         self.omitted = 0
+        self._waiting: deque[_Later | tuple[int | None, int | None, str]] = deque()
 
     def add(self, record: int | None, offset: int | None, message: str) -> None:
+        if self._waiting:
+            self._waiting.append((record, offset, message))
+        else:
+            self._emit(record, offset, message)
+
+    def add_later(self, slot: Slot, record: int, offset: int, check: Callable[[Decoded], Iterator[str]]) -> None:
+        """The messages of `check(decoded)`, once `slot`'s image is decoded, in this record's place."""
+        self.settle()
+        self._waiting.append(_Later(slot, record, offset, check))
+
+    def settle(self, wait: bool = False) -> bool:
+        """Pass on the problems that no longer wait (all of them if `wait`); True when none waits."""
+        while self._waiting:
+            item = self._waiting[0]
+            if isinstance(item, _Later):
+                if not wait and not item.slot.ready():
+                    return False
+                for message in item.check(item.slot.result()):
+                    self._emit(item.record, item.offset, message)
+            else:
+                self._emit(*item)
+            self._waiting.popleft()
+        return True
+
+    def _emit(self, record: int | None, offset: int | None, message: str) -> None:
         self.count += 1
         if self.count > MAX_PROBLEMS_PER_FILE:
             self.omitted += 1
@@ -63,48 +105,40 @@ class _Problems:
         self.sink.append(Problem(self.file, record, offset, message, self.compressed))
 
 
-class _ImageChecker:
-    """Decodes every image the way training will (TensorFlow) and compares the stored shape."""
+def check_image(info: RecordInfo, max_pixels: int, decoder: Decoder, problems: _Problems) -> None:
+    """Check one record's image: sizes and header now, TensorFlow's decode on the decoder's threads."""
+    if info.image is None:
+        return
+    if info.format is None:  # not an image we know (e.g. a serialized tensor): nothing to decode
+        return
+    declared = (info.height, info.width, info.channels)
+    problem = image_problem(info.image, info.format, *declared, max_pixels=max_pixels)
+    if problem is not None:
+        problems.add(info.index, info.offset, problem)
+        return
+    if info.format == FORMAT_RAW:
+        return
+    sniffed = sniff_image_format(info.image[:16]) if info.format in OUR_FORMATS else None
+    check = partial(_decoded_problems, info.format, declared, sniffed)
+    problems.add_later(decoder.submit(info.image), info.index, info.offset, check)
 
-    def __init__(self) -> None:
-        from img2tfrecord.tf_import import tensorflow
 
-        self.tf = tf = tensorflow()
-        # A graph function, not eager ops: eager dispatch holds the GIL (2 threads: 565 -> 600
-        # img/s in a micro test); a traced decode lets them overlap (460 -> 700-1,087 img/s).
-        self.shape_of = tf.function(
-            lambda data: tf.shape(tf.io.decode_image(data, channels=0, expand_animations=False)),
-            input_signature=[tf.TensorSpec([], tf.string)],
-            autograph=False,
-        )
-
-    def check(self, info: RecordInfo, max_pixels: int = MAX_PIXELS) -> Iterator[str]:
-        if info.image is None:
-            return
-        if info.format is None:  # not an image we know (e.g. a serialized tensor): nothing to decode
-            return
-        declared = (info.height, info.width, info.channels)
-        problem = image_problem(info.image, info.format, *declared, max_pixels=max_pixels)
-        if problem is not None:
-            yield problem
-            return
-        if info.format == FORMAT_RAW:
-            return
-        try:
-            shape = tuple(int(d) for d in self.shape_of(self.tf.constant(info.image)).numpy())
-        except (self.tf.errors.OpError, ValueError) as e:
-            yield f"image does not decode: {tf_error_message(e)}"
-            return
-        if info.format in OUR_FORMATS or info.format is None:
-            sniffed = sniff_image_format(info.image[:16])
-            if info.format and sniffed and sniffed != info.format:
-                yield f"image/format says {info.format} but the bytes are {sniffed}"
-        if (
-            any(d is not None for d in declared)
-            and tuple(d if d is not None else s for d, s in zip(declared, shape)) != shape
-        ):
-            got = "x".join("?" if d is None else str(d) for d in declared)
-            yield f"stored shape {got} but the image decodes to {shape[0]}x{shape[1]}x{shape[2]}"
+def _decoded_problems(
+    fmt: str, declared: tuple[int | None, int | None, int | None], sniffed: str | None, decoded: Decoded
+) -> Iterator[str]:
+    """What TensorFlow's decode of an image says against its record: undecodable, wrong format or shape."""
+    if isinstance(decoded, str):
+        yield f"image does not decode: {decoded}"
+        return
+    if sniffed and sniffed != fmt:
+        yield f"image/format says {fmt} but the bytes are {sniffed}"
+    shape = decoded
+    if (
+        any(d is not None for d in declared)
+        and tuple(d if d is not None else s for d, s in zip(declared, shape)) != shape
+    ):
+        got = "x".join("?" if d is None else str(d) for d in declared)
+        yield f"stored shape {got} but the image decodes to {shape[0]}x{shape[1]}x{shape[2]}"
 
 
 def _show(value: str, limit: int = 80) -> str:

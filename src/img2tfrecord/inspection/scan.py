@@ -15,25 +15,25 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from img2tfrecord import cstderr
-from img2tfrecord.errors import DataError
+from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.format.framing import FramingError, TFRecordFile
 from img2tfrecord.format.layout import Manifest, ShardRef, pixel_limit, resolve_paths
 from img2tfrecord.fs import CHECKSUMS
 from img2tfrecord.inspection.checks import (
     Problem,
     _check_dataset,
-    _ImageChecker,
     _IndexChecker,
     _Problems,
     _schema_problems,
+    check_image,
 )
+from img2tfrecord.inspection.decode import Decoder
 from img2tfrecord.inspection.extract import Extractor
 from img2tfrecord.inspection.records import NotExample, RecordInfo, parse_record
 from img2tfrecord.inspection.sheet import ContactSheet
@@ -169,7 +169,9 @@ def inspect(
     refs = resolve_paths(paths, split)
     extractor = Extractor(extract_dir, None if extract_all else records) if extract_dir is not None else None
     sheet = ContactSheet(contact_sheet, records) if contact_sheet is not None else None
-    checker = _ImageChecker() if verify else None
+    if workers is not None and workers < 1:
+        raise UsageError(f"bad --workers {workers}: must be >= 1")
+    decoder = Decoder(workers or os.cpu_count() or 1) if verify else None
     manifests = {id(r.manifest): r.manifest for r in refs if r.manifest is not None}
     for man in manifests.values():
         if extractor:
@@ -184,25 +186,35 @@ def inspect(
     # (manifest id, split) -> class name -> records, to compare with dataset.json's class_counts
     class_counts: dict[tuple[int, str], Counter[str]] = {}
     bar = _Progress(sum(r.path.stat().st_size for r in refs if r.path.is_file()), progress and verify)
+    # Files are read one after the other on this thread; with --verify their images decode on the
+    # decoder's threads meanwhile, and a file's report is complete once its last image is decoded.
+    read: deque[tuple[FileReport, _Problems, list[Problem], dict[tuple[int, str], Counter[str]]]] = deque()
 
-    def scan(ref: ShardRef) -> tuple[FileReport, _Problems, list[Problem], dict[tuple[int, str], Counter[str]]]:
-        sink: list[Problem] = []
-        counts: dict[tuple[int, str], Counter[str]] = {}
-        fr, probs = _scan_file(ref, records, verify, checker, extractor, sheet, counts, sink, bar)
-        return fr, probs, sink, counts
+    def complete(wait: bool) -> None:
+        nonlocal omitted
+        while read and read[0][1].settle(wait):  # in file order: the same report every time
+            fr, probs, sink, counts = read.popleft()
+            fr.problems = probs.count
+            problems.extend(sink)
+            for key, c in counts.items():
+                class_counts.setdefault(key, Counter()).update(c)
+            omitted += probs.omitted
+            files.append(fr)
+            total.merge(fr.stats, str(fr.ref.path))
 
-    n = min(workers or os.cpu_count() or 1, len(refs))
-    parallel = verify and n > 1 and extractor is None and sheet is None  # extraction and the sheet keep file order
     try:
-        with ThreadPoolExecutor(n if parallel else 1, thread_name_prefix="verify") as pool:
-            for fr, probs, sink, counts in pool.map(scan, refs):  # in file order: the same report every time
-                problems += sink
-                for key, c in counts.items():
-                    class_counts.setdefault(key, Counter()).update(c)
-                omitted += probs.omitted
-                files.append(fr)
-                total.merge(fr.stats, str(fr.ref.path))
+        for ref in refs:
+            sink: list[Problem] = []
+            counts: dict[tuple[int, str], Counter[str]] = {}
+            fr, probs = _scan_file(ref, records, verify, decoder, extractor, sheet, counts, sink, bar)
+            read.append((fr, probs, sink, counts))
+            complete(wait=False)
+        if decoder is not None:
+            decoder.flush()
+        complete(wait=True)
     finally:
+        if decoder is not None:
+            decoder.close()
         bar.close()
     if verify:
         for man in manifests.values():
@@ -228,7 +240,7 @@ def _scan_file(
     ref: ShardRef,
     keep_first: int,
     verify: bool,
-    checker: _ImageChecker | None,
+    decoder: Decoder | None,
     extractor: Extractor | None,
     sheet: ContactSheet | None,
     class_counts: dict[tuple[int, str], Counter[str]],
@@ -298,9 +310,8 @@ def _scan_file(
             stats.add(info, name)
             if counts is not None and name is not None:
                 counts[name] += 1
-            if checker is not None:
-                for msg in checker.check(info, max_pixels):
-                    probs.add(rec.index, rec.offset, msg)
+            if decoder is not None:
+                check_image(info, max_pixels, decoder, probs)
             if verify and man is not None:
                 for msg in _schema_problems(info, man):
                     probs.add(rec.index, rec.offset, msg)
