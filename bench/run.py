@@ -14,7 +14,9 @@ Then the read benchmark (bench/read.py): load() against a hand-written tf.data p
 Keras' image_dataset_from_directory, first-batch latency and steady throughput; and the plan
 benchmark (bench/plan.py): `convert --dry-run` on a million files against a plain-Python walk.
 
-Usage: python bench/run.py [--images 12000] [--rounds 3] [--quick] [--only convert|read|plan] [--out bench/results.json]
+`--only verify`: inspect --verify on one worker against all cores (bench/verify.py).
+
+Usage: python bench/run.py [--images 12000] [--rounds 3] [--quick] [--only convert|read|plan|verify] [--out bench/results.json]
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dataset
 import plan
 import read
+import verify
 
 PY = sys.executable
 BIN = os.path.join(os.path.dirname(PY), "img2tfrecord")
@@ -258,14 +261,18 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=12000, help="a multiple of 4000")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="fewer contenders, no 16k-image memory check")
-    ap.add_argument("--only", choices=("convert", "read", "plan"), help="run one of the benchmarks (default: all)")
+    ap.add_argument(
+        "--only",
+        choices=("convert", "read", "plan", "verify"),
+        help="run one of the benchmarks (default: all but verify)",
+    )
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.json"))
     args = ap.parse_args()
     if args.only == "plan":
         plan.main(["--rounds", str(args.rounds)])
         return
-    if args.only == "read":
-        result = {"read": read.run(args.rounds)}
+    if args.only in ("read", "verify"):
+        result = {"read": read.run(args.rounds)} if args.only == "read" else {"verify": verify.run(args.rounds)}
         with open(args.out, "w") as f:
             json.dump(result, f, indent=2)
         print(f"\nresults: {args.out}")

@@ -1,0 +1,169 @@
+"""The verify benchmark: `inspect --verify --json` on one worker against all cores, same dataset, same run.
+
+The dataset is the convert benchmark's images (`--images`, default 8,000: the 4,000 generated ones
+hard-linked twice), converted once with default options into bench/.cache/verify-N (kept). Each
+run is a fresh `img2tfrecord inspect DIR --verify --json --workers W` process, so TensorFlow's
+import and the tracing of the decode functions are paid as a user pays them. Contenders alternate
+over the rounds (the order rotates) and medians are reported: this machine is shared and noisy.
+
+* whole process: images / wall time of the process;
+* after start-up: the same command on the dataset's first shard only, subtracted:
+  (images - first shard's images) / (wall - wall on the first shard), i.e. the rate once
+  interpreter, TensorFlow import and tracing are paid (both runs pay the same start-up);
+* peak RSS of the process (sampled every 0.1 s), its CPU time over wall time (the cores it got:
+  on a shared machine, below the worker count when others take cores), how many cores other
+  processes kept busy meanwhile (/proc/stat), and whether the two reports are byte-identical.
+
+Usage: python bench/verify.py [--images 8000] [--rounds 3]   (or python bench/run.py --only verify)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import psutil
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dataset  # noqa: E402
+
+PY = sys.executable
+BIN = os.path.join(os.path.dirname(PY), "img2tfrecord")
+CORES = os.cpu_count() or 1
+
+
+def converted(images: int) -> str:
+    """bench/.cache/verify-N: the bench images converted once with default options."""
+    out = os.path.join(dataset.CACHE, f"verify-{images}")
+    if not os.path.exists(os.path.join(out, "dataset.json")):
+        src = dataset.make(images)
+        print(f"  converting {images} bench images into {out} (once)", file=sys.stderr)
+        subprocess.run([BIN, "convert", src, out, "--quiet", "--overwrite"], check=True)
+    return out
+
+
+def _busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy (all processes, ours and others'), from /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return 0.0
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def run_once(argv: list[str]) -> dict:
+    """One process: wall time, CPU time (all its threads), peak RSS (MB) and stdout."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy = _busy_seconds()
+    start = time.perf_counter()
+    proc = psutil.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"}
+    )
+    peak = 0
+    while proc.poll() is None:
+        try:
+            peak = max(peak, proc.memory_info().rss)
+        except psutil.Error:
+            pass
+        time.sleep(0.1)
+    wall = time.perf_counter() - start
+    out, err = proc.communicate()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0 or err.strip():
+        raise SystemExit(f"{' '.join(argv)}: exit {proc.returncode}, stderr:\n{err.decode()[-2000:]}")
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    others = max(0.0, _busy_seconds() - busy - cpu) / wall  # cores busy with other work meanwhile
+    return {"wall_seconds": wall, "cpu_seconds": cpu, "others_cores": others, "peak_rss_mb": peak / 1e6, "stdout": out}
+
+
+def run(rounds: int = 3, images: int = 8000) -> dict:
+    out = converted(images)
+    manifest = json.load(open(os.path.join(out, "dataset.json")))
+    shards = [s for split in manifest["splits"].values() for s in split["shards"]]
+    total, first = sum(s["records"] for s in shards), shards[0]
+    mb = sum(s["bytes"] for s in shards) / 1e6
+    contenders = {
+        (w, scope): [BIN, "inspect", out if scope == "all" else os.path.join(out, first["file"]), "--verify", "--json"]
+        + ["--workers", str(w)]
+        for w in (1, CORES)
+        for scope in ("all", "first")
+    }
+    runs: dict[tuple[int, str], list[dict]] = {k: [] for k in contenders}
+    keys = list(contenders)
+    for r in range(rounds):
+        for k in keys[r % len(keys) :] + keys[: r % len(keys)]:  # rotate: no contender always first
+            runs[k].append(run_once(contenders[k]))
+            print(
+                f"  round {r + 1}/{rounds}: {k[0]} worker(s), {k[1]}: {runs[k][-1]['wall_seconds']:.2f} s, "
+                f"CPU {runs[k][-1]['cpu_seconds']:.1f} s, {runs[k][-1]['peak_rss_mb']:.0f} MB, "
+                f"other work meanwhile {runs[k][-1]['others_cores']:.2f} cores",
+                file=sys.stderr,
+            )
+    identical = all(x["stdout"] == runs[(1, "all")][0]["stdout"] for k in keys if k[1] == "all" for x in runs[k])
+    rows = {}
+    for w in (1, CORES):
+        wall = statistics.median(x["wall_seconds"] for x in runs[(w, "all")])
+        wall_first = statistics.median(x["wall_seconds"] for x in runs[(w, "first")])
+        rows[w] = {
+            "wall_seconds": wall,
+            "images_per_second": total / wall,
+            "mb_per_second": mb / wall,
+            "first_shard_wall_seconds": wall_first,
+            "after_startup_images_per_second": (total - first["records"]) / max(wall - wall_first, 1e-9),
+            "peak_rss_mb": statistics.median(x["peak_rss_mb"] for x in runs[(w, "all")]),
+            "cores_used": statistics.median(x["cpu_seconds"] / x["wall_seconds"] for x in runs[(w, "all")]),
+            "others_cores": statistics.median(x["others_cores"] for x in runs[(w, "all")]),
+            "walls": [x["wall_seconds"] for x in runs[(w, "all")]],
+            "first_shard_walls": [x["wall_seconds"] for x in runs[(w, "first")]],
+        }
+    one, alls = rows[1], rows[CORES]
+    ratios = {
+        "whole process": alls["images_per_second"] / one["images_per_second"],
+        "after start-up": alls["after_startup_images_per_second"] / one["after_startup_images_per_second"],
+    }
+    print(
+        f"\ninspect --verify: {total:,} images ({mb:.0f} MB) in {len(shards)} shards, {CORES} cores, "
+        f"medians of {rounds} alternated rounds\n"
+    )
+    header = (
+        f"{'workers':>8s} {'wall s':>8s} {'img/s':>7s} {'MB/s':>7s} {'after start-up img/s':>21s} "
+        f"{'peak RSS MB':>12s} {'CPU s / wall s':>15s} {'others, cores':>14s}"
+    )
+    print(header + "\n" + "-" * len(header))
+    for w, row in rows.items():
+        print(
+            f"{w:8d} {row['wall_seconds']:8.2f} {row['images_per_second']:7.0f} {row['mb_per_second']:7.1f} "
+            f"{row['after_startup_images_per_second']:21.0f} {row['peak_rss_mb']:12.0f} {row['cores_used']:15.2f} {row['others_cores']:14.2f}"
+        )
+    print()
+    for name, value in ratios.items():
+        print(f"{CORES} workers / 1 worker, {name:15s} {value:5.2f}{'  ok' if value >= 1.8 else '  (target >= 1.8)'}")
+    print(f"reports byte-identical for 1 and {CORES} workers: {identical}")
+    return {
+        "dataset": {"images": total, "mb": mb, "shards": len(shards), "path": out},
+        "cores": CORES,
+        "rounds": rounds,
+        "workers": {str(w): row for w, row in rows.items()},
+        "ratios": ratios,
+        "identical_reports": identical,
+    }
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--images", type=int, default=8000, help="a multiple of 4000")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", help="also write the figures to this JSON file")
+    a = ap.parse_args()
+    result = run(a.rounds, a.images)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(result, f, indent=2)
