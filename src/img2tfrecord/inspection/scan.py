@@ -14,7 +14,6 @@ proportion to the number of *distinct* sizes and labels, never to the number of 
 from __future__ import annotations
 
 import os
-import threading
 from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -127,7 +126,6 @@ class _Progress:
 
     def __init__(self, total: int, enabled: bool) -> None:
         self.bar = None
-        self._lock = threading.Lock()
         if enabled:
             from tqdm import tqdm
 
@@ -136,9 +134,8 @@ class _Progress:
             )
 
     def update(self, n: int) -> None:
-        if self.bar is not None and n:
-            with self._lock:  # files are verified on several threads
-                self.bar.update(n)
+        if self.bar is not None and n:  # only the reading thread updates it
+            self.bar.update(n)
 
     def close(self) -> None:
         if self.bar is not None:
