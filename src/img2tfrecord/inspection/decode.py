@@ -96,7 +96,7 @@ class Decoder:
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="verify-decode")
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="verify-decode") if workers > 1 else None
         self._functions = _Functions()
         self._batch = _Batch()
         self._inflight: deque[_Batch] = deque()
@@ -116,6 +116,13 @@ class Decoder:
         if not batch.images:
             return
         self._batch = _Batch()
+        if self._pool is None:  # one worker: the reading thread decodes, so one core does it all
+            batch.future = Future()
+            try:
+                batch.future.set_result(self._decode(batch))
+            except Exception as e:
+                batch.future.set_exception(e)
+            return
         batch.future = self._pool.submit(self._decode, batch)
         self._inflight.append(batch)
         while self._inflight and self._inflight[0].future is not None and self._inflight[0].future.done():
@@ -126,7 +133,8 @@ class Decoder:
             oldest.exception()  # waits; an error is raised where the result is used
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
     def _decode(self, batch: _Batch) -> list[Decoded]:
         tf, one, many = self._functions.get()
