@@ -7,9 +7,9 @@ import and the tracing of the decode functions are paid as a user pays them. Con
 over the rounds (the order rotates) and medians are reported: this machine is shared and noisy.
 
 * whole process: images / wall time of the process;
-* after start-up: the same command on a dataset of 32 of the images (bench/.cache/verify-small)
-  times the start-up (interpreter, TensorFlow's import, tracing, a batch), subtracted:
-  (images - 32) / (wall - wall of the small run);
+* after start-up: one process runs the same command in-process (`img2tfrecord.cli.main`) on 32
+  of the images first (bench/.cache/verify-small: interpreter, TensorFlow's import, tracing),
+  then times it on the whole dataset: images / that time. The first part is shown as start-up;
 * peak RSS of the process (sampled every 0.1 s), its CPU time over wall time (the cores it got:
   on a shared machine, below the worker count when others take cores), how many cores other
   processes kept busy meanwhile (/proc/stat), and whether the two reports are byte-identical.
@@ -74,6 +74,26 @@ def small(images: int = 32) -> str:
     return out
 
 
+# After start-up: one process runs the CLI on the small dataset first (interpreter, TensorFlow's
+# import, tracing), then times the same command on the whole dataset.
+STEADY = """
+import contextlib, io, json, sys, time
+t0 = time.perf_counter()
+from img2tfrecord.cli import main
+def verify(path):
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        try:
+            main(["inspect", path, "--verify", "--json", "--workers", sys.argv[3]], standalone_mode=False)
+        except SystemExit:
+            pass
+    return out.getvalue()
+verify(sys.argv[2])
+t1 = time.perf_counter()
+report = verify(sys.argv[1])
+print(json.dumps({"startup_seconds": t1 - t0, "steady_seconds": time.perf_counter() - t1, "chars": len(report)}))
+"""
+
+
 def run_once(argv: list[str]) -> dict:
     """One process: wall time, CPU time (all its threads), peak RSS (MB) and stdout."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -106,43 +126,39 @@ def run(rounds: int = 3, images: int = 8000) -> dict:
     total = sum(s["records"] for s in shards)
     mb = sum(s["bytes"] for s in shards) / 1e6
     tiny = small()
-    tiny_images = sum(
-        s["records"]
-        for sp in json.load(open(os.path.join(tiny, "dataset.json")))["splits"].values()
-        for s in sp["shards"]
-    )
     contenders = {
-        (w, scope): [BIN, "inspect", out if scope == "all" else tiny, "--verify", "--json", "--workers", str(w)]
-        for w in (1, CORES)
-        for scope in ("all", "start-up")
-    }
+        (w, "whole"): [BIN, "inspect", out, "--verify", "--json", "--workers", str(w)] for w in (1, CORES)
+    } | {(w, "steady"): [PY, "-c", STEADY, out, tiny, str(w)] for w in (1, CORES)}
     runs: dict[tuple[int, str], list[dict]] = {k: [] for k in contenders}
     keys = list(contenders)
     for r in range(rounds):
         for k in keys[r % len(keys) :] + keys[: r % len(keys)]:  # rotate: no contender always first
-            runs[k].append(run_once(contenders[k]))
+            x = run_once(contenders[k])
+            if k[1] == "steady":
+                x |= json.loads(x.pop("stdout").decode().strip().splitlines()[-1])
+            runs[k].append(x)
+            detail = f"after start-up {x['steady_seconds']:.2f} s, " if k[1] == "steady" else ""
             print(
-                f"  round {r + 1}/{rounds}: {k[0]} worker(s), {k[1]}: {runs[k][-1]['wall_seconds']:.2f} s, "
-                f"CPU {runs[k][-1]['cpu_seconds']:.1f} s, {runs[k][-1]['peak_rss_mb']:.0f} MB, "
-                f"other work meanwhile {runs[k][-1]['others_cores']:.2f} cores",
+                f"  round {r + 1}/{rounds}: {k[0]} worker(s), {k[1]}: {x['wall_seconds']:.2f} s, {detail}"
+                f"CPU {x['cpu_seconds']:.1f} s, {x['peak_rss_mb']:.0f} MB, other work meanwhile {x['others_cores']:.2f} cores",
                 file=sys.stderr,
             )
-    identical = all(x["stdout"] == runs[(1, "all")][0]["stdout"] for k in keys if k[1] == "all" for x in runs[k])
+    identical = all(x["stdout"] == runs[(1, "whole")][0]["stdout"] for w in (1, CORES) for x in runs[(w, "whole")])
     rows = {}
     for w in (1, CORES):
-        wall = statistics.median(x["wall_seconds"] for x in runs[(w, "all")])
-        wall_first = statistics.median(x["wall_seconds"] for x in runs[(w, "start-up")])
+        whole, steady = runs[(w, "whole")], runs[(w, "steady")]
+        wall = statistics.median(x["wall_seconds"] for x in whole)
         rows[w] = {
             "wall_seconds": wall,
             "images_per_second": total / wall,
             "mb_per_second": mb / wall,
-            "startup_wall_seconds": wall_first,
-            "after_startup_images_per_second": (total - tiny_images) / max(wall - wall_first, 1e-9),
-            "peak_rss_mb": statistics.median(x["peak_rss_mb"] for x in runs[(w, "all")]),
-            "cores_used": statistics.median(x["cpu_seconds"] / x["wall_seconds"] for x in runs[(w, "all")]),
-            "others_cores": statistics.median(x["others_cores"] for x in runs[(w, "all")]),
-            "walls": [x["wall_seconds"] for x in runs[(w, "all")]],
-            "startup_walls": [x["wall_seconds"] for x in runs[(w, "start-up")]],
+            "startup_seconds": statistics.median(x["startup_seconds"] for x in steady),
+            "after_startup_images_per_second": statistics.median(total / x["steady_seconds"] for x in steady),
+            "peak_rss_mb": statistics.median(x["peak_rss_mb"] for x in whole),
+            "cores_used": statistics.median(x["cpu_seconds"] / x["wall_seconds"] for x in whole),
+            "others_cores": statistics.median(x["others_cores"] for x in whole + steady),
+            "walls": [x["wall_seconds"] for x in whole],
+            "steady_walls": [x["steady_seconds"] for x in steady],
         }
     one, alls = rows[1], rows[CORES]
     ratios = {
@@ -161,7 +177,7 @@ def run(rounds: int = 3, images: int = 8000) -> dict:
     for w, row in rows.items():
         print(
             f"{w:8d} {row['wall_seconds']:8.2f} {row['images_per_second']:7.0f} {row['mb_per_second']:7.1f} "
-            f"{row['after_startup_images_per_second']:21.0f} {row['peak_rss_mb']:12.0f} {row['cores_used']:15.2f} {row['others_cores']:14.2f} {row['startup_wall_seconds']:11.2f}"
+            f"{row['after_startup_images_per_second']:21.0f} {row['peak_rss_mb']:12.0f} {row['cores_used']:15.2f} {row['others_cores']:14.2f} {row['startup_seconds']:11.2f}"
         )
     print()
     for name, value in ratios.items():

@@ -1,20 +1,26 @@
 """`inspect --verify`'s image decoding on all cores: TensorFlow's own decoder, in batches, on threads.
 
 `--verify` means "TensorFlow's decoder gives the declared shape", so the decode stays
-`tf.io.decode_image`. How it is fed was measured (2 cores, 100 KB JPEGs, bench/verify.py):
+`tf.io.decode_image`. How it is fed was measured (2 cores, the bench's ~100 KB JPEGs,
+bench/verify.py and in-process loops, contenders alternated in one run):
 
-* one traced call per image costs ~1 ms of dispatch on top of ~1.7 ms of decoding (355 against
-  580 images/s on one core), and eager calls also hold the GIL (2 threads: 565 -> 600 images/s);
+* one traced call per image (the previous design, on a thread per shard) spends as much again in
+  dispatch as in decoding: 355-446 images/s on one core against 503-580 for the same images
+  decoded 32 per call; eager calls also hold the GIL (2 threads: 565 -> 600 images/s);
 * so images go to TensorFlow in batches (up to 32 images or 4 MB): one traced `tf.map_fn` call
   decodes a batch, one image after the other, and releases the GIL while it runs. `workers`
   threads each decode a batch at a time while the calling thread reads, CRC-checks and parses
-  the next records (pure Python, ~0.25 ms a record): `workers` images decode at once;
-* threads and not processes: one process pays TensorFlow's import (~2 s, ~550 MB) once, where
-  each worker process would pay it again, and on 2 cores the GIL-bound reading is a small share.
-  The limit of this design is the one reading thread: ~4,000 records/s, ~7 cores' worth of
-  decoding; past that, shards would have to be split between processes;
-* TensorFlow is imported by the first batch's thread, so the reading goes on meanwhile (until the
+  the next records (pure Python, ~0.25 ms a record against ~2 ms of decoding), so `workers`
+  images decode at once. With one worker the reading thread decodes too (no pool): one core;
+* threads and not processes: one process pays TensorFlow's import once; each worker process
+  would pay it again (here ~5 s of CPU and ~680 MB resident each), and a shard per process
+  balances badly when shards are few. The limit of one process is its one reading thread: ~4,000
+  records/s, ~8 cores' worth of decoding; past that, shards would be split between processes;
+* TensorFlow is imported by the first batch's thread, so reading goes on meanwhile (until the
   batches in flight are full), and a `--verify` whose records hold no image never imports it.
+  The import is single-threaded and, with start-up, ~6 s here: on 8,000 images that is a quarter
+  of a one-worker run, which is why all cores give ~1.8x after start-up but less for the whole
+  process (see README "Inspecting and verifying").
 
 A batch with an image TensorFlow cannot decode fails as a whole: it is decoded again one image at
 a time, so each problem carries TensorFlow's own message for its image, exactly as one call per
