@@ -19,8 +19,8 @@ bench/verify.py and in-process loops, contenders alternated in one run):
 * TensorFlow is imported by the first batch's thread, so reading goes on meanwhile (until the
   batches in flight are full), and a `--verify` whose records hold no image never imports it.
   The import is single-threaded and ~5 s here: on 8,000 images a fifth of a one-worker run,
-  which is why 2 cores give ~1.8x after start-up (1.79-1.88x) but 1.63x for the whole process
-  (README "Inspecting and verifying").
+  which is why 2 cores give ~1.8x after start-up (1.6-2.0x over the runs) but ~1.6x for the
+  whole process (README "Inspecting and verifying").
 
 A batch with an image TensorFlow cannot decode fails as a whole: it is decoded again one image at
 a time, so each problem carries TensorFlow's own message for its image, exactly as one call per
