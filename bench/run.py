@@ -7,14 +7,15 @@ measures the whole process and the peak memory of its process tree (RSS summed o
 PSS, which counts shared library pages once).
 
 The dataset is 4,000 generated images; the runs convert 12,000 (each image hard-linked three
-times under new names) so that steady state, which starts only after TensorFlow's ~3 s import,
-lasts long enough to measure.
+times under new names) so that steady state, which starts only after the contenders' start-up
+(TensorFlow's ~2-3 s import for the baselines), lasts long enough to measure.
 
 Then the read benchmark (bench/read.py): load() against a hand-written tf.data pipeline and
 Keras' image_dataset_from_directory, first-batch latency and steady throughput; and the plan
 benchmark (bench/plan.py): `convert --dry-run` on a million files against a plain-Python walk.
 
-`--only verify`: inspect --verify on one worker against all cores (bench/verify.py).
+And the verify benchmark (bench/verify.py, `--only verify`): inspect --verify on one worker
+against all cores.
 
 Usage: python bench/run.py [--images 12000] [--rounds 3] [--quick] [--only convert|read|plan|verify] [--out bench/results.json]
 """
@@ -399,7 +400,7 @@ def main() -> None:
     if memory:
         diff = memory[16000] - memory[4000]
         print(
-            f"{'peak RSS 16,000 images - 4,000 images (MB)':58s} {diff:6.0f}{'  ok' if abs(diff) < 50 else '  MISSED (target < 50)'}"
+            f"{'peak RSS 16,000 images - 4,000 images (MB)':58s} {diff:6.0f}{'  ok' if diff < 50 else '  MISSED (target < 50)'}"
         )
     print(f"{'img2tfrecord --help (s), imports TensorFlow':58s} {help_top:6.2f}  {tf_top}")
     print(f"{'img2tfrecord convert --help (s), imports TensorFlow':58s} {help_convert:6.2f}  {tf_convert}")
@@ -423,6 +424,8 @@ def main() -> None:
     if args.only is None:
         print()
         plan.main(["--rounds", str(args.rounds)])  # writes bench/results-plan.json
+        print()
+        result["verify"] = verify.run(args.rounds)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)
     print(f"\nresults: {args.out}")
