@@ -57,34 +57,28 @@ def report(n, b, t):
     print(json.dumps({"images": n, "bytes": b, "steady_seconds": time.perf_counter() - t}))
 """
 
-COPY = (
-    _WALK
-    + """
+
+def _copy_loop(durable: bool) -> str:
+    """Read every file and append it to one file; `durable`: fsync that file at the end."""
+    return (
+        _WALK
+        + """
 t = time.perf_counter(); n = b = 0
 with open(sys.argv[2], "wb") as out:
     for path in files(sys.argv[1]):
         with open(path, "rb") as f:
             data = f.read()
         out.write(data); n += 1; b += len(data)
-report(n, b, t)
 """
-)
+        + ("    out.flush(); os.fsync(out.fileno())\n" if durable else "")
+        + "report(n, b, t)\n"
+    )
 
+
+COPY = _copy_loop(durable=False)
 # The durable copy limit: the same, made durable (fsync) as a converter that fsyncs its shards
 # must; `dd conv=fsync` does the same. The real limit of `keep --no-validate`.
-DURABLE_COPY = (
-    _WALK
-    + """
-t = time.perf_counter(); n = b = 0
-with open(sys.argv[2], "wb") as out:
-    for path in files(sys.argv[1]):
-        with open(path, "rb") as f:
-            data = f.read()
-        out.write(data); n += 1; b += len(data)
-    out.flush(); os.fsync(out.fileno())
-report(n, b, t)
-"""
-)
+DURABLE_COPY = _copy_loop(durable=True)
 
 
 def _decode_loop(setup: str, per_image: str, finish: str) -> str:
