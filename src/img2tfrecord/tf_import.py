@@ -8,8 +8,8 @@ temporary file; its content is shown only if the import fails.
 
 Writing shards needs only TensorFlow's C++ record writer, `_pywrap_record_io` (the class
 `tf.io.TFRecordWriter` subclasses: same bytes), and `record_io()` loads that extension alone:
-0.4 s and ~350 MB of mostly shared library pages, against ~2.5 s and ~550 MB for all of
-TensorFlow (measured on 2 cores: that import was ~4 of a 5.5 s conversion's CPU-seconds). Two
+0.3-0.5 s, and ~60 MB resident once loaded (see the page drop below), against ~2.5 s and ~550 MB
+for all of TensorFlow (measured on 2 cores: that import was ~4 of a 5.5 s conversion's CPU-seconds). Two
 things make it safe:
 
 * A failed write (disk full) turns a C++ status into a Python exception through a registry that

@@ -13,6 +13,7 @@ runs the same `write_shard`, so the bytes do not depend on the engine.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 from array import array
@@ -88,27 +89,40 @@ class ShardWriter:
         self.info.records += 1
         self._written += size
         if self._wb_fd is not None and self._written - self._flushed >= WRITEBACK_BYTES:
-            self._flush()
+            with _as_os_error(self.path):
+                self._writer.flush()
             fs.start_writeback(self._wb_fd, self._flushed, self._written - self._flushed)
             self._flushed = self._written
 
-    def _flush(self) -> None:
-        try:
-            self._writer.flush()
-        except RecordIOError as e:
-            raise OSError(f"{self.path}: {e}") from None
-
     def close(self, durable: bool = True) -> ShardInfo:
         """Close, measure, checksum and index the shard; `durable=False` leaves the fsync to the caller."""
-        try:
+        with _as_os_error(self.path):
             self._writer.close()
-        except RecordIOError as e:
-            raise OSError(f"{self.path}: {e}") from None
         if self._wb_fd is not None:
             fs.start_writeback(self._wb_fd, self._flushed, 0)  # 0: to the end of the file
             os.close(self._wb_fd)
             self._wb_fd = None
         return seal(self.path, self.info, self._sizes, self.index, durable, self.checksum)
+
+
+@contextlib.contextmanager
+def _as_os_error(path: str) -> Iterator[None]:
+    """The record writer loaded alone (see tf_import) raises TensorFlow's status as a
+    RecordIOError; callers (and the engines' error handling) expect an OSError naming the file.
+    (`ShardWriter.write`, once per record, does the same inline: a try costs nothing there.)"""
+    try:
+        yield
+    except RecordIOError as e:
+        raise OSError(f"{path}: {e}") from None
+
+
+def preload_writer(staging: str) -> None:
+    """`load_writer` for a background thread: an error is raised again, with its message, where
+    the first shard needs the writer."""
+    try:
+        load_writer(staging)
+    except BaseException:
+        pass
 
 
 def load_writer(staging: str) -> None:
@@ -129,10 +143,8 @@ def record_writer(path: str, compression: str | None) -> Any:
         tf = tensorflow()
         return tf.io.TFRecordWriter(path, tf.io.TFRecordOptions(compression_type=TF_COMPRESSION[compression]))
     rio = record_io()
-    try:
+    with _as_os_error(path):
         return rio.RecordWriter(os.fsencode(path), rio.RecordWriterOptions(TF_COMPRESSION[compression].encode()))
-    except RecordIOError as e:
-        raise OSError(f"{path}: {e}") from None
 
 
 def seal(path: str, info: ShardInfo, sizes: Iterable[int], index: bool, durable: bool, checksum: str) -> ShardInfo:
@@ -327,10 +339,8 @@ def _records(staging: str, files: list[str], compression: str) -> Iterator[bytes
         return
     rio = record_io()
     for f in files:
-        try:
+        with _as_os_error(fs.join(staging, f)):
             yield from rio.RecordIterator(os.fsencode(fs.join(staging, f)), compression.encode())
-        except RecordIOError as e:
-            raise OSError(f"{f}: {e}") from None
 
 
 def _recut_bytes(

@@ -280,13 +280,6 @@ def _cancel(result: object, emit: EventSink) -> None:
         emit("warning", f"could not cancel the Beam job ({_last_line(e)}); stop it in the runner's console")
 
 
-def _load_quietly(staging: str) -> None:
-    try:
-        writer.load_writer(staging)
-    except BaseException:  # raised again, with its message, where the shard first needs it
-        pass
-
-
 class WriteShardFn(_DoFn):  # type: ignore[misc, valid-type]
     """Encode and write one whole shard per element; leave its outcome next to it in staging.
 
@@ -308,7 +301,7 @@ class WriteShardFn(_DoFn):  # type: ignore[misc, valid-type]
         if not cstderr.installed():  # a worker process (in-process runners run under convert's)
             cstderr.install()
         self._tf_thread = threading.Thread(
-            target=_load_quietly, args=(self.staging,), name="import-tensorflow", daemon=True
+            target=writer.preload_writer, args=(self.staging,), name="import-tensorflow", daemon=True
         )
         self._tf_thread.start()
 

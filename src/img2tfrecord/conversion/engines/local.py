@@ -119,7 +119,7 @@ def run_local(
         closing.append(closer.submit(_finish, outcome, journal, settings.fsync))
 
     pool = _Pool(cfg, n - 1) if n > 1 else None  # started first: the workers' imports overlap ours
-    tf_thread = threading.Thread(target=_import_tf, args=(staging,), name="import-tensorflow", daemon=True)
+    tf_thread = threading.Thread(target=writer.preload_writer, args=(staging,), name="import-tensorflow", daemon=True)
     tf_thread.start()
     try:
         if pool is None:
@@ -483,7 +483,9 @@ def _init_worker(cfg: WorkerConfig, events: Any, parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
     cstderr.install()  # for good: this process decodes images (libtiff & co. write to fd 2)
-    _tf_thread = threading.Thread(target=_import_tf, args=(cfg.staging,), name="import-tensorflow", daemon=True)
+    _tf_thread = threading.Thread(
+        target=writer.preload_writer, args=(cfg.staging,), name="import-tensorflow", daemon=True
+    )
     _tf_thread.start()
 
 
@@ -504,13 +506,6 @@ def _die_with_parent() -> None:
 def _check_parent() -> None:
     if os.getppid() != _parent:
         os._exit(1)
-
-
-def _import_tf(staging: str) -> None:
-    try:
-        writer.load_writer(staging)
-    except BaseException:  # raised again, with its message, where a shard first needs it
-        pass
 
 
 def _work(shard: PlannedShard, drop: dict[str, tuple[str, str]]) -> dict[str, Any]:
