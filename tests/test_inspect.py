@@ -119,6 +119,7 @@ def test_json_is_the_truth(ours: SimpleNamespace) -> None:
         "problems_omitted",
         "extracted",
         "contact_sheet",
+        "lineage",
     }
     assert data["ok"] is True and data["problems"] == [] and data["verified"] is False
     assert [Path(f["path"]).name for f in data["files"]] == list(ours.shard_items)

@@ -123,6 +123,9 @@ def format_report(rep: dict[str, Any], per_file: bool = False) -> str:
         status = "MISSING" if not f["exists"] else plural(f["problems"], "problem") if f["problems"] else "ok"
         rows.append([f["path"], f"{f['records']:,} records", _human(f["bytes"]), f["compression"] or "-", status])
     lines += _table(rows, "")
+    for lin in rep.get("lineage") or []:
+        parent = f"parent {str(lin['parent'])[:16]}..." if lin.get("parent") else "no parent"
+        lines.append(f"dataset {lin['dir']}: version {lin['version']} ({parent}), created {lin.get('created')}")
     if per_file and len(files) > 1:
         for f in files:
             lines += ["", *_details(f, f["path"])]

@@ -37,6 +37,7 @@ from img2tfrecord.conversion.resume import (
     prune,
 )
 from img2tfrecord.errors import DataError, Interrupted, UsageError, WorkerDied, plural
+from img2tfrecord.format.manifest import created_stamp
 from img2tfrecord.format.naming import STAGING_DIR
 
 
@@ -65,6 +66,7 @@ def convert(
     """
     timing = Timing()
     emit = on_event or (lambda kind, msg: None)
+    created_stamp()  # a malformed SOURCE_DATE_EPOCH is refused before any work, not at publish time
     if workers is not None and workers < 1:
         raise UsageError(f"bad --workers {workers}: must be >= 1")
     if engine not in ENGINES:

@@ -1,19 +1,55 @@
 """dataset.json and labels.txt: what a reader (or a later --resume) needs to know about the output.
 
-No timestamps and no machine facts go in, so identical runs produce identical manifests.
+No machine facts go in. One timestamp does: the lineage's `created` (when this version was made),
+taken from SOURCE_DATE_EPOCH when it is set (reproducible-builds.org's rule), so identical runs
+with it set produce identical manifests; without it, two runs differ in that field alone.
+
+Lineage: `version` counts the dataset's versions (1 for `convert`, +1 per `update`/`compact`),
+`parent` is the sha256 of the previous version's dataset.json bytes (null for version 1), and
+every shard entry says which `version` wrote its bytes, so a training job can log what it read
+and a later version can be traced back to the one it was made from.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import time
+from collections.abc import Mapping
 from typing import Any
 
 from img2tfrecord._version import __version__
+from img2tfrecord.errors import UsageError
 from img2tfrecord.format.schema import FEATURE_TYPES
 
 MANIFEST_NAME = "dataset.json"
 LABELS_NAME = "labels.txt"
 FORMAT_VERSION = 1
+
+
+def created_stamp(env: Mapping[str, str] | None = None) -> str:
+    """The lineage's `created`: SOURCE_DATE_EPOCH when set (a UsageError if it is not a
+    non-negative integer), else the current time; ISO 8601 in UTC, to the second."""
+    raw = (os.environ if env is None else env).get("SOURCE_DATE_EPOCH")
+    if raw is None or raw == "":
+        seconds = int(_now())
+    else:
+        if not raw.strip().isdigit():
+            raise UsageError(
+                f"SOURCE_DATE_EPOCH={raw!r} is not a whole number of seconds since 1970: fix it or unset it"
+            )
+        seconds = int(raw.strip())
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def _now() -> float:
+    return time.time()
+
+
+def manifest_digest(text: str | bytes) -> str:
+    """What a child version's `parent` holds: the sha256 of the parent's dataset.json bytes."""
+    return hashlib.sha256(text.encode("utf-8") if isinstance(text, str) else text).hexdigest()
 
 
 def build_manifest(
@@ -31,10 +67,20 @@ def build_manifest(
     engine: str = "local",
     duplicates: dict[str, Any] | None = None,
     excluded_files: int = 0,
+    version: int = 1,
+    parent: str | None = None,
+    created: str | None = None,
 ) -> dict[str, Any]:
+    """The manifest; shard entries without a `version` are stamped with this one (they were written now)."""
+    for info in splits.values():
+        for shard in info.get("shards") or []:
+            shard.setdefault("version", version)
     return {
         "format_version": FORMAT_VERSION,
         "tool": {"name": "img2tfrecord", "version": __version__, "engine": engine},
+        "version": version,
+        "parent": parent,
+        "created": created if created is not None else created_stamp(),
         "classes": classes,
         "label_offset": label_offset,
         "options": options,

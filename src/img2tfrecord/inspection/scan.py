@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections import Counter, deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from img2tfrecord import cstderr
@@ -97,6 +97,9 @@ class Report:
     verified: bool
     extracted: dict[str, Any] | None = None
     contact_sheet: dict[str, Any] | None = None
+    # dataset.json's lineage of each dataset read ({dir, version, parent, created}), so a training
+    # job can log which version it read
+    lineage: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def problem_count(self) -> int:
@@ -118,6 +121,7 @@ class Report:
             "problems_omitted": self.problems_omitted,
             "extracted": self.extracted,
             "contact_sheet": self.contact_sheet,
+            "lineage": self.lineage,
         }
 
 
@@ -217,6 +221,11 @@ def inspect(
         for man in manifests.values():
             _check_dataset(man, refs, class_counts, split, problems)
     report = Report([os.fspath(p) for p in paths], files, total, problems, omitted, verify)
+    report.lineage = [
+        {"dir": str(m.dir), **{k: m.data.get(k) for k in ("version", "parent", "created")}}
+        for m in manifests.values()
+        if "version" in m.data
+    ]
     if extractor:
         report.extracted = {"dir": str(extractor.dir), "images": extractor.written, "skipped": extractor.skipped}
     if sheet:
