@@ -120,9 +120,10 @@ def _remote_entries(path: str, pool: ThreadPoolExecutor | None = None) -> list[_
     return [_Entry(n, p, d) for (n, _), p, d in zip(listed, paths, dirs)]
 
 
-def _walk_class_remote(root: str, rel_prefix: str) -> tuple[list[tuple[str, str, int]], int]:
-    """`_walk_class` for a remote folder (object stores have no symlinks; sizes are unknown: 0)."""
-    found: list[tuple[str, str, int]] = []
+def _walk_class_remote(root: str, rel_prefix: str) -> tuple[list[tuple[str, str, int, int]], int]:
+    """`_walk_class` for a remote folder (object stores have no symlinks; sizes and mtimes are
+    unknown: 0, since a listing gives names only and a stat per object is the request it avoids)."""
+    found: list[tuple[str, str, int, int]] = []
     ignored = 0
     stack: list[tuple[str, str]] = [(root, "")]
     while stack:
@@ -138,7 +139,7 @@ def _walk_class_remote(root: str, rel_prefix: str) -> tuple[list[tuple[str, str,
             if e.is_dir:
                 subdirs.append((e.path, f"{rel}{e.name}/"))
             elif os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS:
-                found.append((e.path, f"{rel}{e.name}", 0))
+                found.append((e.path, f"{rel}{e.name}", 0, 0))
             else:
                 ignored += 1
         stack.extend(reversed(subdirs))
@@ -148,10 +149,12 @@ def _walk_class_remote(root: str, rel_prefix: str) -> tuple[list[tuple[str, str,
 
 class ClassFiles(NamedTuple):
     """The image candidates below one class folder: names relative to it ('/'-separated, as
-    `encode_name` gives them), sorted as the names' str sort; their sizes; non-images ignored."""
+    `encode_name` gives them), sorted as the names' str sort; their sizes and st_mtime_ns (one
+    stat gives both); non-images ignored."""
 
     names: list[bytes]
     sizes: array
+    mtimes: array
     ignored: int
 
 
@@ -166,8 +169,13 @@ def _walk_classes(walks: list[tuple[str, str, str]], remote: bool) -> Iterator[C
         yield from pool.map(lambda w: _as_class_files(*_walk_class_remote(w[2], w[0] + "/")), walks)
 
 
-def _as_class_files(found: list[tuple[str, str, int]], ignored: int) -> ClassFiles:
-    return ClassFiles([encode_name(r) for _, r, _ in found], array("q", (sz for _, _, sz in found)), ignored)
+def _as_class_files(found: list[tuple[str, str, int, int]], ignored: int) -> ClassFiles:
+    return ClassFiles(
+        [encode_name(r) for _, r, _, _ in found],
+        array("q", (sz for _, _, sz, _ in found)),
+        array("q", (mt for _, _, _, mt in found)),
+        ignored,
+    )
 
 
 def _sort_names(names: list[bytes]) -> None:
@@ -180,20 +188,26 @@ def _sort_names(names: list[bytes]) -> None:
         names.sort(key=os.fsdecode)
 
 
-def _sizes(fd: int, names: list[bytes]) -> array:
-    """Each file's size, stat'ed relative to its open folder (following symlinks); 0 if it fails."""
+class _Stats(NamedTuple):
+    sizes: array
+    mtimes: array
+
+
+def _sizes(fd: int, names: list[bytes]) -> _Stats:
+    """Each file's size and st_mtime_ns from one stat relative to its open folder (following
+    symlinks); 0 and 0 if it fails."""
     stat = os.stat
-    try:
-        return array("q", [stat(n, dir_fd=fd).st_size for n in names])
-    except OSError:
-        pass
-    out = array("q")
+    sizes, mtimes = array("q"), array("q")
     for n in names:
         try:
-            out.append(stat(n, dir_fd=fd).st_size)
+            st = stat(n, dir_fd=fd)
         except OSError:
-            out.append(0)  # broken symlink or vanished: the encoder reports it as skipped
-    return out
+            sizes.append(0)  # broken symlink or vanished: the encoder reports it as skipped
+            mtimes.append(0)
+            continue
+        sizes.append(st.st_size)
+        mtimes.append(st.st_mtime_ns)
+    return _Stats(sizes, mtimes)
 
 
 def _walk_class_fast(root: str) -> ClassFiles:
@@ -204,7 +218,7 @@ def _walk_class_fast(root: str) -> ClassFiles:
     type, no system call), an extension test and, for an image, one `fstatat`.
     """
     exts = IMAGE_EXTENSIONS_B
-    chunks: list[tuple[bytes, list[bytes], array]] = []
+    chunks: list[tuple[bytes, list[bytes], _Stats]] = []
     ignored = 0
     visited: set[tuple[int, int]] = set()
     stack: list[tuple[bytes, bytes]] = [(os.fsencode(root), b"")]
@@ -249,16 +263,22 @@ def _walk_class_fast(root: str) -> ClassFiles:
         _sort_names(subdirs)
         stack.extend((os.path.join(path, n), rel + n + b"/") for n in reversed(subdirs))
     if len(chunks) == 1 and not chunks[0][0]:
-        return ClassFiles(chunks[0][1], chunks[0][2], ignored)  # a flat class folder: sorted already
+        return ClassFiles(chunks[0][1], chunks[0][2].sizes, chunks[0][2].mtimes, ignored)  # flat: sorted already
     names = [rel + n for rel, files, _ in chunks for n in files]
-    sizes = array("q", chain.from_iterable(sz for _, _, sz in chunks))
+    sizes = array("q", chain.from_iterable(st.sizes for _, _, st in chunks))
+    mtimes = array("q", chain.from_iterable(st.mtimes for _, _, st in chunks))
     by_name = list(range(len(names)))
     try:
         b"/".join(names).decode("utf-8")
         by_name.sort(key=names.__getitem__)
     except UnicodeDecodeError:
         by_name.sort(key=lambda i: os.fsdecode(names[i]))
-    return ClassFiles([names[i] for i in by_name], array("q", (sizes[i] for i in by_name)), ignored)
+    return ClassFiles(
+        [names[i] for i in by_name],
+        array("q", (sizes[i] for i in by_name)),
+        array("q", (mtimes[i] for i in by_name)),
+        ignored,
+    )
 
 
 def _is_dir(entry: os.DirEntry) -> bool:
@@ -268,12 +288,12 @@ def _is_dir(entry: os.DirEntry) -> bool:
         return False
 
 
-def _walk_class(root: str, rel_prefix: str) -> tuple[list[tuple[str, str, int]], int]:
+def _walk_class(root: str, rel_prefix: str) -> tuple[list[tuple[str, str, int, int]], int]:
     """All image candidates below one class folder, sorted; follows symlinks without looping.
 
-    Returns ([(path, rel_to_class_root, size)], ignored_non_image_count).
+    Returns ([(path, rel_to_class_root, size, mtime_ns)], ignored_non_image_count).
     """
-    found: list[tuple[str, str, int]] = []
+    found: list[tuple[str, str, int, int]] = []
     ignored = 0
     visited: set[tuple[int, int]] = set()
     stack: list[tuple[str, str]] = [(root, "")]
@@ -300,10 +320,11 @@ def _walk_class(root: str, rel_prefix: str) -> tuple[list[tuple[str, str, int]],
                 subdirs.append((e.path, child_rel + "/"))
             elif os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS:
                 try:
-                    size = e.stat(follow_symlinks=True).st_size
+                    st = e.stat(follow_symlinks=True)
+                    size, mtime = st.st_size, st.st_mtime_ns
                 except OSError:
-                    size = 0  # broken symlink or vanished: the encoder reports it as skipped
-                found.append((e.path, child_rel, size))
+                    size = mtime = 0  # broken symlink or vanished: the encoder reports it as skipped
+                found.append((e.path, child_rel, size, mtime))
             else:
                 ignored += 1
         stack.extend(reversed(subdirs))
@@ -449,7 +470,7 @@ def discover(
             continue
         split_dir = f"{os.path.basename(split_roots[skey])}/" if skey else ""
         group = table.new_group(split_dir + c + "/", index[c], len(split_dir))
-        per_class.setdefault(c, {})[skey] = table.extend(group, found.names, found.sizes)
+        per_class.setdefault(c, {})[skey] = table.extend(group, found.names, found.sizes, found.mtimes)
     split_keys = list(split_roots) if presplit else (list(split) if split else ["train"])
     return _assemble(
         table,
@@ -582,7 +603,7 @@ def discover_file_list(
     chunk = 1 << 16  # rows moved into the table at a time (image/filename order: list order is irrelevant)
     for start in range(0, len(listed.rows), chunk):
         names: list[bytes] = []
-        group_of, sizes = array("I"), array("q")
+        group_of, sizes, mtimes = array("I"), array("q"), array("q")
         for row in listed.rows[start : start + chunk]:
             n = _row_number(row)
             label = listed.labels[listed.label_of[n]]
@@ -595,7 +616,8 @@ def discover_file_list(
             names.append(row[: -ROW_NUMBER - 1])
             group_of.append(groups[label])
             sizes.append(listed.sizes[n])
-        table.extend(group_of, names, sizes)
+            mtimes.append(listed.mtimes[n])
+        table.extend(group_of, names, sizes, mtimes)
     del listed
     return _assemble(
         table,
@@ -622,6 +644,7 @@ class _Listed(NamedTuple):
     labels: list[str]
     label_of: array
     sizes: array
+    mtimes: array
     paths: dict[int, str]
 
 
@@ -679,7 +702,7 @@ def _read_file_list(input_dir: str, file_list: str) -> _Listed:
     root = fs.local(input_dir)
     rows: list[bytes] = []  # name + NUL + row number
     lines = array("q")  # by row number: the line it was on
-    label_of, sizes = array("I"), array("q")
+    label_of, sizes, mtimes = array("I"), array("q"), array("q")
     label_index: dict[str, int] = {}
     paths: dict[int, str] = {}
     missing: list[tuple[int, str]] = []
@@ -721,7 +744,7 @@ def _read_file_list(input_dir: str, file_list: str) -> _Listed:
                 )
             if problem := filename_problem(utf8_text(rel)):
                 raise fail(line, f"{given} cannot be an image/filename: it {problem}")
-            size = 0
+            size = mtime = 0
             if not fs.is_remote(path):
                 try:
                     st = os.stat(path)
@@ -731,11 +754,13 @@ def _read_file_list(input_dir: str, file_list: str) -> _Listed:
                 if st is not None and stat.S_ISDIR(st.st_mode):
                     raise fail(line, f"{path} is a folder, not an image")
                 size = st.st_size if st is not None else 0
+                mtime = st.st_mtime_ns if st is not None else 0
             number = len(rows)
             rows.append(encode_name(rel) + b"\0" + number.to_bytes(ROW_NUMBER, "big"))
             lines.append(line)
             label_of.append(label_index.setdefault(label, len(label_index)))
             sizes.append(size)
+            mtimes.append(mtime)
             if path != fs.join(root, rel):
                 paths[number] = path
     except csv.Error as e:
@@ -747,7 +772,7 @@ def _read_file_list(input_dir: str, file_list: str) -> _Listed:
         line, path = missing[0]
         more = f" ({len(missing) - 1} more listed file(s) are missing too)" if len(missing) > 1 else ""
         raise UsageError(f"{where} line {line}: {path} does not exist{more}")
-    return _Listed(rows, list(label_index), label_of, sizes, paths)
+    return _Listed(rows, list(label_index), label_of, sizes, mtimes, paths)
 
 
 def _listed_twice(
