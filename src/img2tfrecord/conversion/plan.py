@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from img2tfrecord import fs
+from img2tfrecord.conversion.filelist import discover_file_list
+from img2tfrecord.conversion.labels import read_labels_file
 from img2tfrecord.conversion.options import (
     CHANNEL_CHOICES,
     DEDUPE_MODES,
@@ -34,13 +36,9 @@ from img2tfrecord.conversion.options import (
     parse_resize,
     parse_shards,
 )
+from img2tfrecord.conversion.splits import parse_split_spec
 from img2tfrecord.conversion.table import Task, sizes_of
-from img2tfrecord.conversion.walk import (
-    discover,
-    discover_file_list,
-    parse_split_spec,
-    read_labels_file,
-)
+from img2tfrecord.conversion.walk import discover
 from img2tfrecord.errors import UsageError
 from img2tfrecord.format.naming import shard_name
 from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
