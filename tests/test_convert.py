@@ -552,7 +552,7 @@ def test_shard_checksums_are_recorded_and_verified(cli, tmp_path):
         assert cli("convert", tmp_path / "in", out, "--checksum", algorithm).exit_code == 0
         shard = json.loads((out / "dataset.json").read_text())["splits"]["train"]["shards"][0]
         digest = {"xxh3_128": xxh3, "sha256": sha}.get(algorithm)
-        assert set(shard) - {"file", "records", "bytes"} == ({algorithm} if digest else set())
+        assert set(shard) - {"file", "records", "bytes", "version"} == ({algorithm} if digest else set())
         if digest:
             assert shard[algorithm] == digest(out / shard["file"])
         assert cli("inspect", out, "--verify").exit_code == 0

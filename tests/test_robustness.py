@@ -212,6 +212,7 @@ def test_one_run_at_a_time_per_output(cli, tmp_path):
     res = cli("convert", tmp_path / "in", out)  # released (the other run ended or died)
     assert res.exit_code == 0, res.output
     assert sorted(p.name for p in out.iterdir()) == [
+        "dataset.catalog",
         "dataset.json",
         "dataset_info.json",
         "features.json",

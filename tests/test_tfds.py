@@ -139,6 +139,7 @@ def test_compressed_shards_get_no_tfds_metadata(cli, tmp_path):
     assert (out / "features.json").exists()
     assert cli("convert", tmp_path / "in", out, "--compression", "gzip", "--overwrite", "--quiet").exit_code == 0
     assert sorted(p.name for p in out.iterdir()) == [
+        "dataset.catalog",
         "dataset.json",
         "labels.txt",
         "train-00000-of-00001",

@@ -114,6 +114,20 @@ def write_text(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
+def write_bytes(path: str, data: bytes) -> None:
+    """`write_text` for bytes: readers see the old or the new content, never half of it."""
+    if is_remote(path):
+        with gfile(path).GFile(path, "wb") as f:
+            f.write(data)
+        return
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 def exists(path: str) -> bool:
     return gfile(path).exists(path) if is_remote(path) else os.path.exists(path)
 

@@ -6,8 +6,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from img2tfrecord import fs
 from img2tfrecord.conversion import dedupe
 from img2tfrecord.conversion import write as writer
+from img2tfrecord.conversion.catalog import add_split, record_lengths
 from img2tfrecord.conversion.dedupe import DIGEST_HEX
 from img2tfrecord.conversion.events import EventSink, Timing
 from img2tfrecord.conversion.output import publish
@@ -15,7 +17,9 @@ from img2tfrecord.conversion.plan import Plan, one_record_warning
 from img2tfrecord.conversion.table import class_counts
 from img2tfrecord.conversion.write import ShardOutcome
 from img2tfrecord.errors import DataError, plural
+from img2tfrecord.format import catalog as catalog_file
 from img2tfrecord.format import tfds as tfds_metadata
+from img2tfrecord.format.catalog import CATALOG_NAME, Catalog
 from img2tfrecord.format.manifest import (
     LABELS_NAME,
     MANIFEST_NAME,
@@ -67,11 +71,17 @@ def finalize(
     split_info: dict[str, dict[str, Any]] = {}
     classes = [utf8_text(c) for c in plan.classes]
     warnings = list(plan.warnings)
+    cat = Catalog(has_digests=plan.settings.digests)
     for s in plan.split_names:
         mine = [o for o in outcomes if o.split == s]
         if not mine:
             continue
         infos = writer.rebalance(staging, [o.info for o in mine], plan.settings)
+        planned = [(sh.tasks, o) for sh, o in zip(plan.shards, outcomes) if o.split == s]
+        lengths = None
+        if any(len(o.lengths) != o.info.records for o in mine):  # a journal of a version before the catalog
+            lengths = record_lengths(staging, [i.file for i in infos], plan.settings.compression)
+        add_split(cat, s, planned, infos, lengths)
         if len(infos) < len(mine):
             warnings.append(
                 f"{s}: {len(infos)} shard(s) instead of {len(mine)}: after the skipped images, more would "
@@ -132,7 +142,9 @@ def finalize(
     )
     files = [sh["file"] for si in split_info.values() for sh in si["shards"]]
     files += [sh["index"] for si in split_info.values() for sh in si["shards"] if "index" in sh]
+    files.append(CATALOG_NAME)
     try:
+        fs.write_bytes(fs.join(staging, CATALOG_NAME), catalog_file.encode(cat))
         metadata = tfds_metadata.files(manifest) | {
             LABELS_NAME: labels_text(classes),
             MANIFEST_NAME: manifest_text(manifest),

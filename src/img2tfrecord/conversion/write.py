@@ -94,6 +94,11 @@ class ShardWriter:
             fs.start_writeback(self._wb_fd, self._flushed, self._written - self._flushed)
             self._flushed = self._written
 
+    @property
+    def sizes(self) -> array:
+        """The framed size of every record written so far (the catalog's record lengths)."""
+        return self._sizes
+
     def close(self, durable: bool = True) -> ShardInfo:
         """Close, measure, checksum and index the shard; `durable=False` leaves the fsync to the caller."""
         with _as_os_error(self.path):
@@ -183,6 +188,7 @@ class ShardOutcome:
     # process and the journal; paths and classes come back from the plan (finalize.written).
     digests: str = ""
     dropped: list[dict[str, str]] = field(default_factory=list)  # duplicates left out (--dedupe drop)
+    lengths: list[int] = field(default_factory=list)  # framed size of every record, in order (the catalog's)
 
     def to_dict(self) -> dict[str, Any]:
         """The outcome as JSON-ready data (journal, Beam outcome files, worker results)."""
@@ -264,6 +270,7 @@ def write_shard(
 
     sw.close(settings.fsync if durable is None else durable)
     out.digests = "".join(digests)
+    out.lengths = sw.sizes.tolist()
     return out
 
 

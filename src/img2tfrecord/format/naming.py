@@ -14,7 +14,7 @@ SHARD_RE = re.compile(r"^(?P<split>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})$")
 
 
 # Files that sit beside shards but are never shards: a glob or prefix never selects them.
-_AUX_SUFFIXES = (".idx", ".json", ".txt", ".tmp", ".partial", ".lock")
+_AUX_SUFFIXES = (".idx", ".json", ".txt", ".tmp", ".partial", ".lock", ".catalog")
 
 
 STAGING_DIR = ".img2tfrecord-staging"

@@ -1,0 +1,77 @@
+"""The catalog convert writes beside the shards: one row per planned image, true to the shards' bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import xxhash
+
+from helpers import make_dataset
+from img2tfrecord.conversion.convert import convert
+from img2tfrecord.format import catalog
+from img2tfrecord.format.framing import record_spans
+
+
+def _records_by_offset(shard: Path) -> dict[int, tuple[int, bytes]]:
+    """offset -> (framed size, image/filename) of every record, parsed with TensorFlow's proto."""
+    import tensorflow as tf
+
+    out = {}
+    data = shard.read_bytes()
+    for offset, size in record_spans(str(shard)):
+        ex = tf.train.Example.FromString(data[offset + 12 : offset + size - 4])
+        out[offset] = (size, ex.features.feature["image/filename"].bytes_list.value[0])
+    return out
+
+
+@pytest.mark.parametrize("dedupe", ["report", "drop"])
+def test_catalog_rows_match_the_shards(tmp_path: Path, dedupe: str, cli) -> None:
+    files = make_dataset(tmp_path / "in", {"a": 9, "b": 8, "c": 5})
+    (tmp_path / "in" / "a" / "broken.jpg").write_bytes(b"\xff\xd8\xff not a jpeg")
+    (tmp_path / "in" / "b" / "copy.png").write_bytes(files["a"][0].read_bytes())
+    out = tmp_path / "out"
+    convert(str(tmp_path / "in"), str(out), shards=3, split="train=0.7,validation=0.3", dedupe=dedupe)
+    cat = catalog.decode((out / catalog.CATALOG_NAME).read_bytes())
+    on_disk = sorted(str(p.relative_to(tmp_path / "in")).encode() for p in (tmp_path / "in").rglob("*") if p.is_file())
+    assert sorted(cat.rels) == on_disk
+    manifest = json.loads((out / "dataset.json").read_text())
+    offsets = cat.offsets()
+    states = {}
+    for i, rel in enumerate(cat.rels):
+        path = tmp_path / "in" / rel.decode()
+        st = path.stat()
+        assert (cat.sizes[i], cat.mtimes[i]) == (st.st_size, st.st_mtime_ns)
+        states[rel.decode()] = catalog.STATE_NAMES[cat.states[i]]
+        if cat.states[i] == catalog.SKIPPED:
+            assert cat.reasons[i] and cat.shards[i] == "" and cat.digests[i] == catalog.NO_DIGEST
+            continue
+        assert cat.digests[i] == xxhash.xxh3_128_digest(path.read_bytes())
+        if cat.states[i] == catalog.CONVERTED:
+            size, filename = _records_by_offset(out / cat.shards[i])[offsets[i]]
+            assert size == cat.lengths[i] and filename == rel
+            assert cat.shards[i] in {sh["file"] for sh in manifest["splits"][cat.splits[i]]["shards"]}
+    assert states["a/broken.jpg"] == "skipped"
+    assert (states["b/copy.png"] == "dropped") == (dedupe == "drop")
+    converted = sum(s == catalog.CONVERTED for s in cat.states)
+    assert converted == sum(sp["records"] for sp in manifest["splits"].values())
+    # no reader takes it for a shard: verify passes, and a glob over the folder skips it
+    assert cli("inspect", out, "--verify").exit_code == 0
+    listed = cli("inspect", str(out / "*"))
+    assert listed.exit_code == 0 and catalog.CATALOG_NAME not in listed.output
+
+
+def test_catalog_bytes_are_deterministic_and_round_trip(tmp_path: Path) -> None:
+    make_dataset(tmp_path / "in", {"a": 6, "b": 6})
+    for out, workers in (("o1", 1), ("o2", 2)):
+        convert(str(tmp_path / "in"), str(tmp_path / out), shards=2, workers=workers)
+    data = (tmp_path / "o1" / catalog.CATALOG_NAME).read_bytes()
+    assert data == (tmp_path / "o2" / catalog.CATALOG_NAME).read_bytes()
+    assert catalog.encode(catalog.decode(data)) == data
+    with pytest.raises(catalog.CatalogError):
+        catalog.decode(data[:-20])
+    with pytest.raises(catalog.CatalogError):
+        catalog.decode(b"PK" + data[2:])
+    assert os.path.getsize(tmp_path / "o1" / catalog.CATALOG_NAME) < 60 * 12 + 400
