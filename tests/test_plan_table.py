@@ -1,7 +1,8 @@
 """The columnar plan (conversion.table) is the plan a list of Tasks gave, and it stays small.
 
 A reference below rebuilds the plan the way the tool did before the table existed: an object per
-image, a string sort of image/filename per split, the seeded shuffle of that list. On trees with
+image, a string sort of image/filename per split, then the stable hash split and order written out
+plainly (u = XXH3-64(rel, seed) / 2^64 against the cumulative fractions; sort by the hash). On trees with
 names that sort differently as bytes and as text, nested folders, undecodable names, split folders
 and --labels, both must give the same Tasks in the same shards. Then: planning 50,000 files holds
 a bounded number of bytes per image, a shard sent to a worker carries its own Tasks only, and a
@@ -20,6 +21,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+import xxhash
 
 from img2tfrecord.conversion.plan import plan_job, shard_bounds
 from img2tfrecord.conversion.resume import header
@@ -29,15 +31,20 @@ EXTS = {".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"}
 SPLITS = {"train": "train", "validation": "validation", "val": "validation", "test": "test"}
 
 
-def _stratify(files: list, fractions: dict[str, float], rng: random.Random) -> dict[str, list]:
-    files = list(files)
-    rng.shuffle(files)
-    n, out, start, acc = len(files), {}, 0, 0.0
-    for name, frac in fractions.items():
-        acc += frac
-        end = round(n * acc)
-        out[name] = files[start:end]
-        start = end
+def _key(task: Task, seed: int) -> int:
+    """The stable split rule written out: XXH3-64 of the path's bytes, seeded."""
+    return xxhash.xxh3_64_intdigest(task.rel.encode("utf-8", "surrogateescape"), seed % 2**64)
+
+
+def _split_by_hash(files: list, fractions: dict[str, float], seed: int) -> dict[str, list]:
+    out: dict[str, list] = {s: [] for s in fractions}
+    for t in files:
+        u, acc = _key(t, seed) / 2**64, 0.0
+        for name, frac in fractions.items():
+            acc += frac
+            if u < acc or name == list(fractions)[-1]:
+                out[name].append(t)
+                break
     return out
 
 
@@ -78,14 +85,14 @@ def reference_plan(src: Path, counts: dict[str, int], *, split=None, seed=0, lab
             if presplit:
                 splits[skey].extend(items)
             elif split:
-                for s, part in _stratify(items, split, random.Random(f"img2tfrecord:{seed}:stratify:{c}")).items():
+                for s, part in _split_by_hash(items, split, seed).items():
                     splits[s].extend(part)
             else:
                 splits["train"].extend(items)
     out = []
     for s, items in splits.items():
         items.sort(key=lambda t: t.filename)
-        random.Random(f"img2tfrecord:{seed}:shuffle:{s}").shuffle(items)
+        items.sort(key=lambda t: _key(t, seed))  # stable: equal hashes keep image/filename order
         for i, (a, b) in enumerate(shard_bounds(len(items), counts[s]) if items else []):
             out.append((f"{s}-{i:05d}-of-{counts[s]:05d}", items[a:b]))
     return out

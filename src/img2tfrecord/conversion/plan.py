@@ -1,6 +1,7 @@
 """The plan: which images, in which order, in which shard. Made once, from the walk and the options only, so the output bytes depend on nothing else.
 
-A split's shuffled candidate list is cut at `round(n * i / k)` (as TFDS does), so every shard mixes classes.
+A split's candidate list, in the order of each image's seeded path hash (conversion.splits), is cut at
+`round(n * i / k)` (as TFDS does), so every shard mixes classes.
 
 A shard's images are a `TaskView` over the walk's `ImageTable` (columns, ~45 bytes an image; see
 conversion.table): the plan of a million images holds no Python object per image, and its

@@ -8,19 +8,19 @@ tuple, its three path strings and its size int, ~500-700 bytes), one million cos
   below ``train/cat/``), with an `array` of offsets;
 * integer arrays for the size, the mtime (st_mtime_ns, from the same stat) and the group (split
   folder + class) of each image;
-* and, per split, an `array` of image numbers in plan order (the shuffle is run over it).
+* and, per split, an `array` of image numbers in plan order (conversion.splits sorts it by hash).
 
 That is ~53 bytes an image (names ~17, offsets 8, size 8, mtime 8, group 4, order 8). `bench/plan.py`
 measures the whole `convert --dry-run` process on 1 M files at ~72 bytes an image at its peak RSS
-(walk, sort, shuffle and the summary included; target 150), where the old plan took ~705, and
+(walk, sort, hash order and the summary included; target 150), where the old plan took ~705, and
 tests/test_plan_table.py traces ~99 at the peak and ~46 kept for 50,000 files. A shard's `Task`s are made when the shard is
 handed to a worker (`TaskView`: a sequence over the columns, pickled as a plain tuple), so a
 run holds the Python objects of the shards in flight only.
 
 Image numbers are given in `image/filename` order within a split (the walk lays class folders
 out in the order of their ``class/`` prefix and sorts each folder), so sorting a split is sorting
-integers, and shuffling it is the same `random.shuffle` over the same positions as before: the
-plan is exactly the one the list of tuples gave (`tests/test_plan.py` pins it; test_plan_table.py
+integers, and ordering it by the seeded path hash (conversion.splits) is a sort of integers too:
+the plan is exactly the one a list of Tasks gives (`tests/test_plan.py` pins it; test_plan_table.py
 compares it with a list-of-Tasks reference).
 
 Names are kept as the bytes of ``str.encode("utf-8", "surrogateescape")``, which on POSIX are the

@@ -320,7 +320,7 @@ def discover(
     label_offset: int = 0,
     labels: list[str] | None = None,
 ) -> Discovery:
-    """Walk `input_dir` and return the shuffled candidate list of every split.
+    """Walk `input_dir` and return the candidate list of every split, in plan order (conversion.splits).
 
     Deterministic: the same tree, seed and options give the same lists on any machine.
     """
