@@ -26,17 +26,20 @@ class Seen:
     rel: bytes
     size: int
     mtime: int
+    cls: str  # image/class/text, as the manifest writes it
 
 
 def seen(tasks: Sequence[Task]) -> Iterator[Seen]:
-    """(rel bytes, size, mtime) of `tasks` in order, from the table's columns when it is a view."""
+    """(rel bytes, size, mtime, class) of `tasks` in order, from the table's columns when it is a view."""
     if isinstance(tasks, TaskView):
         t = tasks.table
+        texts = [utf8_text(c) for c in t.classes]
+        groups = [texts[g.cls] for g in t.groups]
         for i in tasks.order:
-            yield Seen(t.rel_bytes(i), t.sizes[i], t.mtimes[i])
+            yield Seen(t.rel_bytes(i), t.sizes[i], t.mtimes[i], groups[t.group_of[i]])
     else:
         for task in tasks:
-            yield Seen(encode_name(task.rel), task.size, task.mtime_ns)
+            yield Seen(encode_name(task.rel), task.size, task.mtime_ns, utf8_text(task.text))
 
 
 def digest_bytes(hex_digest: str) -> bytes:
@@ -64,15 +67,19 @@ def add_split(
             if skipped or dropped:
                 text = utf8_text(item.rel.decode("utf-8", "surrogateescape"))
                 if text in skipped:
-                    cat.add(item.rel, item.size, item.mtime, NO_DIGEST, SKIPPED, split, reason=skipped[text])
+                    cat.add(item.rel, item.size, item.mtime, NO_DIGEST, SKIPPED, split, skipped[text], cls=item.cls)
                     continue
                 if text in dropped:
-                    cat.add(item.rel, item.size, item.mtime, digest_bytes(dropped[text]), DROPPED, split)
+                    cat.add(item.rel, item.size, item.mtime, digest_bytes(dropped[text]), DROPPED, split, cls=item.cls)
                     continue
             digest = digest_bytes(column[k * DIGEST_HEX : (k + 1) * DIGEST_HEX])
+            kind = o.kinds[o.kind_of[k]] if k < len(o.kind_of) else ""
             k += 1
             shard, record = next(slots)
-            cat.add(item.rel, item.size, item.mtime, digest, CONVERTED, split, "", shard, record, next(all_lengths))
+            length = next(all_lengths)
+            cat.add(
+                item.rel, item.size, item.mtime, digest, CONVERTED, split, "", shard, record, length, item.cls, kind
+            )
 
 
 def record_lengths(directory: str, files: Sequence[str], compression: str | None) -> list[int]:

@@ -30,6 +30,7 @@ from img2tfrecord.conversion.options import (
 )
 from img2tfrecord.conversion.plan import MIN_INDEXED_RECORDS, PlannedShard, shard_bounds
 from img2tfrecord.errors import DataError
+from img2tfrecord.format.catalog import kind_key
 from img2tfrecord.format.framing import RECORD_OVERHEAD, record_spans
 from img2tfrecord.format.naming import shard_name, shard_split
 from img2tfrecord.format.schema import utf8_text
@@ -189,6 +190,10 @@ class ShardOutcome:
     digests: str = ""
     dropped: list[dict[str, str]] = field(default_factory=list)  # duplicates left out (--dedupe drop)
     lengths: list[int] = field(default_factory=list)  # framed size of every record, in order (the catalog's)
+    # each record's stored kind (catalog.kind_key: format, bits, transcoded, reduced), as an index
+    # into `kinds`: what `update` needs to recount formats and depths after removing records
+    kinds: list[str] = field(default_factory=list)
+    kind_of: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The outcome as JSON-ready data (journal, Beam outcome files, worker results)."""
@@ -226,6 +231,7 @@ def write_shard(
     strict, no_digests = settings.strict, not settings.digests
     out = ShardOutcome(shard.split, sw.info)
     digests: list[str] = []
+    kind_index: dict[str, int] = {}
     for task, result in zip(shard.tasks, results):
         out.images += 1
         out.bytes_read += result.size
@@ -257,6 +263,9 @@ def write_shard(
             out.depths[depth] = out.depths.get(depth, 0) + 1
             if result.reduced:
                 out.reduced[result.reduced] = out.reduced.get(result.reduced, 0) + 1
+            out.kind_of.append(
+                kind_index.setdefault(kind_key(result.fmt, depth, result.transcoded, result.reduced), len(kind_index))
+            )
             out.orientation_ignored += result.orientation_ignored
             reason = ""
         if reason:
@@ -271,6 +280,7 @@ def write_shard(
     sw.close(settings.fsync if durable is None else durable)
     out.digests = "".join(digests)
     out.lengths = sw.sizes.tolist()
+    out.kinds = list(kind_index)
     return out
 
 

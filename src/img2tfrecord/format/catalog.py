@@ -23,7 +23,7 @@ import json
 import struct
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -32,6 +32,28 @@ MAGIC = b"I2TCATv1"
 CONVERTED, SKIPPED, DROPPED = 0, 1, 2
 STATE_NAMES = ("converted", "skipped", "dropped")
 NO_DIGEST = bytes(16)
+
+
+class Kind(NamedTuple):
+    """What a record stores, as dataset.json counts it: format, bits per sample, why transcoded, why fewer bits."""
+
+    fmt: str
+    depth: str
+    transcoded: str
+    reduced: str
+
+
+def kind_key(fmt: str, depth: str, transcoded: str | None, reduced: str | None) -> str:
+    """A record's `Kind` as one string (the catalog's `kinds` column holds these)."""
+    return "\t".join((fmt, depth, transcoded or "", reduced or ""))
+
+
+def kind_of(key: str) -> Kind:
+    parts = (key.split("\t") + ["", "", "", ""])[:4]
+    return Kind(*parts)
+
+
+TABLED = ("reasons", "splits", "shards", "classes", "kinds")  # string columns: a table of values + an index per row
 
 
 class CatalogError(ValueError):
@@ -52,6 +74,8 @@ class Catalog:
     shards: list[str] = field(default_factory=list)  # "" unless converted
     records: list[int] = field(default_factory=list)  # record number in its shard, -1 unless converted
     lengths: list[int] = field(default_factory=list)  # framed record size (data + 16), 0 unless converted
+    classes: list[str] = field(default_factory=list)  # the class name (image/class/text)
+    kinds: list[str] = field(default_factory=list)  # kind_key of the record, "" unless converted
     has_digests: bool = True
 
     def __len__(self) -> int:
@@ -69,6 +93,8 @@ class Catalog:
         shard: str = "",
         record: int = -1,
         length: int = 0,
+        cls: str = "",
+        kind: str = "",
     ) -> None:
         self.rels.append(rel)
         self.sizes.append(size)
@@ -80,6 +106,8 @@ class Catalog:
         self.shards.append(shard)
         self.records.append(record)
         self.lengths.append(length)
+        self.classes.append(cls)
+        self.kinds.append(kind)
 
     def offsets(self) -> list[int]:
         """Each converted row's byte offset in its shard (uncompressed), -1 for the others."""
@@ -119,16 +147,14 @@ def encode(cat: Catalog) -> bytes:
 
     mtimes = col(cat.mtimes)
     deltas = [b - a for a, b in zip([0] + mtimes[:-1], mtimes)]
-    index: dict[str, dict[str, int]] = {"reasons": {}, "splits": {}, "shards": {}}
+    index: dict[str, dict[str, int]] = {k: {} for k in TABLED}
     coded = {k: [index[k].setdefault(v, len(index[k])) for v in col(getattr(cat, k))] for k in index}
     columns = {
         "rels": b"\0".join(col(cat.rels)),
         "sizes": _planes(col(cat.sizes), "<u8"),
         "mtimes": _planes(deltas, "<i8"),
         "states": bytes(col(cat.states)),
-        "reasons": _planes(coded["reasons"], "<u4"),
-        "splits": _planes(coded["splits"], "<u2"),
-        "shards": _planes(coded["shards"], "<u4"),
+        **{k: _planes(coded[k], "<u4") for k in TABLED},
         "records": _planes(col(cat.records), "<i4"),
         "lengths": _planes(col(cat.lengths), "<u8"),
         "digests": b"".join(col(cat.digests)),
@@ -141,9 +167,7 @@ def encode(cat: Catalog) -> bytes:
     header = {
         "rows": len(cat),
         "has_digests": cat.has_digests,
-        "reasons": list(index["reasons"]),
-        "splits": list(index["splits"]),
-        "shards": list(index["shards"]),
+        **{k: list(index[k]) for k in TABLED},
         "columns": described,
     }
     head = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode()
@@ -173,8 +197,8 @@ def decode(data: bytes) -> Catalog:
         for d in deltas:
             t += d
             mtimes.append(t)
-        lookups = {k: header[k] for k in ("reasons", "splits", "shards")}
-        coded = {k: _unplanes(raw[k], "<u4" if k != "splits" else "<u2", n) for k in lookups}
+        lookups = {k: header[k] for k in TABLED}
+        coded = {k: _unplanes(raw[k], "<u4", n) for k in TABLED}
         digests = raw["digests"]
         return Catalog(
             rels=rels,
@@ -182,9 +206,7 @@ def decode(data: bytes) -> Catalog:
             mtimes=mtimes,
             digests=[digests[i * 16 : i * 16 + 16] for i in range(n)],
             states=list(raw["states"]),
-            reasons=[lookups["reasons"][i] for i in coded["reasons"]],
-            splits=[lookups["splits"][i] for i in coded["splits"]],
-            shards=[lookups["shards"][i] for i in coded["shards"]],
+            **{k: [lookups[k][i] for i in coded[k]] for k in TABLED},
             records=_unplanes(raw["records"], "<i4", n),
             lengths=_unplanes(raw["lengths"], "<u8", n),
             has_digests=bool(header.get("has_digests", True)),
