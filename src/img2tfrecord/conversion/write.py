@@ -398,3 +398,42 @@ def _copy_range(src_path: str, offset: int, length: int, dst: BinaryIO) -> None:
                 raise OSError(f"{src_path} ended early while re-cutting shards")
             offset += n
             length -= n
+
+
+def copy_records(src: str, keep: list[int], directory: str, name: str, settings: ShardSettings) -> ShardInfo:
+    """Write directory/name holding the records of shard `src` numbered `keep` (ascending), copied
+    as they are: nothing is decoded or re-encoded. Uncompressed local shards are copied as byte
+    ranges (runs of neighbouring records in one call, in the kernel); compressed or remote ones are
+    read and written again through TensorFlow's record reader and writer. `update` uses it for a
+    shard that loses records."""
+    wanted = set(keep)
+    if not settings.compression and not fs.is_remote(src) and not fs.is_remote(directory):
+        spans = list(record_spans(src))
+        if keep and keep[-1] >= len(spans):
+            raise DataError(f"{src} holds {len(spans)} records; record {keep[-1]} was expected in it")
+        path = fs.join(directory, name)
+        with open(path, "wb") as dst:
+            for first, last in _runs(keep):  # neighbouring records: one copy
+                end = spans[last][0] + spans[last][1]
+                _copy_range(src, spans[first][0], end - spans[first][0], dst)
+        sizes = [spans[n][1] for n in keep]
+        return seal(path, ShardInfo(name, records=len(keep)), sizes, settings.index, settings.fsync, settings.checksum)
+    sw = ShardWriter(directory, name, settings.compression, settings.index, checksum=settings.checksum)
+    folder, file = src.rsplit("/", 1) if fs.is_remote(src) else os.path.split(src)
+    for n, record in enumerate(_records(folder, [file], TF_COMPRESSION[settings.compression])):
+        if n in wanted:
+            sw.write(record)
+    return sw.close(settings.fsync)
+
+
+def _runs(numbers: list[int]) -> Iterator[tuple[int, int]]:
+    """(first, last) of each run of consecutive numbers in the ascending `numbers`."""
+    start = prev = -2
+    for n in numbers:
+        if n != prev + 1:
+            if start >= 0:
+                yield start, prev
+            start = n
+        prev = n
+    if start >= 0:
+        yield start, prev

@@ -1,0 +1,151 @@
+"""What changed between a dataset and its input: the catalog (format.catalog) against a fresh walk.
+
+An image is *added* when the catalog has no row for its path, *removed* when the walk no longer
+finds a row's path, *changed* when its size or mtime differs (or, with `check_content`, the xxh3
+digest of its bytes; or its class or split, which only a --file-list or a split folder can move),
+and *unchanged* otherwise. A file skipped last time is tried again when it changed, and stays
+skipped (with its reason) when it did not. Classes keep their labels: the dataset's classes in
+their order, then the classes the walk finds that it lacks, sorted (unless the dataset was made
+with --labels: that list stays the set of classes); a class with no image left keeps its label.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from img2tfrecord.conversion.filelist import discover_file_list
+from img2tfrecord.conversion.splits import Discovery
+from img2tfrecord.conversion.table import ImageTable
+from img2tfrecord.conversion.walk import discover
+from img2tfrecord.format.catalog import CONVERTED, SKIPPED, Catalog
+from img2tfrecord.format.schema import utf8_text
+
+KINDS = ("added", "removed", "changed", "unchanged", "retried")
+
+
+@dataclass
+class SplitChanges:
+    """One split's changes. `encode` holds the image numbers (of the walk's table) to convert, in
+    plan order; `gone` the catalog rows whose records leave the dataset (removed or changed)."""
+
+    encode: array = field(default_factory=lambda: array("q"))
+    gone: set[int] = field(default_factory=set)
+    counts: Counter[str] = field(default_factory=Counter)  # KINDS -> images, plus "still_skipped"
+    per_class: dict[str, Counter[str]] = field(default_factory=dict)
+
+    def count(self, kind: str, cls: str) -> None:
+        self.counts[kind] += 1
+        self.per_class.setdefault(cls, Counter())[kind] += 1
+
+
+@dataclass
+class Changes:
+    """The whole difference, and what the new version is built from."""
+
+    found: Discovery
+    catalog: Catalog
+    classes: list[str]  # the new version's classes, in label order
+    new_classes: list[str]
+    vanished_classes: list[str]
+    splits: dict[str, SplitChanges]
+    kept_rows: list[int]  # catalog rows that stay as they are (unchanged records, still skipped files)
+
+    @property
+    def nothing(self) -> bool:
+        return not self.new_classes and not any(sc.encode or sc.gone for sc in self.splits.values())
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "new_classes": self.new_classes,
+            "vanished_classes": self.vanished_classes,
+            "splits": {
+                s: {
+                    **{k: sc.counts.get(k, 0) for k in (*KINDS, "still_skipped")},
+                    "classes": {c: {k: n.get(k, 0) for k in KINDS} for c, n in sorted(sc.per_class.items())},
+                }
+                for s, sc in self.splits.items()
+            },
+        }
+
+
+def walk(input_dir: str, options: dict[str, Any], old_classes: list[str], file_list: str | None) -> Discovery:
+    """The input as `convert` would list it with the dataset's options, with labels that keep their meaning."""
+    fixed = options.get("labels")  # the dataset was made with --labels: that list is the set of classes
+    kw = {"split": options.get("split"), "seed": int(options.get("seed") or 0), "label_offset": 0}
+    labels = list(old_classes) if fixed is not None else None
+    if file_list:
+        found = discover_file_list(input_dir, file_list, labels=labels, **kw)
+    else:
+        found = discover(input_dir, labels=labels, **kw)
+    table = _table(found)
+    texts = [utf8_text(c) for c in table.classes]
+    new = sorted({t for t in texts if t not in old_classes}) if fixed is None else []
+    final = list(old_classes) + new
+    offset = int(options.get("label_offset") or 0)
+    position = {c: i for i, c in enumerate(final)}
+    table.labels[:] = [position[t] + offset for t in texts]
+    found.classes = final
+    return found
+
+
+def _table(found: Discovery) -> ImageTable:
+    return next(iter(found.splits.values())).table
+
+
+def diff(found: Discovery, cat: Catalog, old_classes: list[str], check_content: bool = False) -> Changes:
+    """Classify every image of the walk and every row of the catalog (see the module docstring)."""
+    from img2tfrecord.conversion.encode import digest_file
+
+    table = _table(found)
+    texts = [utf8_text(c) for c in table.classes]
+    group_class = [texts[g.cls] for g in table.groups]
+    row_of = {rel: r for r, rel in enumerate(cat.rels)}
+    seen: set[int] = set()
+    kept: list[int] = []
+    splits = {s: SplitChanges() for s in found.splits}
+    for s, view in found.splits.items():
+        sc = splits[s]
+        for i in view.order:
+            rel = table.rel_bytes(i)
+            cls = group_class[table.group_of[i]]
+            r = row_of.get(rel)
+            if r is None:
+                sc.encode.append(i)
+                sc.count("added", cls)
+                continue
+            seen.add(r)
+            state = cat.states[r]
+            same = cat.sizes[r] == table.sizes[i] and cat.mtimes[r] == table.mtimes[i]
+            moved = cat.splits[r] != s or cat.classes[r] != cls
+            if same and not moved and state == CONVERTED and check_content and cat.has_digests:
+                digest = digest_file(table.task(i).path)
+                same = digest is not None and bytes.fromhex(digest) == cat.digests[r]
+            if same and not moved:
+                kept.append(r)
+                sc.count("unchanged" if state == CONVERTED else "still_skipped", cls)
+                continue
+            if state == CONVERTED:
+                (splits[cat.splits[r]] if cat.splits[r] in splits else sc).gone.add(r)
+            sc.encode.append(i)
+            sc.count("retried" if state == SKIPPED else "changed", cls)
+    for r in range(len(cat)):
+        if r in seen:
+            continue
+        s = cat.splits[r]
+        sc = splits.setdefault(s, SplitChanges())
+        if cat.states[r] == CONVERTED:
+            sc.gone.add(r)
+        sc.count("removed", cat.classes[r])
+    present = {group_class[table.group_of[i]] for view in found.splits.values() for i in view.order}
+    return Changes(
+        found=found,
+        catalog=cat,
+        classes=found.classes,
+        new_classes=[c for c in found.classes if c not in old_classes],
+        vanished_classes=[c for c in old_classes if c not in present],
+        splits=splits,
+        kept_rows=sorted(kept),
+    )

@@ -1,0 +1,574 @@
+"""update(): bring a dataset up to date with its input at the cost of what changed.
+
+As table formats do (Lance, Delta Lake): added and changed images are encoded into new shards
+appended to their split; a shard that holds a removed or changed image is rewritten by copying
+its other records (no decode, no re-encode: `write.copy_records`); every other shard is
+hard-linked into the new version under its new name (`SPLIT-XXXXX-of-YYYYY`, renumbered when the
+count changes), so its bytes are neither read nor written. The new version is built beside the
+old one and published by the same switch as `convert`'s; dataset.json's lineage gets version+1
+and the old dataset.json's sha256 as `parent`. Every record-shaping option is the dataset's own
+(dataset.json): giving one with another value is refused, naming the `convert --overwrite` to run.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+import shutil
+import time
+from array import array
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from img2tfrecord import cstderr, fs
+from img2tfrecord.conversion import dedupe
+from img2tfrecord.conversion import write as writer
+from img2tfrecord.conversion.catalog import add_split
+from img2tfrecord.conversion.changes import Changes, diff, walk
+from img2tfrecord.conversion.events import EventSink, Timing
+from img2tfrecord.conversion.options import ShardSettings
+from img2tfrecord.conversion.plan import Plan, PlannedShard, check_paths, one_record_warning
+from img2tfrecord.conversion.table import TaskView
+from img2tfrecord.conversion.update_options import recorded_settings, refuse_other_options
+from img2tfrecord.conversion.write import ShardInfo
+from img2tfrecord.errors import DataError, UsageError, plural
+from img2tfrecord.format import catalog as catalog_file
+from img2tfrecord.format import tfds as tfds_metadata
+from img2tfrecord.format.catalog import CATALOG_NAME, CONVERTED, SKIPPED, Catalog, kind_of
+from img2tfrecord.format.manifest import (
+    LABELS_NAME,
+    MANIFEST_NAME,
+    build_manifest,
+    created_stamp,
+    labels_text,
+    manifest_digest,
+    manifest_text,
+)
+from img2tfrecord.format.naming import shard_name
+
+NEW_DIR = ".update-new"  # inside the build folder: new and rewritten shards under provisional names
+
+
+@dataclass
+class Recorded:
+    """The dataset as it is: dataset.json (text and parsed) and its catalog."""
+
+    text: str
+    manifest: dict[str, Any]
+    catalog: Catalog
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.manifest.get("options") or {})
+
+    @property
+    def classes(self) -> list[str]:
+        return list(self.manifest.get("classes") or [])
+
+
+def read_recorded(output_dir: str) -> Recorded:
+    """OUTPUT's dataset.json and catalog; UsageError when OUTPUT is no dataset `update` can extend."""
+    path = fs.join(output_dir, MANIFEST_NAME)
+    if not fs.exists(path):
+        raise UsageError(f"{output_dir} holds no dataset ({MANIFEST_NAME} is missing): run convert first")
+    text = fs.read_bytes(path).decode("utf-8")
+    import json
+
+    try:
+        manifest = json.loads(text)
+    except ValueError as e:
+        raise DataError(f"{path}: cannot read the manifest: {e}") from None
+    cpath = fs.join(output_dir, CATALOG_NAME)
+    if not fs.exists(cpath):
+        raise UsageError(
+            f"{output_dir} has no {CATALOG_NAME} (it was converted by a version without one): "
+            "run convert --overwrite once; later changes can then be applied with update"
+        )
+    try:
+        cat = catalog_file.decode(fs.read_bytes(cpath))
+    except catalog_file.CatalogError as e:
+        raise DataError(f"{cpath}: {e}; run convert --overwrite to rebuild the dataset") from None
+    return Recorded(text, manifest, cat)
+
+
+@dataclass
+class _Slot:
+    """One shard of the new version, before it gets its final name."""
+
+    source: str  # the old shard (linked), or the file in NEW_DIR (new or rewritten)
+    info: dict[str, Any]  # its dataset.json entry (file and index names set at the end)
+    linked: bool
+    renumber: dict[tuple[str, int], int] = field(default_factory=dict)  # (old shard, record) -> record
+
+
+@cstderr.quieted
+def update(
+    input_dir: str,
+    output_dir: str,
+    *,
+    check_content: bool = False,
+    dry_run: bool = False,
+    workers: int | None = None,
+    strict: bool = False,
+    fsync: bool = True,
+    file_list: str | None = None,
+    on_event: EventSink | None = None,
+    progress: Callable[[int, int, int], None] | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """Apply the input's changes to the dataset in `output_dir`; return the summary.
+
+    `options` are convert's record-shaping options: each must equal dataset.json's (UsageError
+    otherwise). Nothing changed: nothing is written and the summary says `up_to_date`."""
+    timing = Timing()
+    emit = on_event or (lambda kind, msg: None)
+    created_stamp()
+    if workers is not None and workers < 1:
+        raise UsageError(f"bad --workers {workers}: must be >= 1")
+    for path, what in ((input_dir, "input"), (output_dir, "output"), (file_list or "", "--file-list")):
+        fs.check_remote(path, what)
+    check_paths(input_dir, output_dir)
+    rec = read_recorded(output_dir)
+    refuse_other_options(rec.options, options, input_dir, output_dir)
+    settings = recorded_settings(rec.options, fsync=fsync, strict=strict)
+    if settings.dedupe == "drop":
+        raise UsageError(
+            f"{output_dir} was converted with --dedupe drop, which update does not apply across versions yet: "
+            "run convert --overwrite with the same options"
+        )
+    if dry_run:
+        changes = _changes(input_dir, rec, file_list, check_content, emit)
+        return _summary(input_dir, output_dir, rec, changes, _layout(changes, rec, settings), timing, dry_run=True)
+    from img2tfrecord.conversion import publish
+
+    ws = publish.workspace(output_dir)
+    lock = publish.OutputLock(ws)
+    lock.acquire()
+    try:
+        publish.recover(ws)
+        if publish.has_unfinished(ws):
+            raise UsageError(
+                f"{output_dir} holds an unfinished run: finish it (convert --resume) or discard it first"
+            )
+        rec = read_recorded(output_dir)  # as it is now that we hold the lock
+        changes = _changes(input_dir, rec, file_list, check_content, emit)
+        layout = _layout(changes, rec, settings)
+        if changes.nothing:
+            return _summary(input_dir, output_dir, rec, changes, layout, timing, dry_run=False)
+        publish.prepare(ws)
+        try:
+            built = _build(ws.build, input_dir, output_dir, rec, changes, layout, settings, workers, emit, progress, timing)
+            publish.publish(ws, built.files, built.metadata, settings.fsync)
+        except KeyboardInterrupt:
+            publish.discard(ws)
+            raise
+        except BaseException as e:
+            publish.discard(ws)
+            if isinstance(e, OSError):
+                raise DataError(f"updating the dataset in {output_dir} failed: {e.strerror or e}") from None
+            raise
+        summary = _summary(input_dir, output_dir, rec, changes, layout, timing, dry_run=False)
+        summary.update(built.report)
+        summary["warnings"] = summary["warnings"] + built.warnings
+        return summary
+    finally:
+        lock.release()
+
+
+def _changes(input_dir: str, rec: Recorded, file_list: str | None, check_content: bool, emit: EventSink) -> Changes:
+    if check_content and not rec.catalog.has_digests:
+        raise UsageError("--check-content compares content digests, which a dataset converted with --dedupe off lacks")
+    found = walk(input_dir, rec.options, rec.classes, file_list)
+    for w in found.warnings:
+        emit("warning", w)
+    return diff(found, rec.catalog, rec.classes, check_content)
+
+
+@dataclass
+class _Layout:
+    """Per split: the old shards kept as they are, those rewritten, those emptied, and the new ones."""
+
+    kept: dict[str, list[dict[str, Any]]]
+    rewritten: dict[str, list[tuple[dict[str, Any], list[int]]]]  # (old entry, record numbers kept)
+    emptied: dict[str, list[str]]
+    new_counts: dict[str, int]  # shards for the images to encode
+    per_shard: int  # records a new shard holds at most
+
+
+def _layout(changes: Changes, rec: Recorded, settings: ShardSettings) -> _Layout:
+    """Which old shards are kept, rewritten or emptied, and how many new shards each split gets:
+    at most as many records each as the dataset's shards hold on average (its shard-size rule)."""
+    cat = rec.catalog
+    records: dict[str, list[tuple[int, int]]] = {}  # shard -> (record, row) of its records
+    for r, state in enumerate(cat.states):
+        if state == CONVERTED:
+            records.setdefault(cat.shards[r], []).append((cat.records[r], r))
+    splits = rec.manifest.get("splits") or {}
+    total = sum(int(sp.get("records") or 0) for sp in splits.values())
+    count = sum(len(sp.get("shards") or []) for sp in splits.values())
+    overall = max(1, math.ceil(total / count)) if count else 1
+    out = _Layout({}, {}, {}, {}, overall)
+    for s in dict.fromkeys([*splits, *changes.splits]):
+        entries = (splits.get(s) or {}).get("shards") or []
+        gone = changes.splits[s].gone if s in changes.splits else set()
+        kept, rewritten, emptied = [], [], []
+        for entry in entries:
+            rows = sorted(records.get(entry["file"], []))
+            keep = [n for n, r in rows if r not in gone]
+            if len(keep) == len(rows):
+                kept.append(entry)
+            elif keep:
+                rewritten.append((entry, keep))
+            else:
+                emptied.append(entry["file"])
+        out.kept[s], out.rewritten[s], out.emptied[s] = kept, rewritten, emptied
+        n = len(changes.splits[s].encode) if s in changes.splits else 0
+        per = max(1, math.ceil(int(splits[s]["records"]) / len(entries))) if entries else overall
+        k = math.ceil(n / per) if n else 0
+        if settings.index and k:
+            k = min(k, max(1, n // 2))  # no shard of one record with --index (plan.MIN_INDEXED_RECORDS)
+        out.new_counts[s] = k
+    return out
+
+
+@dataclass
+class _Built:
+    files: list[str]
+    metadata: dict[str, str]
+    report: dict[str, Any]
+    warnings: list[str]
+
+
+def _build(
+    build: str,
+    input_dir: str,
+    output_dir: str,
+    rec: Recorded,
+    changes: Changes,
+    layout: _Layout,
+    settings: ShardSettings,
+    workers: int | None,
+    emit: EventSink,
+    progress: Callable[[int, int, int], None] | None,
+    timing: Timing,
+) -> _Built:
+    """Write the new version into `build`: new shards, rewritten shards, links, catalog, metadata."""
+    version = int(rec.manifest.get("version") or 1) + 1
+    work = fs.join(build, NEW_DIR)
+    fs.makedirs(work)
+    warnings: list[str] = []
+    table = next(iter(changes.found.splits.values())).table
+    # 1. the new shards, encoded by the local engine (the same workers and writer as convert)
+    planned = [
+        PlannedShard(s, j, k, part)
+        for s, k in layout.new_counts.items()
+        if k
+        for j, part in enumerate(_cut(TaskView(table, changes.splits[s].encode), k))
+    ]
+    outcomes = _encode(planned, input_dir, output_dir, changes, rec, settings, work, workers, emit, progress, timing)
+    new_rows = Catalog(has_digests=settings.digests)
+    new_infos: dict[str, list[ShardInfo]] = {}
+    for s in layout.new_counts:
+        mine = [(sh, o) for sh, o in zip(planned, outcomes) if sh.split == s]
+        if not mine:
+            continue
+        infos = writer.rebalance(work, [o.info for _, o in mine], settings)
+        add_split(new_rows, s, [(sh.tasks, o) for sh, o in mine], infos)
+        new_infos[s] = [i for i in infos if i.records]
+        for i in infos:
+            if not i.records:
+                fs.remove(fs.join(work, i.file))
+                if i.index:
+                    fs.remove(fs.join(work, i.index))
+    # 2. the rewritten shards: their other records copied
+    rewritten_bytes = 0
+    slots: dict[str, list[_Slot]] = {}
+    for s in dict.fromkeys([*layout.kept, *layout.new_counts]):
+        old_order = [e["file"] for e in (rec.manifest["splits"].get(s) or {}).get("shards", [])]
+        by_name: dict[str, _Slot] = {}
+        for entry in layout.kept.get(s, []):
+            by_name[entry["file"]] = _Slot(fs.join(output_dir, entry["file"]), dict(entry), True)
+        for entry, keep in layout.rewritten.get(s, []):
+            name = "rewrite-" + entry["file"]
+            info = writer.copy_records(fs.join(output_dir, entry["file"]), keep, work, name, settings)
+            rewritten_bytes += info.bytes
+            slot = _Slot(fs.join(work, name), info.as_json() | {"version": version}, False)
+            slot.renumber = {(entry["file"], n): j for j, n in enumerate(keep)}
+            by_name[entry["file"]] = slot
+        slots[s] = [by_name[n] for n in old_order if n in by_name]
+        for info in new_infos.get(s, []):
+            slots[s].append(_Slot(fs.join(work, info.file), info.as_json() | {"version": version}, False))
+            slots[s][-1].renumber = {(info.file, n): n for n in range(info.records)}
+    # 3. final names: links for the kept shards, renames for the others
+    files: list[str] = []
+    final_of: dict[str, str] = {}  # old or provisional shard name -> final name
+    split_info: dict[str, dict[str, Any]] = {}
+    linked = linked_bytes = 0
+    for s, mine in slots.items():
+        if not mine:
+            continue
+        for j, slot in enumerate(mine):
+            final = shard_name(s, j, len(mine))
+            old_name = slot.info["file"]
+            index_src = slot.info.get("index")
+            dst = fs.join(build, final)
+            if slot.linked:
+                _link(slot.source, dst)
+                linked += 1
+                linked_bytes += int(slot.info.get("bytes") or 0)
+                final_of[old_name] = final
+                if index_src:
+                    _link(fs.join(output_dir, index_src), dst + ".idx")
+            else:
+                fs.rename(slot.source, dst)
+                if settings.index:
+                    fs.rename(slot.source + ".idx", dst + ".idx")
+                for (src_name, _), _n in slot.renumber.items():
+                    final_of[src_name] = final
+            slot.info["file"] = final
+            if settings.index or index_src:
+                slot.info["index"] = final + ".idx"
+            files.append(final)
+            if "index" in slot.info:
+                files.append(slot.info["index"])
+        split_info[s] = {"shards": [slot.info for slot in mine]}
+    os.rmdir(work) if not fs.is_remote(work) else fs.rmtree(work)
+    # 4. the catalog of the new version
+    cat = _new_catalog(rec.catalog, changes, new_rows, slots, final_of, settings)
+    fs.write_bytes(fs.join(build, CATALOG_NAME), catalog_file.encode(cat))
+    files.append(CATALOG_NAME)
+    manifest = _manifest(rec, changes, cat, split_info, version, settings, warnings, emit)
+    for s, sp in manifest["splits"].items():
+        if settings.index and sp["records"] == 1:
+            warnings.append(one_record_warning(s))
+            emit("warning", warnings[-1])
+    metadata = tfds_metadata.files(manifest) | {
+        LABELS_NAME: labels_text(manifest["classes"]),
+        MANIFEST_NAME: manifest_text(manifest),
+    }
+    new_bytes = sum(i.bytes for infos in new_infos.values() for i in infos)
+    written = new_bytes + rewritten_bytes + fs.getsize(fs.join(build, CATALOG_NAME))
+    written += sum(len(t.encode("utf-8")) for t in metadata.values())
+    report = {
+        "version": version,
+        "shards_new": sum(len(v) for v in new_infos.values()),
+        "shards_rewritten": sum(len(v) for v in layout.rewritten.values()),
+        "shards_linked": linked,
+        "shards_removed": sum(len(v) for v in layout.emptied.values()),
+        "bytes_written": written,
+        "bytes_new_shards": new_bytes,
+        "bytes_rewritten_shards": rewritten_bytes,
+        "bytes_linked": linked_bytes,
+        "converted_images": sum(o.images for o in outcomes),
+        "skipped": manifest["skipped"],
+        "records": sum(sp["records"] for sp in manifest["splits"].values()),
+        "elapsed_seconds": round(time.perf_counter() - timing.start, 3),
+    }
+    return _Built(files, metadata, report, warnings)
+
+
+def _cut(view: TaskView, k: int) -> list[TaskView]:
+    from img2tfrecord.conversion.plan import shard_bounds
+
+    return [view[a:b] for a, b in shard_bounds(len(view), k)]
+
+
+def _encode(
+    planned: list[PlannedShard],
+    input_dir: str,
+    output_dir: str,
+    changes: Changes,
+    rec: Recorded,
+    settings: ShardSettings,
+    work: str,
+    workers: int | None,
+    emit: EventSink,
+    progress: Callable[[int, int, int], None] | None,
+    timing: Timing,
+) -> list[writer.ShardOutcome]:
+    """Run the local engine over the new shards (in `work`)."""
+    if not planned:
+        return []
+    from img2tfrecord.conversion.engines.local import LocalEngine
+    from img2tfrecord.conversion.resume import Journal, header
+
+    table = planned[0].tasks.table if isinstance(planned[0].tasks, TaskView) else None
+    plan = Plan(
+        input_dir=input_dir,
+        output_dir=output_dir,
+        classes=list(table.classes) if table is not None else list(changes.classes),
+        label_offset=int(rec.options.get("label_offset") or 0),
+        split_names=list(dict.fromkeys(sh.split for sh in planned)),
+        shards=planned,
+        settings=settings,
+        options=rec.options,
+    )
+    journal = Journal(work, header(plan))
+    outcomes = LocalEngine(journal, timing, workers, progress).run(plan, work, settings, emit)
+    fs.remove(fs.join(work, "journal.jsonl"))
+    return outcomes
+
+
+def _link(src: str, dst: str) -> None:
+    """`dst` as a second name of `src` (a hard link: no byte copied); a copy where links cannot be made."""
+    if fs.is_remote(src) or fs.is_remote(dst):
+        fs.gfile(src).copy(src, dst, overwrite=True)  # server-side on object stores
+        return
+    try:
+        os.link(src, dst)
+    except OSError as e:
+        if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
+        shutil.copyfile(src, dst)
+
+
+def _new_catalog(
+    old: Catalog,
+    changes: Changes,
+    new_rows: Catalog,
+    slots: dict[str, list[_Slot]],
+    final_of: dict[str, str],
+    settings: ShardSettings,
+) -> Catalog:
+    """The old rows that stay (shards and record numbers as they are now) and the new rows."""
+    renumber: dict[tuple[str, int], int] = {}
+    for mine in slots.values():
+        for slot in mine:
+            renumber.update(slot.renumber)
+    cat = Catalog(has_digests=settings.digests)
+    for r in changes.kept_rows:
+        shard, record = old.shards[r], old.records[r]
+        if old.states[r] == CONVERTED:
+            record = renumber.get((shard, record), record)
+            shard = final_of[shard]
+        cat.add(
+            old.rels[r], old.sizes[r], old.mtimes[r], old.digests[r], old.states[r], old.splits[r],
+            old.reasons[r], shard, record, old.lengths[r], old.classes[r], old.kinds[r],
+        )  # fmt: skip
+    for r in range(len(new_rows)):
+        shard = new_rows.shards[r]
+        cat.add(
+            new_rows.rels[r], new_rows.sizes[r], new_rows.mtimes[r], new_rows.digests[r], new_rows.states[r],
+            new_rows.splits[r], new_rows.reasons[r], final_of.get(shard, shard), new_rows.records[r],
+            new_rows.lengths[r], new_rows.classes[r], new_rows.kinds[r],
+        )  # fmt: skip
+    return cat
+
+
+def _manifest(
+    rec: Recorded,
+    changes: Changes,
+    cat: Catalog,
+    split_info: dict[str, dict[str, Any]],
+    version: int,
+    settings: ShardSettings,
+    warnings: list[str],
+    emit: EventSink,
+) -> dict[str, Any]:
+    """dataset.json of the new version, its counts taken from the new catalog."""
+    classes = changes.classes
+    counts: dict[str, dict[str, int]] = {s: dict.fromkeys(classes, 0) for s in split_info}
+    merged: dict[str, Counter[str]] = {k: Counter() for k in ("formats", "depths", "transcoded", "reduced")}
+    order = {s: i for i, s in enumerate(split_info)}
+    skipped, seen_twice = [], []
+    for r in range(len(cat)):
+        if cat.states[r] == CONVERTED:
+            counts[cat.splits[r]][cat.classes[r]] += 1
+            kind = kind_of(cat.kinds[r])
+            merged["formats"][kind.fmt] += 1
+            merged["depths"][kind.depth] += 1
+            if kind.transcoded:
+                merged["transcoded"][kind.transcoded] += 1
+            if kind.reduced:
+                merged["reduced"][kind.reduced] += 1
+        elif cat.states[r] == SKIPPED:
+            skipped.append({"path": _text(cat.rels[r]), "split": cat.splits[r], "reason": cat.reasons[r]})
+    for s, sp in split_info.items():
+        sp["records"] = sum(int(e["records"]) for e in sp["shards"])
+        sp["class_counts"] = counts[s]
+        split_info[s] = {"records": sp["records"], "class_counts": sp["class_counts"], "shards": sp["shards"]}
+    if settings.dedupe != "off":
+        digests = Counter(cat.digests[r] for r in range(len(cat)) if cat.states[r] == CONVERTED)
+        twice = {d for d, n in digests.items() if n > 1}
+        rows = sorted(
+            (r for r in range(len(cat)) if cat.states[r] == CONVERTED and cat.digests[r] in twice),
+            key=lambda r: (order[cat.splits[r]], cat.shards[r], cat.records[r]),
+        )
+        seen_twice = [(cat.digests[r].hex(), _text(cat.rels[r]), cat.splits[r], cat.classes[r]) for r in rows]
+        duplicates = dedupe.report(settings.dedupe, seen_twice, [])
+        if line := dedupe.summary_line(duplicates):
+            warnings.append(line)
+            emit("warning", line)
+    else:
+        duplicates = {"mode": "off"}
+    options = rec.options | {"shards": {s: len(sp["shards"]) for s, sp in split_info.items()}}
+    old = rec.manifest
+    return build_manifest(
+        classes=classes,
+        label_offset=int(old.get("label_offset") or 0),
+        options=options,
+        splits=split_info,
+        skipped=skipped,
+        transcoded=dict(merged["transcoded"]),
+        formats=dict(merged["formats"]),
+        depths=dict(merged["depths"]),
+        reduced=dict(merged["reduced"]),
+        ignored_files=changes.found.ignored_files,
+        engine="local",
+        duplicates=duplicates,
+        excluded_files=changes.found.excluded_files,
+        version=version,
+        parent=manifest_digest(rec.text),
+    )
+
+
+def _text(rel: bytes) -> str:
+    from img2tfrecord.format.schema import utf8_text
+
+    return utf8_text(rel.decode("utf-8", "surrogateescape"))
+
+
+def _summary(
+    input_dir: str,
+    output_dir: str,
+    rec: Recorded,
+    changes: Changes,
+    layout: _Layout,
+    timing: Timing,
+    dry_run: bool,
+) -> dict[str, Any]:
+    """What changed and what the update writes (or wrote): the dry run's report and the run's summary."""
+    version = int(rec.manifest.get("version") or 1)
+    out: dict[str, Any] = {
+        "input": input_dir,
+        "output": output_dir,
+        "dry_run": dry_run,
+        "up_to_date": changes.nothing,
+        "version": version if changes.nothing or dry_run else version + 1,
+        "parent_version": version,
+        **changes.summary(),
+        "shards": {
+            s: {
+                "kept": len(layout.kept.get(s, [])),
+                "rewritten": len(layout.rewritten.get(s, [])),
+                "removed": len(layout.emptied.get(s, [])),
+                "new": layout.new_counts.get(s, 0),
+            }
+            for s in dict.fromkeys([*layout.kept, *layout.new_counts])
+        },
+        "warnings": list(changes.found.warnings),
+        "elapsed_seconds": round(time.perf_counter() - timing.start, 3),
+    }
+    out["shards_to_write"] = sum(v["new"] for v in out["shards"].values())
+    out["shards_to_rewrite"] = sum(v["rewritten"] for v in out["shards"].values())
+    return out
+
+
+def nothing_note(summary: dict[str, Any]) -> str:
+    return f"{summary['output']} is up to date (version {summary['version']}): nothing written"
+
+
+__all__ = ["update", "read_recorded", "nothing_note", "plural", "array"]
