@@ -36,7 +36,7 @@ def layer(module: str) -> str:
         return "api"
     if parts == ["__main__"]:
         return "cli"
-    if parts == ["conversion", "convert"]:
+    if parts in (["conversion", "convert"], ["conversion", "update"]):  # each picks an engine
         return "run"
     if parts[0] in BASE:
         return "base"

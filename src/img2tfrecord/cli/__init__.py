@@ -14,6 +14,11 @@ from img2tfrecord import __version__
 # name -> (module, attribute, one-line help shown by `img2tfrecord --help`)
 COMMANDS = {
     "convert": ("img2tfrecord.cli.convert", "convert_command", "Convert an image folder into sharded TFRecords."),
+    "update": (
+        "img2tfrecord.cli.update",
+        "update_command",
+        "Bring a dataset up to date with its input: new shards for what changed.",
+    ),
     "inspect": ("img2tfrecord.cli.inspect", "inspect_command", "Inspect, verify, extract or preview TFRecord shards."),
 }
 

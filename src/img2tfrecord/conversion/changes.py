@@ -74,12 +74,12 @@ class Changes:
 def walk(input_dir: str, options: dict[str, Any], old_classes: list[str], file_list: str | None) -> Discovery:
     """The input as `convert` would list it with the dataset's options, with labels that keep their meaning."""
     fixed = options.get("labels")  # the dataset was made with --labels: that list is the set of classes
-    kw = {"split": options.get("split"), "seed": int(options.get("seed") or 0), "label_offset": 0}
+    split, seed = options.get("split"), int(options.get("seed") or 0)
     labels = list(old_classes) if fixed is not None else None
     if file_list:
-        found = discover_file_list(input_dir, file_list, labels=labels, **kw)
+        found = discover_file_list(input_dir, file_list, split=split, seed=seed, labels=labels)
     else:
-        found = discover(input_dir, labels=labels, **kw)
+        found = discover(input_dir, split=split, seed=seed, labels=labels)
     table = _table(found)
     texts = [utf8_text(c) for c in table.classes]
     new = sorted({t for t in texts if t not in old_classes}) if fixed is None else []

@@ -17,7 +17,6 @@ import math
 import os
 import shutil
 import time
-from array import array
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from img2tfrecord.conversion.plan import Plan, PlannedShard, check_paths, one_re
 from img2tfrecord.conversion.table import TaskView
 from img2tfrecord.conversion.update_options import recorded_settings, refuse_other_options
 from img2tfrecord.conversion.write import ShardInfo
-from img2tfrecord.errors import DataError, UsageError, plural
+from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.format import catalog as catalog_file
 from img2tfrecord.format import tfds as tfds_metadata
 from img2tfrecord.format.catalog import CATALOG_NAME, CONVERTED, SKIPPED, Catalog, kind_of
@@ -101,6 +100,8 @@ class _Slot:
     source: str  # the old shard (linked), or the file in NEW_DIR (new or rewritten)
     info: dict[str, Any]  # its dataset.json entry (file and index names set at the end)
     linked: bool
+    old: str = ""  # the old shard it keeps records of (kept or rewritten)
+    provisional: str = ""  # its name in NEW_DIR (a new shard)
     renumber: dict[tuple[str, int], int] = field(default_factory=dict)  # (old shard, record) -> record
 
 
@@ -150,32 +151,36 @@ def update(
     try:
         publish.recover(ws)
         if publish.has_unfinished(ws):
-            raise UsageError(
-                f"{output_dir} holds an unfinished run: finish it (convert --resume) or discard it first"
-            )
+            raise UsageError(f"{output_dir} holds an unfinished run: finish it (convert --resume) or discard it first")
         rec = read_recorded(output_dir)  # as it is now that we hold the lock
         changes = _changes(input_dir, rec, file_list, check_content, emit)
         layout = _layout(changes, rec, settings)
         if changes.nothing:
             return _summary(input_dir, output_dir, rec, changes, layout, timing, dry_run=False)
         publish.prepare(ws)
+        state = publish.Published()
         try:
-            built = _build(ws.build, input_dir, output_dir, rec, changes, layout, settings, workers, emit, progress, timing)
-            publish.publish(ws, built.files, built.metadata, settings.fsync)
-        except KeyboardInterrupt:
-            publish.discard(ws)
-            raise
+            built = _build(
+                ws.build, input_dir, output_dir, rec, changes, layout, settings, workers, emit, progress, timing
+            )
+            publish.publish(ws, built.files, built.metadata, settings.fsync, state)
         except BaseException as e:
-            publish.discard(ws)
+            if state.switched:  # the new version is in place; only removing the old one failed
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                raise DataError(f"{output_dir} was updated, but removing the old version failed: {e}") from None
+            publish.discard(ws)  # the old version is untouched
             if isinstance(e, OSError):
-                raise DataError(f"updating the dataset in {output_dir} failed: {e.strerror or e}") from None
+                raise DataError(
+                    f"updating the dataset in {output_dir} failed: {e.strerror or e}; it is unchanged"
+                ) from None
             raise
         summary = _summary(input_dir, output_dir, rec, changes, layout, timing, dry_run=False)
         summary.update(built.report)
         summary["warnings"] = summary["warnings"] + built.warnings
         return summary
     finally:
-        lock.release()
+        lock.release(remove=True)
 
 
 def _changes(input_dir: str, rec: Recorded, file_list: str | None, check_content: bool, emit: EventSink) -> Changes:
@@ -290,54 +295,55 @@ def _build(
         old_order = [e["file"] for e in (rec.manifest["splits"].get(s) or {}).get("shards", [])]
         by_name: dict[str, _Slot] = {}
         for entry in layout.kept.get(s, []):
-            by_name[entry["file"]] = _Slot(fs.join(output_dir, entry["file"]), dict(entry), True)
+            by_name[entry["file"]] = _Slot(fs.join(output_dir, entry["file"]), dict(entry), True, old=entry["file"])
         for entry, keep in layout.rewritten.get(s, []):
             name = "rewrite-" + entry["file"]
             info = writer.copy_records(fs.join(output_dir, entry["file"]), keep, work, name, settings)
             rewritten_bytes += info.bytes
-            slot = _Slot(fs.join(work, name), info.as_json() | {"version": version}, False)
+            slot = _Slot(fs.join(work, name), info.as_json() | {"version": version}, False, old=entry["file"])
             slot.renumber = {(entry["file"], n): j for j, n in enumerate(keep)}
             by_name[entry["file"]] = slot
         slots[s] = [by_name[n] for n in old_order if n in by_name]
         for info in new_infos.get(s, []):
-            slots[s].append(_Slot(fs.join(work, info.file), info.as_json() | {"version": version}, False))
-            slots[s][-1].renumber = {(info.file, n): n for n in range(info.records)}
+            entry = info.as_json() | {"version": version}
+            slots[s].append(_Slot(fs.join(work, info.file), entry, False, provisional=info.file))
     # 3. final names: links for the kept shards, renames for the others
     files: list[str] = []
-    final_of: dict[str, str] = {}  # old or provisional shard name -> final name
+    final_of: dict[str, str] = {}  # old shard name -> final name
+    final_new: dict[str, str] = {}  # provisional name of a new shard -> final name
     split_info: dict[str, dict[str, Any]] = {}
     linked = linked_bytes = 0
-    for s, mine in slots.items():
-        if not mine:
+    for s, ordered in slots.items():
+        if not ordered:
             continue
-        for j, slot in enumerate(mine):
-            final = shard_name(s, j, len(mine))
-            old_name = slot.info["file"]
+        for j, slot in enumerate(ordered):
+            final = shard_name(s, j, len(ordered))
             index_src = slot.info.get("index")
+            if slot.old:
+                final_of[slot.old] = final
+            else:
+                final_new[slot.provisional] = final
             dst = fs.join(build, final)
             if slot.linked:
                 _link(slot.source, dst)
                 linked += 1
                 linked_bytes += int(slot.info.get("bytes") or 0)
-                final_of[old_name] = final
                 if index_src:
                     _link(fs.join(output_dir, index_src), dst + ".idx")
             else:
                 fs.rename(slot.source, dst)
                 if settings.index:
                     fs.rename(slot.source + ".idx", dst + ".idx")
-                for (src_name, _), _n in slot.renumber.items():
-                    final_of[src_name] = final
             slot.info["file"] = final
             if settings.index or index_src:
                 slot.info["index"] = final + ".idx"
             files.append(final)
             if "index" in slot.info:
                 files.append(slot.info["index"])
-        split_info[s] = {"shards": [slot.info for slot in mine]}
+        split_info[s] = {"shards": [slot.info for slot in ordered]}
     os.rmdir(work) if not fs.is_remote(work) else fs.rmtree(work)
     # 4. the catalog of the new version
-    cat = _new_catalog(rec.catalog, changes, new_rows, slots, final_of, settings)
+    cat = _new_catalog(rec.catalog, changes, new_rows, slots, final_of, final_new, settings)
     fs.write_bytes(fs.join(build, CATALOG_NAME), catalog_file.encode(cat))
     files.append(CATALOG_NAME)
     manifest = _manifest(rec, changes, cat, split_info, version, settings, warnings, emit)
@@ -431,6 +437,7 @@ def _new_catalog(
     new_rows: Catalog,
     slots: dict[str, list[_Slot]],
     final_of: dict[str, str],
+    final_new: dict[str, str],
     settings: ShardSettings,
 ) -> Catalog:
     """The old rows that stay (shards and record numbers as they are now) and the new rows."""
@@ -444,18 +451,17 @@ def _new_catalog(
         if old.states[r] == CONVERTED:
             record = renumber.get((shard, record), record)
             shard = final_of[shard]
-        cat.add(
-            old.rels[r], old.sizes[r], old.mtimes[r], old.digests[r], old.states[r], old.splits[r],
-            old.reasons[r], shard, record, old.lengths[r], old.classes[r], old.kinds[r],
-        )  # fmt: skip
+        _copy_row(cat, old, r, shard, record)
     for r in range(len(new_rows)):
         shard = new_rows.shards[r]
-        cat.add(
-            new_rows.rels[r], new_rows.sizes[r], new_rows.mtimes[r], new_rows.digests[r], new_rows.states[r],
-            new_rows.splits[r], new_rows.reasons[r], final_of.get(shard, shard), new_rows.records[r],
-            new_rows.lengths[r], new_rows.classes[r], new_rows.kinds[r],
-        )  # fmt: skip
+        _copy_row(cat, new_rows, r, final_new.get(shard, shard), new_rows.records[r])
     return cat
+
+
+def _copy_row(dst: Catalog, src: Catalog, r: int, shard: str, record: int) -> None:
+    dst.add(src.rels[r], src.sizes[r], src.mtimes[r], src.digests[r], src.states[r], src.splits[r], src.reasons[r])
+    dst.shards[-1], dst.records[-1] = shard, record
+    dst.lengths[-1], dst.classes[-1], dst.kinds[-1] = src.lengths[r], src.classes[r], src.kinds[r]
 
 
 def _manifest(
@@ -565,10 +571,3 @@ def _summary(
     out["shards_to_write"] = sum(v["new"] for v in out["shards"].values())
     out["shards_to_rewrite"] = sum(v["rewritten"] for v in out["shards"].values())
     return out
-
-
-def nothing_note(summary: dict[str, Any]) -> str:
-    return f"{summary['output']} is up to date (version {summary['version']}): nothing written"
-
-
-__all__ = ["update", "read_recorded", "nothing_note", "plural", "array"]

@@ -1,0 +1,147 @@
+"""`img2tfrecord update`: options in, img2tfrecord.conversion.update.update() called, what changed out."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from typing import Any
+
+import click
+
+from img2tfrecord.cli import convert as convert_cli
+from img2tfrecord.conversion import options
+from img2tfrecord.errors import Img2TFRecordError, plural
+
+_RECORDED = "As dataset.json records it; another value is refused (exit 2) with the convert --overwrite to run."
+
+
+def _changes_text(s: dict[str, Any]) -> list[str]:
+    lines = []
+    for name, sp in s["splits"].items():
+        parts = [f"{sp[k]} {k}" for k in ("added", "removed", "changed", "retried") if sp[k]]
+        parts.append(f"{sp['unchanged']} unchanged")
+        if sp["still_skipped"]:
+            parts.append(f"{sp['still_skipped']} still skipped")
+        sh = s["shards"].get(name, {})
+        shards = f"shards: {sh.get('new', 0)} new, {sh.get('rewritten', 0)} rewritten, {sh.get('kept', 0)} kept"
+        if sh.get("removed"):
+            shards += f", {sh['removed']} emptied"
+        lines.append(f"  {name}: {', '.join(parts)}; {shards}")
+        for cls, n in sp["classes"].items():
+            moved = [f"{n[k]} {k}" for k in ("added", "removed", "changed", "retried") if n[k]]
+            if moved:
+                lines.append(f"    {cls}: {', '.join(moved)}")
+    if s["new_classes"]:
+        lines.append(
+            f"  new {plural(len(s['new_classes']), 'class', 'classes')} (next labels): {', '.join(s['new_classes'])}"
+        )
+    if s["vanished_classes"]:
+        lines.append(
+            f"  {plural(len(s['vanished_classes']), 'class', 'classes')} with no image left (labels kept, 0 images): "
+            + ", ".join(s["vanished_classes"])
+        )
+    return lines
+
+
+def summary_text(s: dict[str, Any]) -> str:
+    if s["up_to_date"]:
+        return f"{s['output']} is up to date with {s['input']} (version {s['version']}): nothing written"
+    if s["dry_run"]:
+        head = (
+            f"Changes from {s['input']} to {s['output']} (dry run, nothing written): version {s['version']} -> "
+            f"{s['version'] + 1}, {plural(s['shards_to_write'], 'new shard')}, {plural(s['shards_to_rewrite'], 'shard')} rewritten"
+        )
+        return "\n".join([head, *_changes_text(s)])
+    head = (
+        f"Updated {s['output']} to version {s['version']}: {s['records']:,} records; "
+        f"{plural(s['shards_new'], 'new shard')}, {plural(s['shards_rewritten'], 'shard')} rewritten, "
+        f"{plural(s['shards_linked'], 'shard')} kept as they were (hard links); "
+        f"{s['bytes_written'] / 1e6:.1f} MB written in {s['elapsed_seconds']:.1f} s"
+    )
+    if s["skipped"]:
+        head += f". {plural(len(s['skipped']), 'unusable image')} skipped (listed in dataset.json)"
+    return "\n".join([head, *_changes_text(s)])
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.argument("input_dir", type=click.Path(file_okay=False, path_type=str))
+@click.argument("output_dir", type=click.Path(file_okay=False, path_type=str))
+@click.option(
+    "--check-content",
+    is_flag=True,
+    help="Also compare each image's content digest (reads every file), not only its size and mtime.",
+)
+@click.option("--file-list", metavar="FILE", help="The input as a CSV/TSV file list (as for convert).")
+@click.option("--strict", is_flag=True, help="Fail (exit 1, publish nothing) if any new image is unusable.")
+@click.option("--fsync/--no-fsync", default=True, show_default=True, help="As for convert.")
+@click.option("--workers", type=click.IntRange(min=1), help="Worker processes for the new images (as for convert).")
+@click.option("--shards", metavar="N|SPLIT=N,...", help=_RECORDED)
+@click.option("--split", metavar="NAME=FRAC,...", help=_RECORDED)
+@click.option("--seed", type=int, help=_RECORDED)
+@click.option("--labels", "labels", type=click.Path(dir_okay=False, path_type=str), help=_RECORDED)
+@click.option("--label-offset", type=int, help=_RECORDED)
+@click.option("--encoding", type=click.Choice(options.ENCODINGS), help=_RECORDED)
+@click.option("--quality", type=click.IntRange(1, 100), help=_RECORDED)
+@click.option("--resize", metavar="N|WxH", help=_RECORDED)
+@click.option("--channels", type=click.Choice(options.CHANNEL_CHOICES), help=_RECORDED)
+@click.option("--max-pixels", type=click.IntRange(min=1), help=_RECORDED)
+@click.option("--validate/--no-validate", default=None, help=_RECORDED)
+@click.option("--compression", type=click.Choice(options.COMPRESSION_CHOICES), help=_RECORDED)
+@click.option("--index/--no-index", default=None, help=_RECORDED)
+@click.option("--dedupe", type=click.Choice(options.DEDUPE_MODES), help=_RECORDED)
+@click.option("--checksum", type=click.Choice(options.CHECKSUM_CHOICES), help=_RECORDED)
+@click.option(
+    "--dry-run", is_flag=True, help="List what changed (per split and class) and what would be written; write nothing."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar, no summary (warnings still go to stderr).")
+def update_command(input_dir: str, output_dir: str, as_json: bool, quiet: bool, **kw: Any) -> None:
+    """Bring the dataset in OUTPUT_DIR up to date with INPUT_DIR, at the cost of what changed.
+
+    New and changed images go into new shards; shards that lose images are rewritten by copying
+    their other records; every other shard is kept as it is (hard-linked into the new version).
+    Labels keep their meaning (new classes get the next labels); splits are stable per image.
+
+    \b
+      img2tfrecord update data/ out/ --dry-run
+      img2tfrecord update data/ out/
+
+    Exit codes: 0 success or up to date, 1 data failure, 2 usage error.
+    """
+    from img2tfrecord.conversion.update import update
+
+    progress = convert_cli._Progress(
+        enabled=not quiet and not as_json and convert_cli._stderr_is_terminal() and not kw["dry_run"]
+    )
+
+    def on_event(kind: str, msg: str) -> None:
+        progress.write(f"{kind}: {msg}")
+
+    def on_progress(images: int, nbytes: int, total: int) -> None:
+        if progress.bar is None:
+            progress.start(total)
+        progress.update(images, nbytes)
+
+    signal.signal(signal.SIGTERM, convert_cli._on_sigterm)
+    try:
+        summary = update(
+            input_dir,
+            output_dir,
+            on_event=on_event,
+            progress=on_progress if progress.enabled else None,
+            **kw,
+        )
+    except Img2TFRecordError as e:
+        progress.close()
+        click.echo(f"error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        progress.close()
+        click.echo(f"interrupted: {output_dir} is unchanged; run the same command again to update it", err=True)
+        sys.exit(143 if convert_cli._terminated else 130)
+    progress.close()
+    if as_json:
+        click.echo(json.dumps(summary, ensure_ascii=False))
+    elif not quiet:
+        click.echo(summary_text(summary), err=not (summary["dry_run"] or summary["up_to_date"]))

@@ -1,0 +1,182 @@
+"""`update`: a dataset follows its input at the cost of what changed, read back by the real readers."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from helpers import make_dataset, natural_image, read_records, save
+from img2tfrecord.conversion.convert import convert
+from img2tfrecord.conversion.update import update
+from img2tfrecord.format import catalog
+
+
+def _manifest(out: Path) -> dict:
+    return json.loads((out / "dataset.json").read_text())
+
+
+def _inodes(out: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_ino for p in out.iterdir() if "-of-" in p.name}
+
+
+def _expected(src: Path, classes: list[str]) -> dict[bytes, int]:
+    """image/filename -> label of every image now in `src` (labels by position in `classes`)."""
+    return {
+        str(p.relative_to(src)).encode(): classes.index(p.parent.name)
+        for p in src.rglob("*")
+        if p.is_file() and not p.name.startswith("broken")
+    }
+
+
+def _check(out: Path, src: Path, cli) -> list[dict]:
+    """inspect --verify passes; tf.data (all shards) and TFDS read exactly the images in `src`, labels intact."""
+    import tensorflow_datasets as tfds
+
+    res = cli("inspect", out, "--verify")
+    assert res.exit_code == 0, res.output
+    man = _manifest(out)
+    assert (out / "labels.txt").read_text().splitlines() == man["classes"]
+    records = read_records(out)
+    want = _expected(src, man["classes"])
+    assert sorted(r["filename"] for r in records) == sorted(want)
+    for r in records:
+        assert r["label"] == want[r["filename"]] and r["text"].decode() == man["classes"][r["label"]]
+    builder = tfds.builder_from_directory(str(out))
+    seen = []
+    for split, info in man["splits"].items():
+        assert builder.info.splits[split].shard_lengths == [sh["records"] for sh in info["shards"]]
+        for ex in tfds.as_numpy(builder.as_dataset(split=split)):
+            assert ex["image/class/label"] == want[ex["image/filename"]]
+            seen.append(ex["image/filename"])
+    assert sorted(seen) == sorted(want)
+    from img2tfrecord import load
+
+    loaded = [int(label) for split in man["splits"] for _, label in load(out, split).as_numpy_iterator()]
+    assert sorted(loaded) == sorted(want.values())
+    return records
+
+
+def test_update_follows_adds_removals_changes_and_classes(tmp_path: Path, cli) -> None:
+    src, out = tmp_path / "in", tmp_path / "out"
+    files = make_dataset(src, {"a": 10, "b": 9, "c": 8})
+    convert(str(src), str(out), shards=4, split="train=0.75,validation=0.25")
+    v1 = (out / "dataset.json").read_bytes()
+    before = _inodes(out)
+
+    # nothing changed: up to date, nothing written
+    res = cli("update", src, out)
+    assert res.exit_code == 0 and "is up to date" in res.output
+    assert (out / "dataset.json").read_bytes() == v1 and _inodes(out) == before
+
+    # added images and a new class: appended as a new shard; every old shard is the same file
+    save(natural_image(50, 40, 901), src / "a" / "new_1.jpg", quality=90)
+    save(natural_image(50, 40, 902), src / "d" / "first.png")
+    s = update(str(src), str(out))
+    man = _manifest(out)
+    assert man["classes"] == ["a", "b", "c", "d"] and man["version"] == 2
+    assert s["shards_rewritten"] == 0 and s["shards_linked"] == len(before) and s["shards_new"] >= 1
+    after = _inodes(out)
+    assert set(before.values()) <= set(after.values())  # same inodes, new names where counts grew
+    shards = [sh for sp in man["splits"].values() for sh in sp["shards"]]
+    assert {sh["version"] for sh in shards} == {1, 2}
+    import hashlib
+
+    assert man["parent"] == hashlib.sha256(v1).hexdigest()
+    _check(out, src, cli)
+
+    # one removal: only the shard that held it is rewritten, the others keep their inodes
+    cat = catalog.decode((out / catalog.CATALOG_NAME).read_bytes())
+    victim = files["b"][3]
+    holder = cat.shards[cat.rels.index(str(victim.relative_to(src)).encode())]
+    victim.unlink()
+    before = _inodes(out)
+    s = update(str(src), str(out))
+    after = _inodes(out)
+    assert s["shards_rewritten"] == 1 and s["shards_new"] == 0
+    assert after[holder] != before[holder] and all(after[n] == before[n] for n in before if n != holder)
+    assert s["bytes_rewritten_shards"] == (out / holder).stat().st_size
+    assert s["bytes_written"] < sum((out / n).stat().st_size for n in after) / 2
+    _check(out, src, cli)
+
+    # a changed image (new bytes and size) and a vanished class: labels keep their numbers
+    save(natural_image(70, 60, 903), files["a"][1], quality=80)
+    shutil.rmtree(src / "c")
+    s = cli("update", src, out, "--dry-run", "--json")
+    report = json.loads(s.output)
+    assert report["vanished_classes"] == ["c"] and report["new_classes"] == []
+    assert sum(sp["changed"] for sp in report["splits"].values()) == 1
+    assert sum(sp["removed"] for sp in report["splits"].values()) == 8
+    assert _manifest(out)["version"] == 3  # the dry run wrote nothing
+    update(str(src), str(out))
+    man = _manifest(out)
+    assert man["classes"] == ["a", "b", "c", "d"] and man["version"] == 4
+    assert all(sp["class_counts"]["c"] == 0 for sp in man["splits"].values())
+    records = _check(out, src, cli)
+    changed = next(r for r in records if r["filename"] == str(files["a"][1].relative_to(src)).encode())
+    assert (changed["width"], changed["height"]) == (70, 60)
+    assert cli("update", src, out).exit_code == 0 and _manifest(out)["version"] == 4
+
+
+def test_update_refuses_other_options_and_accepts_the_same(tmp_path: Path, cli) -> None:
+    src, out = tmp_path / "in", tmp_path / "out"
+    make_dataset(src, {"a": 3, "b": 3})
+    convert(str(src), str(out), encoding="png", split="train=0.5,validation=0.5")
+    res = cli("update", src, out, "--encoding", "jpeg")
+    assert res.exit_code == 2
+    assert "was converted with --encoding png" in res.output
+    assert f"img2tfrecord convert {src} {out} --overwrite --encoding jpeg" in res.output
+    res = cli("update", src, out, "--split", "train=0.7,validation=0.3")
+    assert res.exit_code == 2 and "--split train=0.5,validation=0.5" in res.output
+    assert cli("update", src, out, "--encoding", "png", "--split", "validation=0.5,train=0.5").exit_code == 2
+    res = cli("update", src, out, "--encoding", "png", "--split", "train=0.5,validation=0.5")
+    assert res.exit_code == 0 and "up to date" in res.output
+    res = cli("update", src, tmp_path / "nothing")
+    assert res.exit_code == 2 and "holds no dataset" in res.output
+
+
+def test_check_content_and_retried_skips(tmp_path: Path) -> None:
+    src, out = tmp_path / "in", tmp_path / "out"
+    files = make_dataset(src, {"a": 4, "b": 4})
+    broken = src / "a" / "broken.jpg"
+    broken.write_bytes(b"\xff\xd8\xff not yet a jpeg")
+    convert(str(src), str(out))
+    assert len(_manifest(out)["skipped"]) == 1
+    # same size and mtime, other bytes: found only by --check-content
+    target = files["b"][1]
+    st = target.stat()
+    data = bytearray(target.read_bytes())
+    data[-3] ^= 0xFF
+    target.write_bytes(bytes(data))
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert update(str(src), str(out), dry_run=True)["up_to_date"]
+    report = update(str(src), str(out), dry_run=True, check_content=True)
+    assert report["splits"]["train"]["changed"] == 1 and report["splits"]["train"]["still_skipped"] == 1
+    # the broken file, repaired: tried again
+    shutil.copy(files["a"][1], broken)
+    s = update(str(src), str(out), check_content=True)
+    assert s["splits"]["train"]["retried"] == 1 and s["splits"]["train"]["changed"] == 1
+    man = _manifest(out)
+    assert man["skipped"] == [] and man["splits"]["train"]["records"] == 9
+    assert man["duplicates"]["groups"]  # the repaired file is a copy of a/img_001: found across versions
+
+
+@pytest.mark.parametrize("opts", [{"compression": "gzip"}, {"index": True, "encoding": "jpeg", "resize": 24}])
+def test_update_rewrites_compressed_and_indexed_shards(tmp_path: Path, cli, opts: dict) -> None:
+    src, out = tmp_path / "in", tmp_path / "out"
+    files = make_dataset(src, {"a": 6, "b": 6})
+    convert(str(src), str(out), shards=3, **opts)
+    files["a"][2].unlink()
+    save(natural_image(30, 30, 77), src / "b" / "z_new.jpg", quality=90)
+    save(natural_image(30, 30, 78), src / "b" / "z_new2.jpg", quality=90)
+    s = update(str(src), str(out))
+    assert s["shards_rewritten"] == 1 and s["shards_new"] == 1 and s["shards_linked"] == 2
+    res = cli("inspect", out, "--verify")
+    assert res.exit_code == 0, res.output
+    got = sorted(r["filename"] for r in read_records(out))
+    assert got == sorted(str(p.relative_to(src)).encode() for p in src.rglob("*.*"))
+    if opts.get("index"):
+        assert sorted(p.name for p in out.glob("*.idx")) == [f"train-0000{i}-of-00004.idx" for i in range(4)]
