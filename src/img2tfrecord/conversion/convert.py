@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from img2tfrecord import cstderr, fs
@@ -189,24 +189,27 @@ def _run(
             f"resuming: {len(done)} of {plural(len(plan.shards), 'shard')} {'was' if len(done) == 1 else 'were'} already finished and {'is' if len(done) == 1 else 'are'} reused",
         )
     timing.reused = frozenset(done)  # the summary's rates count only what this run converts
-    journal = Journal(ws.build, header(plan), done, journal_dir=ws.journal_dir)
-    runner = _engine(engine, workers, beam_options, progress, timing, journal)
     state = Published()
     publishing = False
+    kept: Collection[str] = set(done)
+    resumable = engine == "local"
     try:
+        journal = Journal(ws.build, header(plan), done, journal_dir=ws.journal_dir)
+        kept = journal.done.keys()  # a live view: what the run has finished so far
+        runner = _engine(engine, workers, beam_options, progress, timing, journal)
         outcomes = runner.run(plan, ws.build, plan.settings, emit)
         publishing = True
         return finalize(plan, ws, outcomes, timing, emit, engine=runner.name, state=state)
     except KeyboardInterrupt:
         if state.switched:  # the signal came once the dataset was in place
             raise Interrupted(len(plan.shards), len(plan.shards), published=True) from None
-        if not runner.resumable:  # Beam runners retry work themselves; there is nothing to resume
+        if not resumable:  # Beam runners retry work themselves; there is nothing to resume
             discard(ws)
             raise
-        prune(ws.build, set(journal.done))  # keep finished shards for --resume, drop partial ones
-        raise Interrupted(len(journal.done), len(plan.shards), publishing=publishing, in_place=ws.in_place) from None
+        prune(ws.build, set(kept))  # keep finished shards for --resume, drop partial ones
+        raise Interrupted(len(kept), len(plan.shards), publishing=publishing, in_place=ws.in_place) from None
     except WorkerDied:
-        prune(ws.build, set(journal.done))
+        prune(ws.build, set(kept))
         raise
     except BaseException as e:
         disk = isinstance(e, OSError) or type(e).__module__.startswith("tensorflow")  # the disk, not the data
@@ -214,15 +217,15 @@ def _run(
             raise DataError(
                 f"the dataset was published in {output_dir}, but removing the old version failed: {_describe_io(e)}"
             ) from None
-        if not disk or not runner.resumable:
+        if not disk or not resumable:
             discard(ws)
             if disk:
                 raise DataError(
                     f"writing the dataset in {output_dir} failed: {_describe_io(e)}; {_space_note(plan)}"
                 ) from None
             raise
-        prune(ws.build, set(journal.done))  # finished shards are never deleted by a failure
-        raise DataError(_kept_message(plan, ws, e, len(journal.done), publishing)) from None
+        prune(ws.build, set(kept))  # finished shards are never deleted by a failure
+        raise DataError(_kept_message(plan, ws, e, len(kept), publishing)) from None
 
 
 def _kept_message(plan: Plan, ws: Workspace, e: BaseException, done: int, publishing: bool) -> str:

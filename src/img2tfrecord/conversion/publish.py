@@ -253,28 +253,28 @@ def _same_file(fd: int, path: str) -> bool:
 
 
 def recover(ws: Workspace) -> bool:
-    """Finish what a run killed during its switch left (call it holding the lock); True if it did.
+    """Settle what a run killed during its switch left (call it holding the lock). True when that
+    run had switched its dataset in: then only its old version was left, and is removed now.
 
-    With the `published` marker: OUTPUT's dataset.json is the new one -> the old version (or a
-    leftover) is removed; OUTPUT missing and the build folder holds the new one (killed between
-    the two renames) -> it is renamed in. Otherwise the switch never happened: the marker goes,
-    the build folder and journal stay for --resume."""
+    Otherwise (OUTPUT's dataset.json is not the one the `published` marker names) the switch
+    never happened: the marker goes, an old version renamed aside is renamed back (killed between
+    the two renames), and the build folder and journal stay for --resume."""
     if ws.in_place:
         return False
     marker = os.path.join(ws.root, PUBLISHED)
     try:
         want = fs.read_bytes(marker).decode("ascii").strip()
     except (OSError, UnicodeDecodeError):
-        return False
-    if _digest_of(os.path.join(ws.output, MANIFEST_NAME)) == want:
+        want = None
+    if want is not None and _digest_of(os.path.join(ws.output, MANIFEST_NAME)) == want:
         _remove_workspace(ws)
         return True
-    if not os.path.exists(ws.output) and _digest_of(os.path.join(ws.build, MANIFEST_NAME)) == want:
-        os.rename(ws.build, ws.output)
+    aside = os.path.join(ws.root, ASIDE)
+    if not os.path.lexists(ws.output) and os.path.isdir(aside):
+        os.rename(aside, ws.output)
         _fsync_dir(os.path.dirname(ws.output))
-        _remove_workspace(ws)
-        return True
-    os.remove(marker)
+    if want is not None:
+        os.remove(marker)
     return False
 
 
