@@ -45,7 +45,8 @@ def discover_file_list(
     is reported as skipped.
     """
     listed = _read_file_list(input_dir, file_list)
-    classes = class_list(set(listed.labels), labels, f"--file-list {file_list} lists no images")
+    found = set(listed.labels)
+    classes = class_list(found, labels, f"--file-list {file_list} lists no images")
     root = fs.local(input_dir)
     table = ImageTable(root, fs.is_remote(root), classes, [i + label_offset for i in range(len(classes))])
     index = {c: i for i, c in enumerate(classes)}
@@ -84,6 +85,7 @@ def discover_file_list(
         what="class",
         whats="classes",
         no_images=f"--file-list {file_list}: none of the listed images belongs to a class in --labels",
+        missing={c: f"no row of --file-list {file_list} is of that class" for c in classes if c not in found},
     )
 
 

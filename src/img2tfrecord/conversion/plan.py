@@ -40,7 +40,7 @@ from img2tfrecord.conversion.options import (
 from img2tfrecord.conversion.splits import parse_split_spec
 from img2tfrecord.conversion.table import Task, sizes_of
 from img2tfrecord.conversion.walk import discover
-from img2tfrecord.errors import UsageError
+from img2tfrecord.errors import DataError, UsageError, plural
 from img2tfrecord.format.naming import shard_name
 from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
 
@@ -165,6 +165,8 @@ class Plan:
     excluded_files: int = 0  # images of classes not in --labels
     estimated_bytes: int = 0  # output size estimate (exact-ish for --encoding keep)
     warnings: list[str] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)  # what the walk could not read: path, split, reason
+    notes: list[str] = field(default_factory=list)  # said once (junk folders ignored), not warnings
 
     @property
     def images(self) -> int:
@@ -280,6 +282,12 @@ def _plan(
         )
     else:
         found = discover(input_dir, split=fractions, seed=seed, label_offset=label_offset, labels=class_list)
+    if strict and found.skipped:
+        first = found.skipped[0]
+        raise DataError(
+            f"--strict: {plural(len(found.skipped), 'file or folder', 'files or folders')} cannot be read, e.g. "
+            f"{first['path']}: {first['reason']}; nothing was written"
+        )
     split_bytes = {s: _estimate_bytes(items, opts) for s, items in found.splits.items()}
     counts, shard_warnings = auto_shard_counts(
         split_bytes, {s: len(v) for s, v in found.splits.items()}, shard_request, min_shard_records(index)
@@ -313,6 +321,8 @@ def _plan(
         excluded_files=found.excluded_files,
         estimated_bytes=sum(split_bytes.values()),
         warnings=found.warnings + shard_warnings + empty,
+        skipped=found.skipped,
+        notes=found.notes,
     )
 
 

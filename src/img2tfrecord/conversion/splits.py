@@ -50,6 +50,8 @@ class Discovery:
     warnings: list[str] = field(default_factory=list)
     presplit: bool = False
     excluded_files: int = 0  # images of classes --labels leaves out
+    skipped: list[dict[str, str]] = field(default_factory=list)  # what the walk could not read: path, split, reason
+    notes: list[str] = field(default_factory=list)  # said once, not warnings (junk folders ignored)
 
 
 def parse_split_spec(spec: str) -> dict[str, float]:
@@ -124,6 +126,20 @@ def _in_order(parts: list[Sequence[int]]) -> np.ndarray:
     return np.sort(np.fromiter(chain.from_iterable(parts), dtype=np.int64))
 
 
+def _by_key(keys: np.ndarray, numbers: np.ndarray) -> array:
+    """`numbers` (sorted image numbers) in the order of their keys, ties in image/filename order.
+    Few copies at a time: at 100 M images each costs 800 MB."""
+    import numpy as np
+
+    whole = len(numbers) == len(keys) and (not len(numbers) or (numbers[0] == 0 and numbers[-1] == len(keys) - 1))
+    idx = np.argsort(keys if whole else keys[numbers], kind="stable")  # every image, or a subset
+    if not whole:
+        idx = numbers[idx]
+    order = array("q")
+    order.frombytes(idx.astype(np.int64, copy=False).data.cast("B"))  # no bytes copy
+    return order
+
+
 def _classes_missing(
     table: ImageTable, every: np.ndarray, pools: dict[str, np.ndarray], split: Mapping[str, float]
 ) -> list[str]:
@@ -166,10 +182,12 @@ def assemble(
     what: str,
     whats: str,
     no_images: str,
+    missing: Mapping[str, str] | None = None,
 ) -> Discovery:
     """Hash splits and hash order over the table's image numbers (see the module docstring): shared
     by the folder walk and --file-list. `per_class` holds the image numbers of each class and split
-    folder, in image/filename order."""
+    folder, in image/filename order; `missing` says, per class of --labels that was not found at
+    all, what is missing (its folder, its rows)."""
     classes = table.classes
     if excluded:
         unlisted = sorted(excluded)
@@ -179,7 +197,9 @@ def assemble(
             f"({plural(n, 'image')}): " + ", ".join(unlisted[:5]) + ("..." if len(unlisted) > 5 else "")
         )
     for c in classes:
-        if not any(len(v) for v in per_class.get(c, {}).values()):
+        if missing and c in missing:  # named by --labels, not found at all
+            warnings.append(f"class {c!r} of --labels has no images: {missing[c]}; its label is kept")
+        elif not any(len(v) for v in per_class.get(c, {}).values()):
             warnings.append(f"class {c!r} has no images; its label is kept")
 
     import numpy as np  # deferred: importing conversion.splits stays light
@@ -193,8 +213,9 @@ def assemble(
         every = _in_order([numbers for c in classes for numbers in per_class.get(c, {}).values()])
         if split:
             bounds = np.array(split_bounds(split)[:-1], dtype=np.uint64)
-            which = np.searchsorted(bounds, keys[every], side="right")
+            which = np.searchsorted(bounds, keys[every], side="right").astype(np.uint16)
             pools = {s: every[which == j] for j, s in enumerate(split)}
+            del which
             warnings.extend(_classes_missing(table, every, pools, split))
         else:
             pools = {"train": every}
@@ -212,10 +233,8 @@ def assemble(
             "labels.txt and dataset.json hold the undecodable bytes as \\xNN escapes; rename the files to keep their names exact"
         )
     splits: dict[str, TaskView] = {}
-    for s, numbers in pools.items():
-        order = array("q")
-        order.frombytes(numbers[np.argsort(keys[numbers], kind="stable")].astype(np.int64).tobytes())
-        splits[s] = TaskView(table, order)
+    for s in list(pools):
+        splits[s] = TaskView(table, _by_key(keys, pools.pop(s)))
     if not any(splits.values()):
         raise UsageError(no_images)
     return Discovery(

@@ -189,6 +189,8 @@ def _changes(input_dir: str, rec: Recorded, file_list: str | None, check_content
     found = walk(input_dir, rec.options, rec.classes, file_list)
     for w in found.warnings:
         emit("warning", w)
+    for skip in found.skipped:
+        emit("skipped", f"{skip['path']}: {skip['reason']}")
     return diff(found, rec.catalog, rec.classes, check_content)
 
 
@@ -479,7 +481,8 @@ def _manifest(
     counts: dict[str, dict[str, int]] = {s: dict.fromkeys(classes, 0) for s in split_info}
     merged: dict[str, Counter[str]] = {k: Counter() for k in ("formats", "depths", "transcoded", "reduced")}
     order = {s: i for i, s in enumerate(split_info)}
-    skipped, seen_twice = [], []
+    skipped, seen_twice = list(changes.found.skipped), []  # the walk's (folders it cannot list), then the images'
+
     for r in range(len(cat)):
         if cat.states[r] == CONVERTED:
             counts[cat.splits[r]][cat.classes[r]] += 1

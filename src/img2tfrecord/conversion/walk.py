@@ -26,20 +26,23 @@ bare walk ~230; it was ~700). The stat of each file is most of both.
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
 import sys
 from array import array
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from itertools import chain
 from typing import NamedTuple
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.labels import class_list
-from img2tfrecord.conversion.splits import SPLIT_DIR_NAMES, Discovery, assemble
+from img2tfrecord.conversion.splits import SPLIT_DIR_NAMES, Discovery, assemble, split_of
 from img2tfrecord.conversion.table import ImageTable, Task, encode_name
-from img2tfrecord.errors import UsageError, plural
+from img2tfrecord.errors import DataError, UsageError, plural
+from img2tfrecord.format.schema import utf8_text
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"})
 LIST_THREADS = 32  # concurrent gfile listings of a remote input (each is one or a few HTTP requests)
@@ -57,9 +60,67 @@ _BYTES_WALK = (
 )
 
 
+# Folders that never hold a class or data: archive and NAS metadata, notebook checkpoints, trash
+# and file system bookkeeping; and every hidden (dot) folder. Ignored wherever they are, said once.
+NEVER_DATA_DIRS = frozenset({"__MACOSX", "@eaDir", "$RECYCLE.BIN", "System Volume Information", "lost+found"})
+# Files that operating systems leave beside images (and every hidden file: .DS_Store, ._IMG.jpg).
+OS_JUNK_FILES = frozenset({"thumbs.db", "ehthumbs.db", "desktop.ini"})  # compared in lower case
+_NEVER_DATA_DIRS_B = frozenset(n.encode() for n in NEVER_DATA_DIRS)
+_OS_JUNK_FILES_B = frozenset(n.encode() for n in OS_JUNK_FILES)
+
+
 def is_hidden(name: str) -> bool:
     """Dot files (.DS_Store, .git) and AppleDouble `._*` files are never data."""
     return name.startswith(".")
+
+
+def never_data_dir(name: str) -> bool:
+    """A folder that is never a class nor holds images (`__MACOSX`, `@eaDir`, `.ipynb_checkpoints`)."""
+    return name.startswith(".") or name in NEVER_DATA_DIRS
+
+
+def os_junk_file(name: str) -> bool:
+    """A file the OS leaves beside images (`Thumbs.db`, `desktop.ini`, `.DS_Store`, `._*`)."""
+    return name.startswith(".") or name.lower() in OS_JUNK_FILES
+
+
+@dataclass
+class WalkReport:
+    """What one walk could not read or left out on purpose, besides the images it found.
+
+    `skipped` holds (path below the walked folder, '/'-ended for a folder, the OS's reason);
+    `error` is set when the walked folder itself cannot be listed."""
+
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    junk_dirs: set[str] = field(default_factory=set)
+    junk_files: int = 0
+    error: str | None = None
+
+    def failed(self, rel: str, e: BaseException, what: str = "cannot list folder") -> None:
+        why = _reason(e)
+        if rel in ("", "/"):
+            self.error = why
+        else:
+            self.skipped.append((rel, f"{what}: {why}"))
+
+    def merge(self, other: WalkReport) -> None:
+        self.skipped += other.skipped
+        self.junk_dirs |= other.junk_dirs
+        self.junk_files += other.junk_files
+
+
+def _reason(e: BaseException) -> str:
+    """The OS's words for `e` (`Permission denied`), with the limit named for a path too long."""
+    if isinstance(e, OSError) and e.strerror:
+        said = e.strerror[:1].lower() + e.strerror[1:]  # as the encoder's reasons: "permission denied"
+        if e.errno == errno.ENAMETOOLONG and e.filename is not None:
+            n = len(os.fsencode(e.filename))
+            return f"{said} (its path is {n:,} bytes; the OS takes at most {PATH_MAX:,})"
+        return said
+    return getattr(e, "message", None) or str(e) or type(e).__name__  # tf.errors.* on remote paths
+
+
+PATH_MAX = os.pathconf("/", "PC_PATH_MAX") if hasattr(os, "pathconf") else 4096
 
 
 def _list_dir(path: str) -> list[os.DirEntry]:
@@ -68,15 +129,22 @@ def _list_dir(path: str) -> list[os.DirEntry]:
 
 
 class _Entry(NamedTuple):
-    """A folder entry, local or remote."""
+    """A folder entry, local or remote; `error` when the OS cannot tell whether it is a folder."""
 
     name: str
     path: str
     is_dir: bool
+    error: OSError | None = None
 
 
 def _local_entries(path: str) -> list[_Entry]:
-    return [_Entry(e.name, e.path, _is_dir(e)) for e in _list_dir(path)]
+    out = []
+    for e in _list_dir(path):
+        try:
+            out.append(_Entry(e.name, e.path, e.is_dir(follow_symlinks=True)))
+        except OSError as err:  # a symlink loop (ELOOP), a name too long...
+            out.append(_Entry(e.name, e.path, False, err))
+    return out
 
 
 def _remote_entries(path: str, pool: ThreadPoolExecutor | None = None) -> list[_Entry]:
@@ -100,42 +168,48 @@ def _remote_entries(path: str, pool: ThreadPoolExecutor | None = None) -> list[_
     return [_Entry(n, p, d) for (n, _), p, d in zip(listed, paths, dirs)]
 
 
-def _walk_class_remote(root: str, rel_prefix: str) -> tuple[list[tuple[str, str, int, int]], int]:
+def _walk_class_remote(root: str, rel_prefix: str) -> tuple[list[tuple[str, str, int, int]], int, WalkReport]:
     """`_walk_class` for a remote folder (object stores have no symlinks; sizes and mtimes are
     unknown: 0, since a listing gives names only and a stat per object is the request it avoids)."""
     found: list[tuple[str, str, int, int]] = []
     ignored = 0
+    report = WalkReport()
     stack: list[tuple[str, str]] = [(root, "")]
     while stack:
         path, rel = stack.pop()
         try:
             entries = _remote_entries(path)
-        except Exception:  # tf.errors.NotFoundError & co. are not OSErrors
+        except Exception as err:  # tf.errors.NotFoundError & co. are not OSErrors
+            report.failed(rel, err)
             continue
         subdirs = []
         for e in entries:
-            if is_hidden(e.name):
-                continue
             if e.is_dir:
-                subdirs.append((e.path, f"{rel}{e.name}/"))
+                if never_data_dir(e.name):
+                    report.junk_dirs.add(e.name)
+                else:
+                    subdirs.append((e.path, f"{rel}{e.name}/"))
+            elif os_junk_file(e.name):
+                report.junk_files += 1
             elif os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS:
                 found.append((e.path, f"{rel}{e.name}", 0, 0))
             else:
                 ignored += 1
         stack.extend(reversed(subdirs))
     found.sort(key=lambda t: t[1])
-    return found, ignored
+    return found, ignored, report
 
 
 class ClassFiles(NamedTuple):
     """The image candidates below one class folder: names relative to it ('/'-separated, as
     `encode_name` gives them), sorted as the names' str sort; their sizes and st_mtime_ns (one
-    stat gives both); non-images ignored."""
+    stat gives both); non-images ignored; what could not be read."""
 
     names: list[bytes]
     sizes: array
     mtimes: array
     ignored: int
+    report: WalkReport
 
 
 def _walk_classes(walks: list[tuple[str, str, str]], remote: bool) -> Iterator[ClassFiles]:
@@ -149,12 +223,13 @@ def _walk_classes(walks: list[tuple[str, str, str]], remote: bool) -> Iterator[C
         yield from pool.map(lambda w: _as_class_files(*_walk_class_remote(w[2], w[0] + "/")), walks)
 
 
-def _as_class_files(found: list[tuple[str, str, int, int]], ignored: int) -> ClassFiles:
+def _as_class_files(found: list[tuple[str, str, int, int]], ignored: int, report: WalkReport) -> ClassFiles:
     return ClassFiles(
         [encode_name(r) for _, r, _, _ in found],
         array("q", (sz for _, _, sz, _ in found)),
         array("q", (mt for _, _, _, mt in found)),
         ignored,
+        report,
     )
 
 
@@ -182,7 +257,7 @@ def _sizes(fd: int, names: list[bytes]) -> _Stats:
         try:
             st = stat(n, dir_fd=fd)
         except OSError:
-            sizes.append(0)  # broken symlink or vanished: the encoder reports it as skipped
+            sizes.append(0)  # broken symlink, vanished, no search permission: the encoder says why
             mtimes.append(0)
             continue
         sizes.append(st.st_size)
@@ -191,22 +266,24 @@ def _sizes(fd: int, names: list[bytes]) -> _Stats:
 
 
 def _walk_class_fast(root: str) -> ClassFiles:
-    """`_walk_class` for a local folder on POSIX: the same files, order, and symlink rules, with
-    names as bytes (no decoding, one small object each) and stats relative to the folder.
+    """`_walk_class` for a local folder on POSIX: the same files, order, symlink rules and report,
+    with names as bytes (no decoding, one small object each) and stats relative to the folder.
 
     This loop is most of a million-file dry run: per entry, one `is_dir` (the directory entry's
     type, no system call), an extension test and, for an image, one `fstatat`.
     """
-    exts = IMAGE_EXTENSIONS_B
+    exts, junk_dirs, junk_files = IMAGE_EXTENSIONS_B, _NEVER_DATA_DIRS_B, _OS_JUNK_FILES_B
     chunks: list[tuple[bytes, list[bytes], _Stats]] = []
     ignored = 0
+    report = WalkReport()
     visited: set[tuple[int, int]] = set()
     stack: list[tuple[bytes, bytes]] = [(os.fsencode(root), b"")]
     while stack:
         path, rel = stack.pop()
         try:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-        except OSError:
+        except OSError as err:
+            report.failed(os.fsdecode(rel), err)
             continue
         try:
             st = os.fstat(fd)
@@ -220,21 +297,27 @@ def _walk_class_fast(root: str) -> ClassFiles:
                 with os.scandir(path) as it:  # a bytes path: bytes names (a folder's fd would give str)
                     for e in it:
                         name = e.name
-                        if name[:1] == b".":  # hidden
-                            continue
                         try:
                             is_dir = e.is_dir()
-                        except OSError:
-                            is_dir = False
+                        except OSError as err:
+                            report.failed(os.fsdecode(rel + name), err, "cannot tell whether it is a folder")
+                            continue
                         if is_dir:
-                            subdirs.append(name)
+                            if name[:1] == b"." or name in junk_dirs:
+                                report.junk_dirs.add(os.fsdecode(name))
+                            else:
+                                subdirs.append(name)
+                            continue
+                        if name[:1] == b"." or name.lower() in junk_files:
+                            report.junk_files += 1
                             continue
                         dot = name.rfind(b".")
                         if dot > 0 and name[dot:].lower() in exts:
                             files.append(name)
                         else:
                             ignored += 1
-            except OSError:
+            except OSError as err:
+                report.failed(os.fsdecode(rel), err)
                 continue
             _sort_names(files)
             chunks.append((rel, files, _sizes(fd, files)))
@@ -242,8 +325,8 @@ def _walk_class_fast(root: str) -> ClassFiles:
             os.close(fd)
         _sort_names(subdirs)
         stack.extend((os.path.join(path, n), rel + n + b"/") for n in reversed(subdirs))
-    if len(chunks) == 1 and not chunks[0][0]:
-        return ClassFiles(chunks[0][1], chunks[0][2].sizes, chunks[0][2].mtimes, ignored)  # flat: sorted already
+    if len(chunks) == 1 and not chunks[0][0]:  # a flat class folder: sorted already
+        return ClassFiles(chunks[0][1], chunks[0][2].sizes, chunks[0][2].mtimes, ignored, report)
     names = [rel + n for rel, files, _ in chunks for n in files]
     sizes = array("q", chain.from_iterable(st.sizes for _, _, st in chunks))
     mtimes = array("q", chain.from_iterable(st.mtimes for _, _, st in chunks))
@@ -258,58 +341,60 @@ def _walk_class_fast(root: str) -> ClassFiles:
         array("q", (sizes[i] for i in by_name)),
         array("q", (mtimes[i] for i in by_name)),
         ignored,
+        report,
     )
 
 
-def _is_dir(entry: os.DirEntry) -> bool:
-    try:
-        return entry.is_dir(follow_symlinks=True)
-    except OSError:
-        return False
-
-
-def _walk_class(root: str, rel_prefix: str) -> tuple[list[tuple[str, str, int, int]], int]:
+def _walk_class(root: str, rel_prefix: str) -> tuple[list[tuple[str, str, int, int]], int, WalkReport]:
     """All image candidates below one class folder, sorted; follows symlinks without looping.
 
-    Returns ([(path, rel_to_class_root, size, mtime_ns)], ignored_non_image_count).
+    Returns ([(path, rel_to_class_root, size, mtime_ns)], ignored_non_image_count, report).
     """
     found: list[tuple[str, str, int, int]] = []
     ignored = 0
+    report = WalkReport()
     visited: set[tuple[int, int]] = set()
     stack: list[tuple[str, str]] = [(root, "")]
     while stack:
         path, rel = stack.pop()
         try:
             st = os.stat(path)
-        except OSError:
+        except OSError as err:
+            report.failed(rel, err)
             continue
         key = (st.st_dev, st.st_ino)
         if key in visited:  # a symlink loop or a second link to a folder already walked
             continue
         visited.add(key)
         try:
-            entries = _list_dir(path)
-        except OSError:
+            entries = _local_entries(path)
+        except OSError as err:
+            report.failed(rel, err)
             continue
         subdirs = []
         for e in entries:
-            if is_hidden(e.name):
-                continue
             child_rel = f"{rel}{e.name}"
-            if _is_dir(e):
-                subdirs.append((e.path, child_rel + "/"))
+            if e.error is not None:
+                report.failed(child_rel, e.error, "cannot tell whether it is a folder")
+            elif e.is_dir:
+                if never_data_dir(e.name):
+                    report.junk_dirs.add(e.name)
+                else:
+                    subdirs.append((e.path, child_rel + "/"))
+            elif os_junk_file(e.name):
+                report.junk_files += 1
             elif os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS:
                 try:
-                    st = e.stat(follow_symlinks=True)
+                    st = os.stat(e.path)
                     size, mtime = st.st_size, st.st_mtime_ns
                 except OSError:
-                    size = mtime = 0  # broken symlink or vanished: the encoder reports it as skipped
+                    size = mtime = 0  # broken symlink, vanished, no search permission: the encoder says why
                 found.append((e.path, child_rel, size, mtime))
             else:
                 ignored += 1
         stack.extend(reversed(subdirs))
     found.sort(key=lambda t: t[1])
-    return found, ignored
+    return found, ignored, report
 
 
 def discover(
@@ -332,11 +417,8 @@ def discover(
             else "is not a directory"
         )
         raise UsageError(f"input {input_dir} {what}: give the folder that holds one subfolder per class")
-    if remote:
-        with ThreadPoolExecutor(LIST_THREADS, thread_name_prefix="list") as pool:
-            top = [e for e in _remote_entries(input_dir, pool) if not is_hidden(e.name)]
-    else:
-        top = [e for e in _local_entries(input_dir) if not is_hidden(e.name)]
+    report = WalkReport()  # what the walk cannot read or leaves out, below INPUT
+    top = _entries(input_dir, remote, report, "", "input")
     top_dirs = [e for e in top if e.is_dir]
     warnings: list[str] = []
     loose = [e for e in top if not e.is_dir and os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS]
@@ -363,11 +445,7 @@ def discover(
 
     walks: list[tuple[str, str, str]] = []  # (class name, split key, folder)
     for skey, sroot in split_roots.items():
-        entries = (
-            [e for e in (_remote_entries if remote else _local_entries)(sroot) if not is_hidden(e.name)]
-            if skey
-            else top
-        )
+        entries = _entries(sroot, remote, report, os.path.basename(sroot) + "/", "split folder") if skey else top
         for e in entries:
             if not e.is_dir:
                 if skey:
@@ -395,16 +473,30 @@ def discover(
     walks.sort(key=lambda w: (rank[w[1]], w[0] + "/"))
     per_class: dict[str, dict[str, Sequence[int]]] = {}  # class name -> split key -> image numbers
     excluded: dict[str, int] = {}
-    for (c, skey, _), found in zip(walks, _walk_classes(walks, remote)):
+    skipped: list[dict[str, str]] = [
+        {"path": utf8_text(rel), "split": "", "reason": why} for rel, why in report.skipped
+    ]  # listing INPUT and its split folders
+    for (c, skey, path), found in zip(walks, _walk_classes(walks, remote)):
         ignored += found.ignored
         if c not in index:
             excluded[c] = excluded.get(c, 0) + len(found.names)
             continue
+        if found.report.error is not None:
+            raise DataError(
+                f"cannot list class folder {path}: {found.report.error}; its images would be missing: "
+                "fix its permissions, or leave the class out with --labels"
+            )
+        report.merge(found.report)
         split_dir = f"{os.path.basename(split_roots[skey])}/" if skey else ""
-        group = table.new_group(split_dir + c + "/", index[c], len(split_dir))
+        prefix = split_dir + c + "/"
+        for rel, why in found.report.skipped:
+            whose = skey or ("" if rel.endswith("/") else split_of(prefix + rel, seed, split))
+            skipped.append({"path": utf8_text(prefix + rel), "split": whose, "reason": why})
+        group = table.new_group(prefix, index[c], len(split_dir))
         per_class.setdefault(c, {})[skey] = table.extend(group, found.names, found.sizes, found.mtimes)
     split_keys = list(split_roots) if presplit else (list(split) if split else ["train"])
-    return assemble(
+    folders = {c for c, _, _ in walks}
+    found_all = assemble(
         table,
         per_class,
         excluded,
@@ -417,4 +509,47 @@ def discover(
         what="class folder",
         whats="class folders",
         no_images=f"no images found in {input_dir}: expected {input_dir}/CLASS_NAME/image.jpg {images}",
+        missing={c: f"its folder {fs.join(input_dir, c)} is missing" for c in classes if c not in folders}
+        if not presplit
+        else {c: f"no split folder of {input_dir} holds a folder {c}" for c in classes if c not in folders},
     )
+    found_all.skipped = sorted(skipped, key=lambda s: s["path"])
+    if note := _junk_note(report):
+        found_all.notes.append(note)
+    return found_all
+
+
+def _entries(path: str, remote: bool, report: WalkReport, rel: str, what: str) -> list[_Entry]:
+    """The entries of INPUT or a split folder that may hold data, sorted; junk counted in `report`,
+    entries the OS cannot tell the kind of are skips. A folder that cannot be listed is a DataError."""
+    try:
+        if remote:
+            with ThreadPoolExecutor(LIST_THREADS, thread_name_prefix="list") as pool:
+                entries = _remote_entries(path, pool)
+        else:
+            entries = _local_entries(path)
+    except Exception as err:  # OSError, or tf.errors.* for a remote folder
+        raise DataError(f"cannot list {what} {path}: {_reason(err)}") from None
+    out = []
+    for e in entries:
+        if e.error is not None:
+            report.failed(rel + e.name, e.error, "cannot tell whether it is a folder")
+        elif e.is_dir and never_data_dir(e.name):
+            report.junk_dirs.add(e.name)
+        elif not e.is_dir and os_junk_file(e.name):
+            report.junk_files += 1
+        else:
+            out.append(e)
+    return out
+
+
+def _junk_note(report: WalkReport) -> str | None:
+    """The one line that says which folders and files were ignored as never being data."""
+    parts = []
+    if report.junk_dirs:
+        names = sorted(report.junk_dirs)
+        shown = ", ".join(utf8_text(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
+        parts.append(f"folders that are never classes or images ({shown})")
+    if report.junk_files:
+        parts.append(f"{plural(report.junk_files, 'hidden or OS metadata file')} (.DS_Store, Thumbs.db, ._* ...)")
+    return "ignored " + " and ".join(parts) if parts else None
