@@ -180,3 +180,69 @@ def test_update_rewrites_compressed_and_indexed_shards(tmp_path: Path, cli, opts
     assert got == sorted(str(p.relative_to(src)).encode() for p in src.rglob("*.*"))
     if opts.get("index"):
         assert sorted(p.name for p in out.glob("*.idx")) == [f"train-0000{i}-of-00004.idx" for i in range(4)]
+
+
+def test_a_kill_at_every_rename_of_an_update_leaves_old_or_new(tmp_path: Path) -> None:
+    """The same fault test as convert's (tests/test_faults.py): SIGKILL at each rename the update
+    makes; OUTPUT is then the old version or the new one, and the same command finishes it."""
+    from test_faults import STRACE, occurrences, traced, visible
+
+    if STRACE is None:
+        pytest.skip("strace is not installed (apt-get install strace)")
+    from img2tfrecord.conversion.publish import workspace
+
+    src, old_dir = tmp_path / "in", tmp_path / "old"
+    files = make_dataset(src, {"a": 6, "b": 6}, size=(16, 12))
+    convert(str(src), str(old_dir), shards=3, workers=1)
+    old = visible(old_dir)
+    files["a"][0].unlink()
+    save(natural_image(20, 16, 5), src / "b" / "z.png")
+
+    def fresh() -> Path:
+        out = tmp_path / "out"
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(workspace(str(out)).root, ignore_errors=True)
+        shutil.copytree(old_dir, out)
+        return out
+
+    out = fresh()
+    log = tmp_path / "clean.log"
+    res = traced(str(log), ["-e", "trace=rename,renameat,renameat2"], "update", src, out, "--workers", "1")
+    assert res.returncode == 0, res.stderr
+    new = visible(out)
+    assert new != old
+    points = occurrences(log)
+    assert len(points) >= 4, points
+    for name, n in points:
+        out = fresh()
+        spec = f"inject={name}:signal=SIGKILL:when={n}"
+        res = traced("/dev/null", ["-e", f"trace={name}", "-e", spec], "update", src, out, "--workers", "1")
+        assert res.returncode == -9, (spec, res.stderr)
+        seen = visible(out)
+        assert seen in (old, new), (spec, sorted(seen or {}))
+        update(str(src), str(out), workers=1)  # the same command again: the new version, nothing left over
+        assert visible(out) == new, spec
+        assert not os.path.lexists(workspace(str(out)).root), spec
+
+
+def test_update_of_a_remote_dataset_gives_the_local_bytes(tmp_path: Path) -> None:
+    """An output on a tf.io.gfile file system (TensorFlow's ram://): unchanged shards copied there,
+    the others rewritten through TensorFlow; every file equals the same update's on disk."""
+    from img2tfrecord.tf_import import tensorflow
+
+    gfile = tensorflow().io.gfile
+    src = tmp_path / "in"
+    files = make_dataset(src, {"a": 5, "b": 5})
+    convert(str(src), str(tmp_path / "out"), shards=3)
+    convert(str(src), "ram://h6/out", shards=3)
+    files["a"][1].unlink()
+    save(natural_image(20, 16, 6), src / "b" / "z.png")
+    local = update(str(src), str(tmp_path / "out"))
+    remote = update(str(src), "ram://h6/out")
+    assert {k: remote[k] for k in remote if k.startswith("shards_")} == {
+        k: local[k] for k in local if k.startswith("shards_")
+    }
+    names = sorted(gfile.listdir("ram://h6/out"))
+    assert names == sorted(p.name for p in (tmp_path / "out").iterdir())
+    for n in names:
+        assert gfile.GFile(f"ram://h6/out/{n}", "rb").read() == (tmp_path / "out" / n).read_bytes(), n

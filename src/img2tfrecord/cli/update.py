@@ -50,7 +50,8 @@ def summary_text(s: dict[str, Any]) -> str:
     if s["dry_run"]:
         head = (
             f"Changes from {s['input']} to {s['output']} (dry run, nothing written): version {s['version']} -> "
-            f"{s['version'] + 1}, {plural(s['shards_to_write'], 'new shard')}, {plural(s['shards_to_rewrite'], 'shard')} rewritten"
+            f"{s['version'] + 1}, {plural(s['shards_to_write'], 'new shard')}, {plural(s['shards_to_rewrite'], 'shard')} rewritten, "
+            f"about {s['bytes_needed'] / 1e6:.1f} MB to write"
         )
         return "\n".join([head, *_changes_text(s)])
     head = (

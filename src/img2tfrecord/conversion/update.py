@@ -157,6 +157,7 @@ def update(
         layout = _layout(changes, rec, settings)
         if changes.nothing:
             return _summary(input_dir, output_dir, rec, changes, layout, timing, dry_run=False)
+        _check_space(output_dir, _needed(changes, layout, settings), settings, emit)
         publish.prepare(ws)
         state = publish.Published()
         try:
@@ -239,6 +240,31 @@ def _layout(changes: Changes, rec: Recorded, settings: ShardSettings) -> _Layout
             k = min(k, max(1, n // 2))  # no shard of one record with --index (plan.MIN_INDEXED_RECORDS)
         out.new_counts[s] = k
     return out
+
+
+def _needed(changes: Changes, layout: _Layout, settings: ShardSettings) -> int:
+    """About how many bytes the new version writes: its new shards (estimated as convert does),
+    the rewritten ones (at most their old size) and the catalog; kept shards cost nothing (links)."""
+    from img2tfrecord.conversion.plan import _estimate_bytes
+
+    table = next(iter(changes.found.splits.values())).table
+    new = sum(_estimate_bytes(TaskView(table, sc.encode), settings.encode) for sc in changes.splits.values())
+    rewritten = sum(int(e.get("bytes") or 0) for v in layout.rewritten.values() for e, _ in v)
+    return new + rewritten + 64 * len(changes.catalog) + 65536
+
+
+def _check_space(output_dir: str, needed: int, settings: ShardSettings, emit: EventSink) -> None:
+    """Refuse before any work when the disk clearly cannot hold what the update writes (convert's rule)."""
+    from img2tfrecord.conversion.output import _free_bytes, human_bytes
+
+    free = _free_bytes(output_dir)
+    if free is None or needed <= free:
+        return
+    note = f"the update writes about {human_bytes(needed)} and {human_bytes(free)} are free there"
+    if settings.encode.reencodes:  # an estimate: say so, but let the user try
+        emit("warning", f"the update may not fit: {note}")
+        return
+    raise DataError(f"not enough space in {output_dir}: {note}; free some space or choose another disk")
 
 
 @dataclass
@@ -534,6 +560,10 @@ def _manifest(
     )
 
 
+def _settings_of(rec: Recorded) -> ShardSettings:
+    return recorded_settings(rec.options, fsync=False, strict=False)
+
+
 def _text(rel: bytes) -> str:
     from img2tfrecord.format.schema import utf8_text
 
@@ -571,6 +601,7 @@ def _summary(
         "warnings": list(changes.found.warnings),
         "elapsed_seconds": round(time.perf_counter() - timing.start, 3),
     }
+    out["bytes_needed"] = _needed(changes, layout, _settings_of(rec))
     out["shards_to_write"] = sum(v["new"] for v in out["shards"].values())
     out["shards_to_rewrite"] = sum(v["rewritten"] for v in out["shards"].values())
     return out
