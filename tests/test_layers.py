@@ -36,7 +36,7 @@ def layer(module: str) -> str:
         return "api"
     if parts == ["__main__"]:
         return "cli"
-    if parts in (["conversion", "convert"], ["conversion", "update"]):  # each picks an engine
+    if parts in (["conversion", "convert"], ["conversion", "update"], ["conversion", "compact"]):
         return "run"
     if parts[0] in BASE:
         return "base"

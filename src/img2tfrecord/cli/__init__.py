@@ -20,6 +20,11 @@ COMMANDS = {
         "update_command",
         "Bring a dataset up to date with its input: new shards for what changed.",
     ),
+    "compact": (
+        "img2tfrecord.cli.update",
+        "compact_command",
+        "Fold updated shards into the layout a fresh conversion makes.",
+    ),
     "inspect": ("img2tfrecord.cli.inspect", "inspect_command", "Inspect, verify, extract or preview TFRecord shards."),
 }
 

@@ -146,3 +146,40 @@ def update_command(input_dir: str, output_dir: str, as_json: bool, quiet: bool, 
         click.echo(json.dumps(summary, ensure_ascii=False))
     elif not quiet:
         click.echo(summary_text(summary), err=not (summary["dry_run"] or summary["up_to_date"]))
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.argument("output_dir", type=click.Path(file_okay=False, path_type=str))
+@click.option("--fsync/--no-fsync", default=True, show_default=True, help="As for convert.")
+@click.option("--dry-run", is_flag=True, help="Say how many shards there are and would be; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
+def compact_command(output_dir: str, fsync: bool, dry_run: bool, as_json: bool) -> None:
+    """Fold the shards updates appended and rewrote into the layout a fresh conversion makes.
+
+    The result equals `convert INPUT OUT2 --labels OUTPUT_DIR/labels.txt` with the dataset's
+    options, byte for byte (dataset.json apart from its lineage); records are copied, never
+    re-encoded, and INPUT is not read.
+    """
+    from img2tfrecord.conversion.compact import compact
+
+    signal.signal(signal.SIGTERM, convert_cli._on_sigterm)
+    try:
+        s = compact(output_dir, fsync=fsync, dry_run=dry_run)
+    except Img2TFRecordError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        click.echo(f"interrupted: {output_dir} is unchanged", err=True)
+        sys.exit(143 if convert_cli._terminated else 130)
+    if as_json:
+        click.echo(json.dumps(s, ensure_ascii=False))
+    elif dry_run:
+        click.echo(
+            f"{output_dir}: {plural(s['shards_before'], 'shard')} now, {s['shards_after']} after compact (dry run)"
+        )
+    else:
+        click.echo(
+            f"Compacted {output_dir} to version {s['version']}: {plural(s['shards_after'], 'shard')} "
+            f"(were {s['shards_before']}); {s['bytes_written'] / 1e6:.1f} MB written",
+            err=True,
+        )

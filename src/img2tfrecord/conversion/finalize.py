@@ -146,6 +146,7 @@ def finalize(
         engine=engine,
         duplicates=duplicates,
         excluded_files=plan.excluded_files,
+        shard_request=plan.shard_request,
     )
     files = [sh["file"] for si in split_info.values() for sh in si["shards"]]
     files += [sh["index"] for si in split_info.values() for sh in si["shards"] if "index" in sh]

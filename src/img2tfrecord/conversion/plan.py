@@ -166,6 +166,7 @@ class Plan:
     estimated_bytes: int = 0  # output size estimate (exact-ish for --encoding keep)
     warnings: list[str] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)  # what the walk could not read: path, split, reason
+    shard_request: int | dict[str, int] | None = None  # --shards as asked (dataset.json's shard_request)
     notes: list[str] = field(default_factory=list)  # said once (junk folders ignored), not warnings
 
     @property
@@ -320,6 +321,7 @@ def _plan(
         ignored_files=found.ignored_files,
         excluded_files=found.excluded_files,
         estimated_bytes=sum(split_bytes.values()),
+        shard_request=shard_request,
         warnings=found.warnings + shard_warnings + empty,
         skipped=found.skipped,
         notes=found.notes,
@@ -338,7 +340,12 @@ def check_paths(input_dir: str, output_dir: str) -> None:
 
 def _estimate_bytes(items: Sequence[Task], opts: EncodeOptions) -> int:
     """Rough output size of a split, used only to choose a default shard count."""
-    sizes = sizes_of(items)
+    return estimate_bytes(sizes_of(items), opts)
+
+
+def estimate_bytes(sizes: Sequence[int], opts: EncodeOptions) -> int:
+    """`_estimate_bytes` from the source sizes alone (compact recounts a split's shards from its catalog)."""
+    items = sizes
     source = sum(sizes)
     unknown = sizes.count(0)  # remote listings carry no sizes
     if unknown:

@@ -133,7 +133,9 @@ def update(
         fs.check_remote(path, what)
     check_paths(input_dir, output_dir)
     rec = read_recorded(output_dir)
-    refuse_other_options(rec.options, options, input_dir, output_dir)
+    refuse_other_options(
+        rec.options | {"shard_request": rec.manifest.get("shard_request")}, options, input_dir, output_dir
+    )
     settings = recorded_settings(rec.options, fsync=fsync, strict=strict)
     if settings.dedupe == "drop":
         raise UsageError(
@@ -374,7 +376,19 @@ def _build(
     cat = _new_catalog(rec.catalog, changes, new_rows, slots, final_of, final_new, settings)
     fs.write_bytes(fs.join(build, CATALOG_NAME), catalog_file.encode(cat))
     files.append(CATALOG_NAME)
-    manifest = _manifest(rec, changes, cat, split_info, version, settings, warnings, emit)
+    manifest = manifest_of(
+        rec,
+        cat,
+        changes.classes,
+        split_info,
+        settings,
+        options=rec.options | {"shards": {s: len(sp["shards"]) for s, sp in split_info.items()}},
+        ignored_files=changes.found.ignored_files,
+        excluded_files=changes.found.excluded_files,
+        walk_skipped=list(changes.found.skipped),
+        warnings=warnings,
+        emit=emit,
+    )
     for s, sp in manifest["splits"].items():
         if settings.index and sp["records"] == 1:
             warnings.append(one_record_warning(s))
@@ -492,23 +506,27 @@ def _copy_row(dst: Catalog, src: Catalog, r: int, shard: str, record: int) -> No
     dst.lengths[-1], dst.classes[-1], dst.kinds[-1] = src.lengths[r], src.classes[r], src.kinds[r]
 
 
-def _manifest(
+def manifest_of(
     rec: Recorded,
-    changes: Changes,
     cat: Catalog,
+    classes: list[str],
     split_info: dict[str, dict[str, Any]],
-    version: int,
     settings: ShardSettings,
-    warnings: list[str],
-    emit: EventSink,
+    *,
+    options: dict[str, Any],
+    ignored_files: int,
+    excluded_files: int,
+    walk_skipped: list[dict[str, str]],
+    skipped_rows: list[int] | None = None,
+    warnings: list[str] | None = None,
+    emit: EventSink | None = None,
 ) -> dict[str, Any]:
-    """dataset.json of the new version, its counts taken from the new catalog."""
-    classes = changes.classes
+    """dataset.json of the version after `rec` (update's and compact's), its counts taken from its
+    catalog `cat`: class counts, formats and depths, the skipped images (`skipped_rows`, in that
+    order; default: the catalog's), the duplicate report. `split_info` holds each split's shards."""
     counts: dict[str, dict[str, int]] = {s: dict.fromkeys(classes, 0) for s in split_info}
     merged: dict[str, Counter[str]] = {k: Counter() for k in ("formats", "depths", "transcoded", "reduced")}
     order = {s: i for i, s in enumerate(split_info)}
-    skipped, seen_twice = list(changes.found.skipped), []  # the walk's (folders it cannot list), then the images'
-
     for r in range(len(cat)):
         if cat.states[r] == CONVERTED:
             counts[cat.splits[r]][cat.classes[r]] += 1
@@ -519,12 +537,15 @@ def _manifest(
                 merged["transcoded"][kind.transcoded] += 1
             if kind.reduced:
                 merged["reduced"][kind.reduced] += 1
-        elif cat.states[r] == SKIPPED:
-            skipped.append({"path": _text(cat.rels[r]), "split": cat.splits[r], "reason": cat.reasons[r]})
+    if skipped_rows is None:
+        skipped_rows = [r for r in range(len(cat)) if cat.states[r] == SKIPPED]
+    skipped = list(walk_skipped) + [  # the walk's (folders it cannot list), then the images'
+        {"path": _text(cat.rels[r]), "split": cat.splits[r], "reason": cat.reasons[r]} for r in skipped_rows
+    ]
     for s, sp in split_info.items():
-        sp["records"] = sum(int(e["records"]) for e in sp["shards"])
-        sp["class_counts"] = counts[s]
-        split_info[s] = {"records": sp["records"], "class_counts": sp["class_counts"], "shards": sp["shards"]}
+        records = sum(int(e["records"]) for e in sp["shards"])
+        split_info[s] = {"records": records, "class_counts": counts[s], "shards": sp["shards"]}
+    duplicates: dict[str, Any] = {"mode": "off"}
     if settings.dedupe != "off":
         digests = Counter(cat.digests[r] for r in range(len(cat)) if cat.states[r] == CONVERTED)
         twice = {d for d, n in digests.items() if n > 1}
@@ -534,12 +555,10 @@ def _manifest(
         )
         seen_twice = [(cat.digests[r].hex(), _text(cat.rels[r]), cat.splits[r], cat.classes[r]) for r in rows]
         duplicates = dedupe.report(settings.dedupe, seen_twice, [])
-        if line := dedupe.summary_line(duplicates):
+        if (line := dedupe.summary_line(duplicates)) and warnings is not None:
             warnings.append(line)
-            emit("warning", line)
-    else:
-        duplicates = {"mode": "off"}
-    options = rec.options | {"shards": {s: len(sp["shards"]) for s, sp in split_info.items()}}
+            if emit:
+                emit("warning", line)
     old = rec.manifest
     return build_manifest(
         classes=classes,
@@ -551,12 +570,13 @@ def _manifest(
         formats=dict(merged["formats"]),
         depths=dict(merged["depths"]),
         reduced=dict(merged["reduced"]),
-        ignored_files=changes.found.ignored_files,
+        ignored_files=ignored_files,
         engine="local",
         duplicates=duplicates,
-        excluded_files=changes.found.excluded_files,
-        version=version,
+        excluded_files=excluded_files,
+        version=int(old.get("version") or 1) + 1,
         parent=manifest_digest(rec.text),
+        shard_request=old.get("shard_request"),
     )
 
 

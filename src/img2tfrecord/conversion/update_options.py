@@ -36,7 +36,7 @@ FLAGS = {
 }
 
 
-def _normal(key: str, value: Any, recorded: Any) -> Any:
+def _normal(key: str, value: Any, recorded: Any, asked: Any = None) -> Any:
     """A given option's value in dataset.json's form."""
     if key == "resize":
         r = parse_resize(value)
@@ -47,8 +47,8 @@ def _normal(key: str, value: Any, recorded: Any) -> Any:
         return read_labels_file(value) if isinstance(value, str) else value
     if key == "shards":
         req = parse_shards(value)
-        if isinstance(req, int) and isinstance(recorded, dict) and sum(recorded.values()) == req:
-            return recorded  # the same total
+        if req == asked or (isinstance(req, int) and isinstance(recorded, dict) and sum(recorded.values()) == req):
+            return recorded  # as it was asked for, or the same total
         return req
     if key == "channels":
         return str(value)
@@ -74,7 +74,7 @@ def refuse_other_options(recorded: dict[str, Any], given: dict[str, Any], input_
         if value is None:
             continue
         then = recorded.get(key)
-        now = _normal(key, value, then)
+        now = _normal(key, value, then, recorded.get("shard_request"))
         if key == "labels" and then is None:
             then = None  # the dataset was made without --labels
         if key == "split" and isinstance(now, dict) and isinstance(then, dict):

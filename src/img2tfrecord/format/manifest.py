@@ -70,6 +70,7 @@ def build_manifest(
     version: int = 1,
     parent: str | None = None,
     created: str | None = None,
+    shard_request: int | dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """The manifest; shard entries without a `version` are stamped with this one (they were written now)."""
     for info in splits.values():
@@ -84,6 +85,9 @@ def build_manifest(
         "classes": classes,
         "label_offset": label_offset,
         "options": options,
+        # --shards as it was asked for (null: the 100-200 MiB rule), where options' "shards" holds the
+        # counts it gave: `compact` cuts a split again as convert would
+        "shard_request": shard_request,
         "features": dict(FEATURE_TYPES),
         "splits": splits,
         "skipped": skipped,

@@ -1,0 +1,267 @@
+"""compact(): fold a dataset's appended and rewritten shards into the layout a fresh conversion makes.
+
+After updates, a split holds its first shards, some rewritten, and shards appended per update.
+`compact` puts every record where `convert INPUT OUT2 --labels OUTPUT/labels.txt` (same options)
+would: each split's images in hash order (conversion.splits), cut as that run's plan cuts them
+(the shard count from dataset.json's `shard_request`, images skipped by their converter taken
+out, re-cut when that unbalances the counts, as `write.rebalance` does). It reads no image and
+encodes nothing: the catalog says where each record is, and the records are copied (byte ranges
+with `copy_file_range` for uncompressed shards; through TensorFlow's record writer, from a
+decompressed copy, for gzip/zlib ones). So the shards, indexes, labels.txt, TFDS metadata and
+catalog equal that conversion's byte for byte, and dataset.json does apart from its lineage and
+`options.labels` (which that run was given).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from img2tfrecord import cstderr, fs
+from img2tfrecord.conversion import write as writer
+from img2tfrecord.conversion.options import ShardSettings
+from img2tfrecord.conversion.plan import auto_shard_counts, estimate_bytes, min_shard_records, shard_bounds
+from img2tfrecord.conversion.splits import order_key
+from img2tfrecord.conversion.update import Recorded, manifest_of, read_recorded
+from img2tfrecord.conversion.update_options import recorded_settings
+from img2tfrecord.conversion.write import ShardInfo
+from img2tfrecord.errors import DataError, UsageError
+from img2tfrecord.format import catalog as catalog_file
+from img2tfrecord.format import tfds as tfds_metadata
+from img2tfrecord.format.catalog import CATALOG_NAME, CONVERTED, SKIPPED, Catalog
+from img2tfrecord.format.framing import HEADER_BYTES, RECORD_OVERHEAD
+from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME, created_stamp, labels_text, manifest_text
+from img2tfrecord.format.naming import shard_name
+from img2tfrecord.format.schema import utf8_text
+
+PLAIN_DIR = ".compact-plain"  # decompressed copies of gzip/zlib shards, inside the build folder
+
+
+@dataclass
+class _Target:
+    """One shard of the compacted layout: the catalog rows of its records, in order."""
+
+    name: str
+    rows: list[int]
+
+
+def layout(rec: Recorded, settings: ShardSettings) -> tuple[dict[str, list[_Target]], dict[str, int]]:
+    """Per split, the shards a fresh conversion would write (rows in record order), and the planned counts."""
+    cat, opts = rec.catalog, rec.options
+    seed = int(opts.get("seed") or 0)
+    fractions = opts.get("split")
+    names = list(fractions) if isinstance(fractions, dict) else []
+    names += [s for s in (rec.manifest.get("splits") or {}) if s not in names]
+    names += [s for s in dict.fromkeys(cat.splits) if s and s not in names]
+    candidates: dict[str, list[int]] = {s: [] for s in names}
+    for r, state in enumerate(cat.states):
+        if state in (CONVERTED, SKIPPED) and cat.splits[r] in candidates:
+            candidates[cat.splits[r]].append(r)
+    for rows in candidates.values():
+        rows.sort(key=lambda r: (order_key(cat.rels[r], seed), cat.rels[r]))
+    split_bytes = {s: estimate_bytes([cat.sizes[r] for r in rows], settings.encode) for s, rows in candidates.items()}
+    counts, _ = auto_shard_counts(
+        split_bytes,
+        {s: len(rows) for s, rows in candidates.items()},
+        rec.manifest.get("shard_request"),
+        min_shard_records(settings.index),
+    )
+    out: dict[str, list[_Target]] = {}
+    for s, rows in candidates.items():
+        if not rows:
+            continue
+        k = counts[s]
+        planned = [[r for r in rows[a:b] if cat.states[r] == CONVERTED] for a, b in shard_bounds(len(rows), k)]
+        total = sum(map(len, planned))
+        k_new = min(k, max(1, total // 2)) if settings.index else k
+        sizes = [len(p) for p in planned]
+        if k_new == k and max(sizes) - min(sizes) <= 1:  # as planned, less the skipped images
+            out[s] = [_Target(shard_name(s, i, k), p) for i, p in enumerate(planned)]
+        else:  # write.rebalance's re-cut
+            kept = [r for p in planned for r in p]
+            out[s] = [
+                _Target(shard_name(s, i, k_new), kept[a:b]) for i, (a, b) in enumerate(shard_bounds(total, k_new))
+            ]
+    return out, dict(counts)
+
+
+@cstderr.quieted
+def compact(output_dir: str, *, fsync: bool = True, dry_run: bool = False) -> dict[str, Any]:
+    """Rewrite the dataset in `output_dir` in a fresh conversion's layout, copying records; return the summary."""
+    created_stamp()
+    if fs.is_remote(output_dir):
+        raise UsageError("compact works on a local dataset for now: copy it to a local disk, compact, copy it back")
+    rec = read_recorded(output_dir)
+    settings = recorded_settings(rec.options, fsync=fsync, strict=False)
+    targets, counts = layout(rec, settings)
+    current = {s: [e["file"] for e in sp.get("shards") or []] for s, sp in (rec.manifest.get("splits") or {}).items()}
+    planned = {s: [t.name for t in ts] for s, ts in targets.items()}
+    summary: dict[str, Any] = {
+        "output": output_dir,
+        "dry_run": dry_run,
+        "version": int(rec.manifest.get("version") or 1),
+        "shards_before": sum(map(len, current.values())),
+        "shards_after": sum(map(len, planned.values())),
+    }
+    if dry_run:
+        return summary
+    from img2tfrecord.conversion import publish
+
+    ws = publish.workspace(output_dir)
+    lock = publish.OutputLock(ws)
+    lock.acquire()
+    try:
+        publish.recover(ws)
+        if publish.has_unfinished(ws):
+            raise UsageError(f"{output_dir} holds an unfinished run: finish it (convert --resume) or discard it first")
+        rec = read_recorded(output_dir)
+        targets, counts = layout(rec, settings)
+        publish.prepare(ws)
+        state = publish.Published()
+        try:
+            files, metadata, written = _build(ws.build, output_dir, rec, targets, counts, settings)
+            publish.publish(ws, files, metadata, settings.fsync, state)
+        except BaseException as e:
+            if state.switched:
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                raise DataError(f"{output_dir} was compacted, but removing the old version failed: {e}") from None
+            publish.discard(ws)
+            if isinstance(e, OSError):
+                raise DataError(f"compacting {output_dir} failed: {e.strerror or e}; it is unchanged") from None
+            raise
+    finally:
+        lock.release(remove=True)
+    summary.update(version=summary["version"] + 1, bytes_written=written)
+    return summary
+
+
+def _build(
+    build: str,
+    output_dir: str,
+    rec: Recorded,
+    targets: dict[str, list[_Target]],
+    counts: dict[str, int],
+    settings: ShardSettings,
+) -> tuple[list[str], dict[str, str], int]:
+    """Write the compacted shards, catalog and metadata into `build`; (files, metadata, bytes written)."""
+    cat = rec.catalog
+    sources = {r: cat.shards[r] for r in range(len(cat)) if cat.states[r] == CONVERTED}
+    offsets = cat.offsets()
+    plain = output_dir
+    if settings.compression:  # random access needs the decompressed stream: one copy of each shard
+        plain = fs.join(build, PLAIN_DIR)
+        os.makedirs(plain)
+        for name in sorted(set(sources.values())):
+            _decompress(fs.join(output_dir, name), fs.join(plain, name), settings.compression)
+    new = Catalog(has_digests=cat.has_digests)
+    placed: dict[int, tuple[str, int]] = {}
+    split_info: dict[str, dict[str, Any]] = {}
+    files: list[str] = []
+    written = 0
+    for s, ts in targets.items():
+        infos = []
+        for t in ts:
+            info = _write(build, t, plain, sources, offsets, cat, settings)
+            written += info.bytes
+            infos.append(info)
+            placed.update({r: (t.name, j) for j, r in enumerate(t.rows)})
+            files.append(t.name)
+            if info.index:
+                files.append(info.index)
+        split_info[s] = {"shards": [i.as_json() for i in infos]}
+    if settings.compression:
+        shutil.rmtree(plain)
+    for r in range(len(cat)):
+        shard, record = placed.get(r, ("", -1))
+        new.add(cat.rels[r], cat.sizes[r], cat.mtimes[r], cat.digests[r], cat.states[r], cat.splits[r], cat.reasons[r])
+        new.shards[-1], new.records[-1] = shard, record
+        new.lengths[-1], new.classes[-1], new.kinds[-1] = cat.lengths[r], cat.classes[r], cat.kinds[r]
+    data = catalog_file.encode(new)
+    fs.write_bytes(fs.join(build, CATALOG_NAME), data)
+    files.append(CATALOG_NAME)
+    seed = int(rec.options.get("seed") or 0)
+    skipped_order = {
+        r: (order_key(cat.rels[r], seed), cat.rels[r]) for r in range(len(cat)) if cat.states[r] == SKIPPED
+    }
+    images = {utf8_text(cat.rels[r].decode("utf-8", "surrogateescape")) for r in skipped_order}  # skipped images
+    manifest = manifest_of(
+        rec,
+        new,
+        rec.classes,
+        split_info,
+        settings,
+        options=rec.options | {"shards": counts},
+        skipped_rows=sorted(skipped_order, key=lambda r: (list(targets).index(cat.splits[r]), skipped_order[r])),
+        ignored_files=int(rec.manifest.get("ignored_files") or 0),
+        excluded_files=int(rec.manifest.get("excluded_files") or 0),
+        walk_skipped=[s for s in rec.manifest.get("skipped") or [] if s.get("path") not in images],
+    )
+    metadata = tfds_metadata.files(manifest) | {
+        LABELS_NAME: labels_text(manifest["classes"]),
+        MANIFEST_NAME: manifest_text(manifest),
+    }
+    return files, metadata, written + len(data) + sum(len(t.encode()) for t in metadata.values())
+
+
+def _write(
+    build: str,
+    t: _Target,
+    plain: str,
+    sources: dict[int, str],
+    offsets: list[int],
+    cat: Catalog,
+    settings: ShardSettings,
+) -> ShardInfo:
+    """One compacted shard: its records copied from where the catalog says they are."""
+    if not settings.compression:
+        path = fs.join(build, t.name)
+        with open(path, "wb") as dst:
+            run: tuple[str, int, int] | None = None  # (source, start, end) of neighbouring records
+            for r in t.rows:
+                src, a, b = fs.join(plain, sources[r]), offsets[r], offsets[r] + cat.lengths[r]
+                if run and run[0] == src and run[2] == a:
+                    run = (src, run[1], b)
+                    continue
+                if run:
+                    writer._copy_range(run[0], run[1], run[2] - run[1], dst)
+                run = (src, a, b)
+            if run:
+                writer._copy_range(run[0], run[1], run[2] - run[1], dst)
+        sizes = [cat.lengths[r] for r in t.rows]
+        info = ShardInfo(t.name, records=len(t.rows))
+        return writer.seal(path, info, sizes, settings.index, settings.fsync, settings.checksum)
+    sw = writer.ShardWriter(build, t.name, settings.compression, settings.index, checksum=settings.checksum)
+    handles: dict[str, Any] = {}
+    try:
+        for r in t.rows:
+            f = handles.get(sources[r])
+            if f is None:
+                f = handles[sources[r]] = open(fs.join(plain, sources[r]), "rb")
+            f.seek(offsets[r] + HEADER_BYTES)
+            data = f.read(cat.lengths[r] - RECORD_OVERHEAD)
+            if len(data) != cat.lengths[r] - RECORD_OVERHEAD:
+                raise DataError(f"{sources[r]} ended early: the catalog and the shard disagree")
+            sw.write(data)
+    finally:
+        for f in handles.values():
+            f.close()
+    return sw.close(settings.fsync)
+
+
+def _decompress(src: str, dst: str, compression: str) -> None:
+    """The TFRecord stream inside a gzip (a gzip file) or zlib (a zlib stream) shard, written to `dst`."""
+    with open(dst, "wb") as out:
+        if compression == "gzip":
+            with gzip.open(src, "rb") as f:
+                shutil.copyfileobj(f, out, 1 << 20)
+            return
+        d = zlib.decompressobj()
+        with open(src, "rb") as f:
+            while chunk := f.read(1 << 20):
+                out.write(d.decompress(chunk))
+        out.write(d.flush())
