@@ -15,9 +15,10 @@ Keras' image_dataset_from_directory, first-batch latency and steady throughput; 
 benchmark (bench/plan.py): `convert --dry-run` on a million files against a plain-Python walk.
 
 And the verify benchmark (bench/verify.py, `--only verify`): inspect --verify on one worker
-against all cores.
+against all cores; and the update benchmark (bench/update.py, `--only update`): update after
++1% and compact against a fresh conversion.
 
-Usage: python bench/run.py [--images 12000] [--rounds 3] [--quick] [--only convert|read|plan|verify] [--out bench/results.json]
+Usage: python bench/run.py [--images 12000] [--rounds 3] [--quick] [--only convert|read|plan|verify|update] [--out bench/results.json]
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dataset
 import plan
 import read
+import update
 import verify
 
 PY = sys.executable
@@ -258,7 +260,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer contenders, no 16k-image memory check")
     ap.add_argument(
         "--only",
-        choices=("convert", "read", "plan", "verify"),
+        choices=("convert", "read", "plan", "verify", "update"),
         help="run one of the benchmarks (default: all but verify)",
     )
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.json"))
@@ -266,8 +268,12 @@ def main() -> None:
     if args.only == "plan":
         plan.main(["--rounds", str(args.rounds)])
         return
-    if args.only in ("read", "verify"):
-        result = {"read": read.run(args.rounds)} if args.only == "read" else {"verify": verify.run(args.rounds)}
+    if args.only in ("read", "verify", "update"):
+        result = {
+            "read": lambda: {"read": read.run(args.rounds)},
+            "verify": lambda: {"verify": verify.run(args.rounds)},
+            "update": lambda: {"update": update.run(args.rounds)},
+        }[args.only]()
         with open(args.out, "w") as f:
             json.dump(result, f, indent=2)
         print(f"\nresults: {args.out}")
@@ -420,6 +426,8 @@ def main() -> None:
         plan.main(["--rounds", str(args.rounds)])  # writes bench/results-plan.json
         print()
         result["verify"] = verify.run(args.rounds)
+        print()
+        result["update"] = update.run(args.rounds)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)
     print(f"\nresults: {args.out}")
