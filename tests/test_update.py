@@ -246,3 +246,36 @@ def test_update_of_a_remote_dataset_gives_the_local_bytes(tmp_path: Path) -> Non
     assert names == sorted(p.name for p in (tmp_path / "out").iterdir())
     for n in names:
         assert gfile.GFile(f"ram://h6/out/{n}", "rb").read() == (tmp_path / "out" / n).read_bytes(), n
+
+
+def test_a_second_run_is_refused_and_a_file_list_is_followed(tmp_path: Path, cli) -> None:
+    """update takes the same lock as convert; with --file-list, rows added, removed and relabelled are the changes."""
+    import fcntl
+
+    from img2tfrecord.conversion.publish import workspace
+
+    src, out = tmp_path / "in", tmp_path / "out"
+    make_dataset(src, {"a": 4, "b": 4})
+    rows = sorted(str(p.relative_to(src)) for p in src.rglob("*") if p.is_file())
+    listing = tmp_path / "list.csv"
+    listing.write_text("".join(f"{r},{r.split('/')[0]}\n" for r in rows))
+    assert cli("convert", src, out, "--file-list", listing).exit_code == 0
+    ws = workspace(str(out))
+    assert ws.lock_path is not None
+    os.makedirs(os.path.dirname(ws.lock_path), exist_ok=True)
+    with open(ws.lock_path, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        held.write("4242\n")
+        held.flush()
+        res = cli("update", src, out, "--file-list", listing)
+        assert res.exit_code == 2 and "another img2tfrecord run (pid 4242)" in res.output
+    # one row gone, one relabelled into a new class; every other record stays where it was
+    listing.write_text("".join(f"{r},{'c' if r == rows[1] else r.split('/')[0]}\n" for r in rows[2:] + [rows[1]]))
+    res = cli("update", src, out, "--file-list", listing, "--json")
+    assert res.exit_code == 0, res.output
+    s = json.loads(res.output)
+    assert s["new_classes"] == ["c"] and s["splits"]["train"]["removed"] == 1
+    assert s["splits"]["train"]["changed"] == 1
+    recs = {r["filename"]: (r["label"], r["text"]) for r in read_records(out)}
+    assert len(recs) == len(rows) - 1 and recs[rows[1].encode()] == (2, b"c")
+    assert (out / "labels.txt").read_text() == "a\nb\nc\n"
