@@ -203,7 +203,7 @@ def test_two_processes_never_hold_the_lock_at_once(tmp_path):
         subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in (cmd, slow + cmd)
     ]
     results = [p.communicate(timeout=60) + (p.returncode,) for p in procs]
-    for stdout, stderr, code in results:
+    for _, stderr, code in results:
         assert code == 0, stderr
     assert all(int(stdout) > 0 for stdout, _, _ in results), results  # both took it, in turn
     assert not os.path.lexists(workspace(str(out)).root)
