@@ -97,6 +97,7 @@ def convert(
             refused = str(e)  # shown with the plan
         for w in plan.warnings:
             emit("warning", w)
+        _walk_events(plan, emit)
         return _plan_summary(plan, timing, refused)
 
     check_output(ws, overwrite, resume)
@@ -112,6 +113,7 @@ def convert(
         plan = plan_job(input_dir, output_dir, **options)
         for w in plan.warnings:
             emit("warning", w)
+        _walk_events(plan, emit)
         _check_space(plan, emit)
         started = True
         return _run(plan, ws, engine, workers, overwrite, resume, beam_options, emit, progress, timing)
@@ -120,6 +122,14 @@ def convert(
             with contextlib.suppress(OSError):
                 os.rmdir(ws.output)  # a folder made for an in-place lock, still empty
         lock.release(remove=not has_unfinished(ws))  # last: all cleanup happens under the lock
+
+
+def _walk_events(plan: Plan, emit: EventSink) -> None:
+    """What the walk ignored (said once) and could not read (skips, also in dataset.json)."""
+    for note in plan.notes:
+        emit("note", note)
+    for s in plan.skipped:
+        emit("skipped", f"{s['path']}: {s['reason']}")
 
 
 def _engine(
