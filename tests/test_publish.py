@@ -182,3 +182,21 @@ def test_dataset_json_is_the_last_file_in_place(src, tmp_path):
     assert listed == {n for n in visible(out) if "-of-" in n}
     with pytest.raises(UsageError, match="not empty"):
         convert(src, out, shards=3)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--split", "train=0.6,validation=0.5"], "--split"),
+        (["--resize", "garbage"], "--resize"),
+        (["--index", "--compression", "gzip"], "--index"),
+        (["--shards", "train=2,train=3"], "train"),
+    ],
+)
+def test_a_wrong_option_is_said_before_output_is_not_empty(cli, src, tmp_path, args, says):
+    """A command that is wrong is told what is wrong, never to add --overwrite."""
+    out = tmp_path / "out"
+    convert(src, out, shards=2)
+    res = cli("convert", src, out, *args)
+    assert res.exit_code == 2 and says in res.stderr, res.stderr
+    assert "not empty" not in res.stderr and "--overwrite" not in res.stderr, res.stderr
