@@ -240,3 +240,18 @@ def test_a_failing_run_cleans_up_before_it_lets_another_run_in(case, tmp_path):
     assert proc.returncode == 1 and "--strict" in err, err
     assert refused > 0, "the failing run was never seen at work"
     assert not os.path.lexists(ws.root) and not out.exists()
+
+
+def test_a_ctrl_c_while_the_command_is_imported_is_ours(case, tmp_path):
+    """Ctrl-C in the first fraction of a second (here: exactly when Python looks up
+    conversion/convert.py, imported by the command): one line of ours and exit 130, not click's
+    "Aborted!" and exit 1."""
+    import img2tfrecord.conversion.convert as module
+
+    src, _, _ = case
+    out = tmp_path / "out"
+    at = ["-P", module.__file__, "-e", "trace=%file", "-e", "inject=%file:signal=SIGINT:when=1"]
+    res = traced("/dev/null", at, "convert", src, out, *ARGS)
+    assert res.returncode == 130, res.stderr
+    assert res.stderr.strip() == "interrupted: nothing was written"
+    assert not out.exists() and not os.path.lexists(workspace(str(out)).root)

@@ -21,7 +21,7 @@ from img2tfrecord.conversion.events import EventSink, Timing
 from img2tfrecord.conversion.finalize import _plan_summary, finalize
 from img2tfrecord.conversion.options import ENGINES
 from img2tfrecord.conversion.output import _check_space, _describe_io, _space_note, check_output
-from img2tfrecord.conversion.plan import Plan, check_paths, plan_job
+from img2tfrecord.conversion.plan import Plan, check_options, check_paths, plan_job
 from img2tfrecord.conversion.publish import (
     OutputLock,
     Published,
@@ -88,6 +88,7 @@ def convert(
     if resume and engine != "local":
         raise UsageError("--resume works with the local engine; Beam runners retry failed work themselves")
     check_paths(input_dir, output_dir)
+    check_options(**options)  # a wrong command is told so before "output is not empty"
     ws = workspace(output_dir)
     if dry_run:
         plan = plan_job(input_dir, output_dir, **options)

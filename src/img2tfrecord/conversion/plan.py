@@ -21,7 +21,7 @@ import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.filelist import discover_file_list
@@ -174,14 +174,19 @@ class Plan:
         return sum(len(s.tasks) for s in self.shards)
 
 
-def plan_job(
-    input_dir: str,
-    output_dir: str,
+class CheckedOptions(NamedTuple):
+    """The options that need parsing, parsed (`check_options`)."""
+
+    encode: EncodeOptions
+    shard_request: int | dict[str, int] | None
+    fractions: dict[str, float] | None
+    class_list: list[str] | None
+
+
+def check_options(
     *,
     shards: str | int | dict[str, int] | None = None,
     split: str | dict[str, float] | None = None,
-    seed: int = 0,
-    label_offset: int = 0,
     labels: str | list[str] | None = None,
     encoding: str = "keep",
     quality: int = 95,
@@ -189,15 +194,14 @@ def plan_job(
     channels: str = "keep",
     max_pixels: int = DEFAULT_MAX_PIXELS,
     validate: bool = True,
-    strict: bool = False,
     compression: str | None = None,
     index: bool = False,
-    file_list: str | None = None,
     dedupe: str = "report",
     checksum: str = DEFAULT_CHECKSUM,
-    fsync: bool = True,
-) -> Plan:
-    """Check the options, walk the input (or read `file_list`) and cut it into shards. Raises UsageError."""
+    **_: Any,
+) -> CheckedOptions:
+    """Check and parse `plan_job`'s options without touching the input or the output (UsageError):
+    convert calls it first, so a wrong command is told what is wrong, never to add --overwrite."""
     if encoding not in ENCODINGS:
         raise UsageError(f"bad --encoding {encoding!r}: choose one of {', '.join(ENCODINGS)}")
     if str(channels) not in CHANNEL_CHOICES:
@@ -227,6 +231,48 @@ def plan_job(
     shard_request = parse_shards(shards)
     fractions = parse_split_spec(split) if isinstance(split, str) else split
     class_list = read_labels_file(labels) if isinstance(labels, str) else labels
+    return CheckedOptions(opts, shard_request, fractions, class_list)
+
+
+def plan_job(
+    input_dir: str,
+    output_dir: str,
+    *,
+    shards: str | int | dict[str, int] | None = None,
+    split: str | dict[str, float] | None = None,
+    seed: int = 0,
+    label_offset: int = 0,
+    labels: str | list[str] | None = None,
+    encoding: str = "keep",
+    quality: int = 95,
+    resize: str | int | tuple[int, int] | None = None,
+    channels: str = "keep",
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    validate: bool = True,
+    strict: bool = False,
+    compression: str | None = None,
+    index: bool = False,
+    file_list: str | None = None,
+    dedupe: str = "report",
+    checksum: str = DEFAULT_CHECKSUM,
+    fsync: bool = True,
+) -> Plan:
+    """Check the options, walk the input (or read `file_list`) and cut it into shards. Raises UsageError."""
+    opts, shard_request, fractions, class_list = check_options(
+        shards=shards,
+        split=split,
+        labels=labels,
+        encoding=encoding,
+        quality=quality,
+        resize=resize,
+        channels=channels,
+        max_pixels=max_pixels,
+        validate=validate,
+        compression=compression,
+        index=index,
+        dedupe=dedupe,
+        checksum=checksum,
+    )
     check_paths(input_dir, output_dir)
     with _gc_paused():
         return _plan(
