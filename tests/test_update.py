@@ -279,3 +279,17 @@ def test_a_second_run_is_refused_and_a_file_list_is_followed(tmp_path: Path, cli
     recs = {r["filename"]: (r["label"], r["text"]) for r in read_records(out)}
     assert len(recs) == len(rows) - 1 and recs[rows[1].encode()] == (2, b"c")
     assert (out / "labels.txt").read_text() == "a\nb\nc\n"
+
+
+def test_a_skipped_file_removed_is_a_change_that_rewrites_no_shard(tmp_path: Path) -> None:
+    src, out = tmp_path / "in", tmp_path / "out"
+    make_dataset(src, {"a": 3, "b": 3})
+    (src / "a" / "broken.jpg").write_bytes(b"\xff\xd8\xff no")
+    convert(str(src), str(out))
+    before = _inodes(out)
+    (src / "a" / "broken.jpg").unlink()
+    s = update(str(src), str(out))
+    assert not s["up_to_date"] and s["splits"]["train"]["removed"] == 1
+    assert (s["shards_new"], s["shards_rewritten"], s["bytes_new_shards"]) == (0, 0, 0)
+    assert _inodes(out) == before and _manifest(out)["skipped"] == []
+    assert len(catalog.decode((out / catalog.CATALOG_NAME).read_bytes())) == 6

@@ -55,7 +55,10 @@ class Changes:
 
     @property
     def nothing(self) -> bool:
-        return not self.new_classes and not any(sc.encode or sc.gone for sc in self.splits.values())
+        """No image to encode, no record or catalog row to drop, no new class: the dataset is current."""
+        return not self.new_classes and not any(
+            sc.encode or sc.gone or sc.counts["removed"] for sc in self.splits.values()
+        )
 
     def summary(self) -> dict[str, Any]:
         return {

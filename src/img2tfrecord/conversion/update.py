@@ -313,6 +313,12 @@ def _build(
         infos = writer.rebalance(work, [o.info for _, o in mine], settings)
         add_split(new_rows, s, [(sh.tasks, o) for sh, o in mine], infos)
         new_infos[s] = [i for i in infos if i.records]
+        if settings.index and any(i.records == 1 for i in new_infos[s]) and sum(i.records for i in infos) > 0:
+            warnings.append(
+                f"{s}: a new shard holds one record (one new image), so its index is a single line, which the "
+                "`tfrecord` package (PyTorch) cannot read (its issue #9); `img2tfrecord compact` folds it in"
+            )
+            emit("warning", warnings[-1])
         for i in infos:
             if not i.records:
                 fs.remove(fs.join(work, i.file))
@@ -325,7 +331,8 @@ def _build(
         old_order = [e["file"] for e in (rec.manifest["splits"].get(s) or {}).get("shards", [])]
         by_name: dict[str, _Slot] = {}
         for entry in layout.kept.get(s, []):
-            by_name[entry["file"]] = _Slot(fs.join(output_dir, entry["file"]), dict(entry), True, old=entry["file"])
+            kept = {"version": 1} | entry  # a shard of a dataset made before lineage: version 1 wrote it
+            by_name[entry["file"]] = _Slot(fs.join(output_dir, entry["file"]), kept, True, old=entry["file"])
         for entry, keep in layout.rewritten.get(s, []):
             name = "rewrite-" + entry["file"]
             info = writer.copy_records(fs.join(output_dir, entry["file"]), keep, work, name, settings)
