@@ -267,3 +267,31 @@ def test_dataflow_refuses_local_images(tmp_path, monkeypatch):
     plan = plan_job(str(tmp_path / "in"), "ram://t3/out")
     with pytest.raises(UsageError, match="cannot read the local file"):
         beam_engine.run_beam(plan, "ram://t3/out/.staging", plan.settings, "--runner=DataflowRunner", lambda k, m: None)
+
+
+@needs_beam
+def test_a_beam_dataset_is_updated_by_the_local_engine(both_engines, tmp_path):
+    """update reads the catalog Beam's run wrote and gives the bytes of the same update of the local engine's output."""
+    import shutil
+
+    from helpers import natural_image, save
+    from img2tfrecord.conversion.update import update
+
+    root, local_out, beam_out, _, _, _ = both_engines
+    src = tmp_path / "in"
+    shutil.copytree(root, src)
+    save(natural_image(40, 30, 4242), src / "cat" / "zz_added.jpg", quality=90)
+    next(p for p in sorted((src / "dog").iterdir()) if not p.name.startswith("broken")).unlink()
+    outs = {}
+    for name, made in (("local", local_out), ("beam", beam_out)):
+        outs[name] = tmp_path / name
+        shutil.copytree(made, outs[name])
+        update(str(src), str(outs[name]))
+    local_files, beam_files = dataset_files(outs["local"]), dataset_files(outs["beam"])
+    assert sorted(local_files) == sorted(beam_files)
+    for n in local_files:
+        if n != "dataset.json":
+            assert local_files[n] == beam_files[n], n
+    lm, bm = json.loads(local_files["dataset.json"]), json.loads(beam_files["dataset.json"])
+    assert lm.pop("parent") != bm.pop("parent")  # their parents differ in tool.engine
+    assert lm == bm and bm["tool"]["engine"] == "local"
