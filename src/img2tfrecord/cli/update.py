@@ -11,7 +11,7 @@ import click
 
 from img2tfrecord.cli import convert as convert_cli
 from img2tfrecord.conversion import options
-from img2tfrecord.errors import Img2TFRecordError, plural
+from img2tfrecord.errors import Img2TFRecordError, Interrupted, plural
 
 _RECORDED = "As dataset.json records it; another value is refused (exit 2) with the convert --overwrite to run."
 
@@ -137,9 +137,12 @@ def update_command(input_dir: str, output_dir: str, as_json: bool, quiet: bool, 
         progress.close()
         click.echo(f"error: {e}", err=True)
         sys.exit(e.exit_code)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         progress.close()
-        click.echo(f"interrupted: {output_dir} is unchanged; run the same command again to update it", err=True)
+        if isinstance(e, Interrupted) and e.published:
+            click.echo(f"interrupted once {output_dir} was updated: it is complete, nothing is left to do", err=True)
+        else:
+            click.echo(f"interrupted: {output_dir} is unchanged; run the same command again to update it", err=True)
         sys.exit(143 if convert_cli._terminated else 130)
     progress.close()
     if as_json:

@@ -33,7 +33,7 @@ from img2tfrecord.conversion.plan import Plan, PlannedShard, check_paths, one_re
 from img2tfrecord.conversion.table import TaskView
 from img2tfrecord.conversion.update_options import recorded_settings, refuse_other_options
 from img2tfrecord.conversion.write import ShardInfo
-from img2tfrecord.errors import DataError, UsageError
+from img2tfrecord.errors import DataError, Interrupted, UsageError
 from img2tfrecord.format import catalog as catalog_file
 from img2tfrecord.format import tfds as tfds_metadata
 from img2tfrecord.format.catalog import CATALOG_NAME, CONVERTED, SKIPPED, Catalog, kind_of
@@ -170,7 +170,7 @@ def update(
         except BaseException as e:
             if state.switched:  # the new version is in place; only removing the old one failed
                 if isinstance(e, KeyboardInterrupt):
-                    raise
+                    raise Interrupted(0, 0, published=True) from None
                 raise DataError(f"{output_dir} was updated, but removing the old version failed: {e}") from None
             publish.discard(ws)  # the old version is untouched
             if isinstance(e, OSError):
