@@ -293,3 +293,37 @@ def test_a_skipped_file_removed_is_a_change_that_rewrites_no_shard(tmp_path: Pat
     assert (s["shards_new"], s["shards_rewritten"], s["bytes_new_shards"]) == (0, 0, 0)
     assert _inodes(out) == before and _manifest(out)["skipped"] == []
     assert len(catalog.decode((out / catalog.CATALOG_NAME).read_bytes())) == 6
+
+
+def test_a_sigterm_at_every_thread_start_of_an_update_leaves_the_old_version(tmp_path: Path) -> None:
+    """A signal while the update starts a thread exits 143 with one line; OUTPUT is the old version."""
+    from test_faults import STRACE, occurrences, traced, visible
+
+    if STRACE is None:
+        pytest.skip("strace is not installed (apt-get install strace)")
+    from img2tfrecord.conversion.publish import workspace
+
+    src, old_dir = tmp_path / "in", tmp_path / "old"
+    make_dataset(src, {"a": 4, "b": 4}, size=(16, 12))
+    convert(str(src), str(old_dir), shards=2, workers=1)
+    old = visible(old_dir)
+    save(natural_image(20, 16, 7), src / "b" / "z.png")
+    out = tmp_path / "out"
+    shutil.copytree(old_dir, out)
+    log = tmp_path / "clean.log"
+    res = traced(str(log), ["-e", "trace=clone,clone3"], "update", src, out, "--workers", "1")
+    assert res.returncode == 0, res.stderr
+    new = visible(out)
+    points = occurrences(log)
+    assert points, "no thread started"
+    for name, n in points:
+        shutil.rmtree(out)
+        shutil.rmtree(workspace(str(out)).root, ignore_errors=True)
+        shutil.copytree(old_dir, out)
+        spec = f"inject={name}:signal=SIGTERM:when={n}"
+        res = traced("/dev/null", ["-e", f"trace={name}", "-e", spec], "update", src, out, "--workers", "1")
+        assert res.returncode == 143, (spec, res.returncode, res.stderr)
+        assert "Traceback" not in res.stderr and res.stderr.strip().startswith("interrupted"), (spec, res.stderr)
+        assert visible(out) == old, spec
+    update(str(src), str(out), workers=1)
+    assert visible(out) == new

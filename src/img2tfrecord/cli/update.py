@@ -110,6 +110,7 @@ def update_command(input_dir: str, output_dir: str, as_json: bool, quiet: bool, 
 
     Exit codes: 0 success or up to date, 1 data failure, 2 usage error.
     """
+    signal.signal(signal.SIGTERM, convert_cli._on_sigterm)  # first: importing the library starts threads
     from img2tfrecord.conversion.update import update
 
     progress = convert_cli._Progress(
@@ -124,7 +125,6 @@ def update_command(input_dir: str, output_dir: str, as_json: bool, quiet: bool, 
             progress.start(total)
         progress.update(images, nbytes)
 
-    signal.signal(signal.SIGTERM, convert_cli._on_sigterm)
     try:
         summary = update(
             input_dir,
@@ -163,9 +163,9 @@ def compact_command(output_dir: str, fsync: bool, dry_run: bool, as_json: bool) 
     options, byte for byte (dataset.json apart from its lineage); records are copied, never
     re-encoded, and INPUT is not read.
     """
+    signal.signal(signal.SIGTERM, convert_cli._on_sigterm)
     from img2tfrecord.conversion.compact import compact
 
-    signal.signal(signal.SIGTERM, convert_cli._on_sigterm)
     try:
         s = compact(output_dir, fsync=fsync, dry_run=dry_run)
     except Img2TFRecordError as e:

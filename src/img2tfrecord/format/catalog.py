@@ -25,8 +25,6 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import numpy as np
-
 CATALOG_NAME = "dataset.catalog"
 MAGIC = b"I2TCATv1"
 CONVERTED, SKIPPED, DROPPED = 0, 1, 2
@@ -125,11 +123,15 @@ class Catalog:
 
 def _planes(values: list[int], dtype: str) -> bytes:
     """Little-endian integers as byte planes (all lowest bytes, then all next ones, ...)."""
+    import numpy as np  # here: its import starts threads and costs ~0.1 s, which `inspect` need not pay
+
     arr = np.asarray(values, dtype=dtype)
     return arr.view(np.uint8).reshape(-1, arr.dtype.itemsize).T.tobytes() if len(arr) else b""
 
 
 def _unplanes(data: bytes, dtype: str, n: int) -> list[int]:
+    import numpy as np
+
     width = np.dtype(dtype).itemsize
     if len(data) != n * width:
         raise CatalogError(f"a column holds {len(data)} bytes, {n * width} expected")
