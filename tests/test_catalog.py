@@ -75,3 +75,20 @@ def test_catalog_bytes_are_deterministic_and_round_trip(tmp_path: Path) -> None:
     with pytest.raises(catalog.CatalogError):
         catalog.decode(b"PK" + data[2:])
     assert os.path.getsize(tmp_path / "o1" / catalog.CATALOG_NAME) < 60 * 12 + 400
+
+
+def test_verify_says_when_the_catalog_disagrees_with_dataset_json(tmp_path: Path, cli) -> None:
+    make_dataset(tmp_path / "in", {"a": 4, "b": 4})
+    out = tmp_path / "out"
+    convert(str(tmp_path / "in"), str(out), shards=2)
+    path = out / catalog.CATALOG_NAME
+    cat = catalog.decode(path.read_bytes())
+    first = next(i for i, s in enumerate(cat.states) if s == catalog.CONVERTED)
+    cat.shards[first] = "train-00007-of-00009"
+    path.write_bytes(catalog.encode(cat))
+    res = cli("inspect", out, "--verify")
+    assert res.exit_code == 1
+    assert "lists 1 records in train-00007-of-00009, a shard dataset.json does not list" in res.output
+    path.write_bytes(b"garbage")
+    res = cli("inspect", out, "--verify")
+    assert res.exit_code == 1 and "unreadable: not an img2tfrecord catalog" in res.output

@@ -24,6 +24,7 @@ from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.format.framing import FramingError, TFRecordFile
 from img2tfrecord.format.layout import Manifest, ShardRef, pixel_limit, resolve_paths
 from img2tfrecord.fs import CHECKSUMS
+from img2tfrecord.inspection.catalog_check import check_catalog
 from img2tfrecord.inspection.checks import (
     Problem,
     _check_dataset,
@@ -220,6 +221,8 @@ def inspect(
     if verify:
         for man in manifests.values():
             _check_dataset(man, refs, class_counts, split, problems)
+            if split is None:
+                check_catalog(man, problems)
     report = Report([os.fspath(p) for p in paths], files, total, problems, omitted, verify)
     report.lineage = [
         {"dir": str(m.dir), **{k: m.data.get(k) for k in ("version", "parent", "created")}}
