@@ -34,7 +34,7 @@ def _changes_text(s: dict[str, Any]) -> list[str]:
                 lines.append(f"    {cls}: {', '.join(moved)}")
     if s["new_classes"]:
         lines.append(
-            f"  new {plural(len(s['new_classes']), 'class', 'classes')} (next labels): {', '.join(s['new_classes'])}"
+            f"  {plural(len(s['new_classes']), 'new class', 'new classes')} (the next labels): {', '.join(s['new_classes'])}"
         )
     if s["vanished_classes"]:
         lines.append(
