@@ -130,8 +130,8 @@ def diff(found: Discovery, cat: Catalog, old_classes: list[str], check_content: 
                 kept.append(r)
                 sc.count("unchanged" if state == CONVERTED else "still_skipped", cls)
                 continue
-            if state == CONVERTED:
-                (splits[cat.splits[r]] if cat.splits[r] in splits else sc).gone.add(r)
+            if state == CONVERTED:  # its record leaves the shard that holds it, in the split it was in
+                splits.setdefault(cat.splits[r], SplitChanges()).gone.add(r)
             sc.encode.append(i)
             sc.count("retried" if state == SKIPPED else "changed", cls)
     for r in range(len(cat)):
