@@ -167,3 +167,30 @@ def test_a_labels_class_without_a_folder_says_the_folder_is_missing(cli, tmp_pat
         f"class 'zebra' of --labels has no images: no row of --file-list {tmp_path / 'list.csv'} is of that class"
         in res.stderr
     )
+
+
+def test_a_remote_walk_ignores_junk_and_can_stat_its_images(tmp_path):
+    """ram:// (TensorFlow's in-memory file system): the remote walk ignores the same junk, says the
+    same note, and `stat_remote` fills in the sizes and mtimes a listing does not give."""
+    from img2tfrecord.tf_import import tensorflow
+
+    gfile = tensorflow().io.gfile
+    root = "ram://h3walk/in"
+    files = {"cat/1.jpg": b"\xff\xd8one", "cat/deep/2.jpg": b"\xff\xd8two!", "dog/3.jpg": b"\xff\xd8x"}
+    junk = ["__MACOSX/cat/._1.jpg", "cat/.DS_Store", "dog/Thumbs.db", "dog/@eaDir/3.jpg/thumb.jpg"]
+    for name in [*files, *junk]:
+        gfile.makedirs(f"{root}/{name.rsplit('/', 1)[0]}")
+        with gfile.GFile(f"{root}/{name}", "wb") as f:
+            f.write(files.get(name, b"junk"))
+    found = walk.discover(root)
+    assert found.classes == ["cat", "dog"] and found.skipped == []
+    assert found.notes == [
+        "ignored folders that are never classes or images (@eaDir, __MACOSX) "
+        "and 2 hidden or OS metadata files (.DS_Store, Thumbs.db, ._* ...)"
+    ]
+    table = found.splits["train"].table
+    assert sorted((t.rel, t.size, t.mtime_ns) for t in found.splits["train"]) == [(r, 0, 0) for r in sorted(files)]
+    assert walk.stat_remote(table) == 0
+    got = {t.rel: (t.size, t.mtime_ns) for t in found.splits["train"]}
+    assert {r: s for r, (s, _) in got.items()} == {r: len(b) for r, b in files.items()}
+    assert all(m == gfile.stat(f"{root}/{r}").mtime_nsec for r, (_, m) in got.items())
