@@ -565,15 +565,13 @@ def _entries(path: str, remote: bool, report: WalkReport, rel: str, what: str) -
 
 
 def _junk_note(report: WalkReport) -> str | None:
-    """The one line that says which folders and files were ignored as never being data."""
-    parts = []
-    if report.junk_dirs:
-        names = sorted(report.junk_dirs)
-        shown = ", ".join(utf8_text(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
-        parts.append(f"folders that are never classes or images ({shown})")
-    if report.junk_files:
-        parts.append(f"{plural(report.junk_files, 'hidden or OS metadata file')} (.DS_Store, Thumbs.db, ._* ...)")
-    return "ignored " + " and ".join(parts) if parts else None
+    """The one line that says which folders were ignored as never being data (hidden and OS
+    metadata files are not said: a Mac leaves a .DS_Store in every folder it opened)."""
+    if not report.junk_dirs:
+        return None
+    names = sorted(report.junk_dirs)
+    shown_names = ", ".join(utf8_text(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
+    return f"ignored folders that are never classes or images: {shown_names}"
 
 
 def stat_remote(table: ImageTable, threads: int = LIST_THREADS) -> int:
