@@ -188,3 +188,25 @@ def test_a_remote_walk_ignores_junk_and_can_stat_its_images(tmp_path):
     got = {t.rel: (t.size, t.mtime_ns) for t in found.splits["train"]}
     assert {r: s for r, (s, _) in got.items()} == {r: len(b) for r, b in files.items()}
     assert all(m == gfile.stat(f"{root}/{r}").mtime_nsec for r, (_, m) in got.items())
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and not shutil.which("setpriv"), reason="root without setpriv reads everything")
+def test_a_listed_file_behind_a_closed_folder_is_skipped_with_the_reason_not_called_missing():
+    prefix = NO_DAC if os.geteuid() == 0 else []
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o777)
+        base = Path(tmp)
+        make_dataset(base / "in", {"a": 2, "b": 1})
+        for p in base.rglob("*"):
+            os.chmod(p, 0o755 if p.is_dir() else 0o644)
+        rows = sorted(str(p.relative_to(base / "in")) for p in (base / "in").rglob("*.*"))
+        (base / "list.csv").write_text("\n".join(rows) + "\n")
+        os.chmod(base / "in" / "b", 0o600)  # listed, but no search permission: stat fails with EACCES
+        cmd = [*prefix, sys.executable, "-m", "img2tfrecord", "convert", str(base / "in"), str(base / "out")]
+        res = subprocess.run(
+            [*cmd, "--file-list", str(base / "list.csv"), "--workers", "1"], capture_output=True, text=True
+        )
+        assert res.returncode == 0, res.stderr
+        assert manifest(base / "out")["skipped"] == [
+            {"path": rows[-1], "split": "train", "reason": "permission denied"}
+        ]
