@@ -210,3 +210,13 @@ def test_a_listed_file_behind_a_closed_folder_is_skipped_with_the_reason_not_cal
         assert manifest(base / "out")["skipped"] == [
             {"path": rows[-1], "split": "train", "reason": "permission denied"}
         ]
+
+
+def test_junk_beside_split_folders_does_not_hide_the_splits(tmp_path):
+    src = tmp_path / "in"
+    make_dataset(src / "train", {"a": 2}, size=(8, 8))
+    make_dataset(src / "val", {"a": 1}, size=(8, 8))
+    save(natural_image(8, 8, 2), src / "__MACOSX" / "train" / "a" / "._img_000.jpg")
+    (src / ".ipynb_checkpoints").mkdir()
+    found = walk.discover(str(src))
+    assert found.presplit and set(found.splits) == {"train", "validation"} and found.classes == ["a"]
