@@ -151,3 +151,15 @@ def test_labels_txt_of_unusual_names_passes_verify_and_reads_back_as_the_same_cl
     assert res.exit_code == 0, res.output
     assert json.loads((tmp_path / "again" / "dataset.json").read_text())["classes"] == classes
     assert Path(tmp_path / "again" / "labels.txt").read_bytes() == Path(tmp_path / "out" / "labels.txt").read_bytes()
+
+
+def test_an_updated_class_list_keeps_every_label_and_appends_new_classes(tmp_path):
+    from img2tfrecord.conversion.labels import updated_class_list
+
+    before = ["dog", "cat", "owl"]  # a --labels order, not sorted: kept as it is
+    up = updated_class_list(before, {"cat", "owl", "zebra", "ant"})
+    assert up.classes == ["dog", "cat", "owl", "ant", "zebra"] and up.new == ["ant", "zebra"] and up.vanished == ["dog"]
+    assert updated_class_list(before, before) == (before, [], [])
+    make_dataset(tmp_path / "in", {"cat": 1, "owl": 1, "zebra": 1, "ant": 1}, size=(8, 8))
+    plan = plan_job(str(tmp_path / "in"), str(tmp_path / "out"), labels=up.classes)
+    assert {t.text: t.label for s in plan.shards for t in s.tasks} == {"cat": 1, "owl": 2, "ant": 3, "zebra": 4}

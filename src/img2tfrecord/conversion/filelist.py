@@ -196,8 +196,10 @@ def _read_file_list(input_dir: str, file_list: str) -> _Listed:
             if not fs.is_remote(path):
                 try:
                     st = os.stat(path)
-                except OSError:
+                except FileNotFoundError:
                     missing.append((line, path))
+                    st = None
+                except OSError:  # no permission to reach it, a loop, a path too long: the encoder says which
                     st = None
                 if st is not None and stat.S_ISDIR(st.st_mode):
                     raise fail(line, f"{path} is a folder, not an image")

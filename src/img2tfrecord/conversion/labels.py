@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from img2tfrecord import fs
 from img2tfrecord.errors import UsageError
@@ -98,3 +99,22 @@ def class_list(found: set[str], labels: list[str] | None, no_classes: str) -> li
         check_class_names(classes, "the class name", "leave it out of the labels")
         check_unique(classes, "the labels")
     return classes
+
+
+class ClassUpdate(NamedTuple):
+    """The class list of an updated dataset (issue 22's label rule) and what changed in it."""
+
+    classes: list[str]  # label order: the previous classes as they were, then the new ones
+    new: list[str]  # found now, not before: appended, in sorted order
+    vanished: list[str]  # before, not found now: they keep their label (and get 0 images)
+
+
+def updated_class_list(previous: list[str], found: Iterable[str]) -> ClassUpdate:
+    """Labels never change meaning: every previous class keeps its label number (a vanished one
+    too), a new class gets the next free number, in sorted order among the new ones. Pass
+    `classes` to `plan_job(labels=...)`, so a model trained on version 1 reads version 5 right."""
+    known = set(previous)
+    now = set(found)
+    new = sorted(now - known)
+    check_class_names(new, "the class", "rename it")
+    return ClassUpdate([*previous, *new], new, [c for c in previous if c not in now])

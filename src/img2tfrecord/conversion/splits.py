@@ -21,6 +21,7 @@ so every shard mixes the classes as a shuffle did.
 from __future__ import annotations
 
 import bisect
+import functools
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -114,7 +115,14 @@ def split_of(rel: str | bytes, seed: int, fractions: Mapping[str, float] | None)
     puts the image `rel` in. Not for split folders (INPUT/train/...): those are the image's split."""
     if not fractions:
         return "train"
-    return list(fractions)[bisect.bisect_right(split_bounds(fractions), order_key(rel, seed))]
+    names, bounds = _cut(tuple(fractions.items()))
+    return names[bisect.bisect_right(bounds, order_key(rel, seed))]
+
+
+@functools.lru_cache(maxsize=8)
+def _cut(fractions: tuple[tuple[str, float], ...]) -> tuple[tuple[str, ...], list[int]]:
+    """The split names and bounds of `fractions`, made once per --split (split_of runs per image)."""
+    return tuple(name for name, _ in fractions), split_bounds(dict(fractions))
 
 
 def table_keys(table: ImageTable, seed: int) -> array:

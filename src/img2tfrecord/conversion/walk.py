@@ -20,7 +20,8 @@ names as bytes and its files stat'ed relative to the open folder (`_walk_class_f
 gives size and mtime), and laid out so that a split's image numbers are in image/filename order:
 sorting a split sorts integers. On 1 M files in 10 classes (`bench/plan.py`, 2 cores),
 `convert --dry-run` takes about the time of a bare `os.scandir` walk that keeps (path, size)
-tuples, sorts and shuffles them (1.1x; it was 2.7x), and ~75 bytes an image at its peak RSS (the
+tuples, sorts and shuffles them (1.1x; it was 2.7x), and ~75 bytes an image at its peak RSS (~91 with
+the mtime column and the hash order; the
 bare walk ~230; it was ~700). The stat of each file is most of both.
 """
 
@@ -564,12 +565,32 @@ def _entries(path: str, remote: bool, report: WalkReport, rel: str, what: str) -
 
 
 def _junk_note(report: WalkReport) -> str | None:
-    """The one line that says which folders and files were ignored as never being data."""
-    parts = []
-    if report.junk_dirs:
-        names = sorted(report.junk_dirs)
-        shown = ", ".join(utf8_text(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
-        parts.append(f"folders that are never classes or images ({shown})")
-    if report.junk_files:
-        parts.append(f"{plural(report.junk_files, 'hidden or OS metadata file')} (.DS_Store, Thumbs.db, ._* ...)")
-    return "ignored " + " and ".join(parts) if parts else None
+    """The one line that says which folders were ignored as never being data (hidden and OS
+    metadata files are not said: a Mac leaves a .DS_Store in every folder it opened)."""
+    if not report.junk_dirs:
+        return None
+    names = sorted(report.junk_dirs)
+    shown_names = ", ".join(utf8_text(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
+    return f"ignored folders that are never classes or images: {shown_names}"
+
+
+def stat_remote(table: ImageTable, threads: int = LIST_THREADS) -> int:
+    """Fill in the size and mtime_ns that a remote listing leaves at 0, one `gfile.stat` per image
+    in `threads` threads; returns how many could not be stat'ed (left at 0). A request per object:
+    what `update` pays to tell changed images from unchanged ones, not what `convert`'s walk does."""
+    todo = [i for i in range(len(table)) if table.sizes[i] == 0 and table.mtimes[i] == 0]
+
+    def one(i: int) -> fs.FileStat | None:
+        try:
+            return fs.file_stat(table.task(i).path)
+        except Exception:  # tf.errors.NotFoundError & co.: the encoder reports the file later
+            return None
+
+    failed = 0
+    with ThreadPoolExecutor(max(1, min(threads, len(todo))), thread_name_prefix="stat") as pool:
+        for i, st in zip(todo, pool.map(one, todo)):
+            if st is None:
+                failed += 1
+            else:
+                table.sizes[i], table.mtimes[i] = st
+    return failed
