@@ -327,3 +327,29 @@ def test_a_sigterm_at_every_thread_start_of_an_update_leaves_the_old_version(tmp
         assert visible(out) == old, spec
     update(str(src), str(out), workers=1)
     assert visible(out) == new
+
+
+def test_update_of_a_remote_input(tmp_path: Path) -> None:
+    """A ram:// INPUT: convert's listing knows no sizes or mtimes; update stats each image, keeps the
+    unchanged ones, and finds the added and removed ones."""
+    from img2tfrecord.tf_import import tensorflow
+
+    gfile = tensorflow().io.gfile
+    local = tmp_path / "in"
+    make_dataset(local, {"a": 3, "b": 3})
+    for p in sorted(local.rglob("*.*")):
+        gfile.makedirs(f"ram://h6in/in/{p.parent.name}")
+        gfile.copy(str(p), f"ram://h6in/in/{p.relative_to(local)}", overwrite=True)
+    out = tmp_path / "out"
+    convert("ram://h6in/in", str(out), shards=2)
+    before = _inodes(out)
+    gfile.remove("ram://h6in/in/a/img_001.jpg")
+    gfile.copy(str(local / "b" / "img_002.jpg"), "ram://h6in/in/b/zz_new.jpg")
+    s = update("ram://h6in/in", str(out))
+    sp = s["splits"]["train"]
+    assert (sp["added"], sp["removed"], sp["changed"], sp["unchanged"]) == (1, 1, 0, 5)
+    assert s["shards_rewritten"] == 1 and len(set(before.values()) & set(_inodes(out).values())) == 1
+    assert sorted(r["filename"] for r in read_records(out)) == sorted(
+        [b"a/img_000.png", b"a/img_002.jpg", b"b/img_000.png", b"b/img_001.jpg", b"b/img_002.jpg", b"b/zz_new.jpg"]
+    )
+    assert update("ram://h6in/in", str(out), dry_run=True)["up_to_date"]

@@ -3,7 +3,9 @@
 An image is *added* when the catalog has no row for its path, *removed* when the walk no longer
 finds a row's path, *changed* when its size or mtime differs (or, with `check_content`, the xxh3
 digest of its bytes; or its class or split, which only a --file-list or a split folder can move),
-and *unchanged* otherwise. A file skipped last time is tried again when it changed, and stays
+and *unchanged* otherwise (a row converted from a remote listing knows neither size nor mtime:
+it counts as unchanged unless `check_content`, and the new catalog records what the stat found).
+A file skipped last time is tried again when it changed, and stays
 skipped (with its reason) when it did not. Classes keep their labels: the dataset's classes in
 their order, then the classes the walk finds that it lacks, sorted (unless the dataset was made
 with --labels: that list stays the set of classes); a class with no image left keeps its label.
@@ -17,9 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from img2tfrecord.conversion.filelist import discover_file_list
+from img2tfrecord.conversion.labels import updated_class_list
 from img2tfrecord.conversion.splits import Discovery
 from img2tfrecord.conversion.table import ImageTable
-from img2tfrecord.conversion.walk import discover
+from img2tfrecord.conversion.walk import discover, stat_remote
 from img2tfrecord.format.catalog import CONVERTED, SKIPPED, Catalog
 from img2tfrecord.format.schema import utf8_text
 
@@ -52,6 +55,9 @@ class Changes:
     vanished_classes: list[str]
     splits: dict[str, SplitChanges]
     kept_rows: list[int]  # catalog rows that stay as they are (unchanged records, still skipped files)
+    # kept rows whose size and mtime the catalog did not know (a dataset converted from a remote
+    # listing): row -> (size, mtime_ns) as the walk's stat found them, for the new catalog
+    refreshed: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def nothing(self) -> bool:
@@ -84,9 +90,10 @@ def walk(input_dir: str, options: dict[str, Any], old_classes: list[str], file_l
     else:
         found = discover(input_dir, split=split, seed=seed, labels=labels)
     table = _table(found)
+    if table.remote:  # a listing gives no size or mtime: one stat per image (walk.stat_remote)
+        stat_remote(table)
     texts = [utf8_text(c) for c in table.classes]
-    new = sorted({t for t in texts if t not in old_classes}) if fixed is None else []
-    final = list(old_classes) + new
+    final = updated_class_list(list(old_classes), texts).classes if fixed is None else list(old_classes)
     offset = int(options.get("label_offset") or 0)
     position = {c: i for i, c in enumerate(final)}
     table.labels[:] = [position[t] + offset for t in texts]
@@ -108,6 +115,7 @@ def diff(found: Discovery, cat: Catalog, old_classes: list[str], check_content: 
     row_of = {rel: r for r, rel in enumerate(cat.rels)}
     seen: set[int] = set()
     kept: list[int] = []
+    refreshed: dict[int, tuple[int, int]] = {}
     splits = {s: SplitChanges() for s in found.splits}
     for s, view in found.splits.items():
         sc = splits[s]
@@ -121,9 +129,13 @@ def diff(found: Discovery, cat: Catalog, old_classes: list[str], check_content: 
                 continue
             seen.add(r)
             state = cat.states[r]
-            same = cat.sizes[r] == table.sizes[i] and cat.mtimes[r] == table.mtimes[i]
+            unknown = cat.sizes[r] == 0 and cat.mtimes[r] == 0  # converted from a listing (remote input)
+            same = unknown or (cat.sizes[r] == table.sizes[i] and cat.mtimes[r] == table.mtimes[i])
+            if unknown and state == CONVERTED and not check_content:
+                refreshed[r] = (table.sizes[i], table.mtimes[i])  # known from now on
             moved = cat.splits[r] != s or cat.classes[r] != cls
             if same and not moved and state == CONVERTED and check_content and cat.has_digests:
+                refreshed.pop(r, None)
                 digest = digest_file(table.task(i).path)
                 same = digest is not None and bytes.fromhex(digest) == cat.digests[r]
             if same and not moved:
@@ -151,4 +163,5 @@ def diff(found: Discovery, cat: Catalog, old_classes: list[str], check_content: 
         vanished_classes=[c for c in old_classes if c not in present],
         splits=splits,
         kept_rows=sorted(kept),
+        refreshed=refreshed,
     )

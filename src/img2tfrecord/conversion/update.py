@@ -501,6 +501,8 @@ def _new_catalog(
             record = renumber.get((shard, record), record)
             shard = final_of[shard]
         _copy_row(cat, old, r, shard, record)
+        if r in changes.refreshed:
+            cat.sizes[-1], cat.mtimes[-1] = changes.refreshed[r]
     for r in range(len(new_rows)):
         shard = new_rows.shards[r]
         _copy_row(cat, new_rows, r, final_new.get(shard, shard), new_rows.records[r])
