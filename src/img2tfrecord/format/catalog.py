@@ -9,8 +9,8 @@ the sum of the lengths of the shard's earlier records (`Catalog.offsets`), so it
 The file (`dataset.catalog`) is binary columns, each compressed on its own: rows sorted by path
 (neighbouring paths share their folders, which zlib folds away), integers stored as byte planes
 (the high bytes of sizes and mtimes are nearly constant), mtimes as differences from the previous
-row, digests raw (they do not compress). Measured on the 8,000-image bench set: see README
-"Keeping a dataset up to date". The name matches no shard pattern (`SPLIT-NNNNN-of-NNNNN`), no
+row, digests raw (they do not compress). Measured on the 8,000-image bench set: 25.0 bytes an
+image on disk, 16 of them the digest (README "Keeping a dataset up to date"). The name matches no shard pattern (`SPLIT-NNNNN-of-NNNNN`), no
 TFDS template and no index, and ends in a suffix `layout.is_shard_candidate` passes over, so no
 reader and no `inspect out/*` takes it for a shard.
 
