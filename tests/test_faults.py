@@ -255,3 +255,25 @@ def test_a_ctrl_c_while_the_command_is_imported_is_ours(case, tmp_path):
     assert res.returncode == 130, res.stderr
     assert res.stderr.strip() == "interrupted: nothing was written"
     assert not out.exists() and not os.path.lexists(workspace(str(out)).root)
+
+
+def test_an_output_whose_parent_is_not_writable_is_published_in_place(case, tmp_path):
+    """No workspace can be made beside OUTPUT: the lock and the build folder go inside it, and the
+    in-place procedure publishes the same bytes. Run without root's DAC capabilities (setpriv)."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("setpriv is not installed")
+    src, new, _ = case
+    parent = tmp_path / "ro"
+    out = parent / "out"
+    out.mkdir(parents=True)
+    parent.chmod(0o555)
+    try:
+        drop = [setpriv, "--bounding-set", "-dac_override,-dac_read_search", "--inh-caps", "-all", "--"]
+        cmd = [*drop, sys.executable, "-m", "img2tfrecord", "convert", str(src), str(out), *ARGS]
+        res = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=120)
+        assert res.returncode == 0, res.stderr
+        assert visible(out) == new
+        assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []
+    finally:
+        parent.chmod(0o755)

@@ -37,7 +37,7 @@ unchanged shards from OUTPUT there, and call the same `publish`):
     try:
         recover(ws)                       # finish what a killed run's switch left
         prepare(ws, keep=resume)          # ws.build exists (emptied unless keep)
-        ... write or link the new version's shards into ws.build ...
+        ... write the new version's shards into ws.build; reuse(ws, unchanged) links OUTPUT's ...
         publish(ws, files, metadata)      # metadata in order (dataset.json last), fsync, switch
     except failure:
         discard(ws)                       # (or keep ws.build + journal for --resume)
@@ -310,6 +310,20 @@ def discard(ws: Workspace) -> None:
 
 def has_unfinished(ws: Workspace) -> bool:
     return fs.exists(fs.join(ws.journal_dir, JOURNAL))
+
+
+def reuse(ws: Workspace, names: Iterable[str]) -> None:
+    """Put OUTPUT's files `names` (unchanged shards, their indexes) into the build folder without
+    rewriting them: a hard link locally (same inode: no bytes copied, and a reader of the old
+    version is not disturbed), a server-side copy on object stores. For `update` / `compact`."""
+    for name in names:
+        src, dst = fs.join(ws.output, name), fs.join(ws.build, name)
+        if fs.is_remote(src):
+            fs.gfile(src).copy(src, dst, overwrite=True)
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(dst)
+        os.link(src, dst)
 
 
 # --------------------------------------------------------------------------- publish
