@@ -218,7 +218,7 @@ def test_a_failing_run_cleans_up_before_it_lets_another_run_in(case, tmp_path):
     shutil.copytree(case[0], src)
     (src / "b" / "zz_broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")
     out = tmp_path / "out"
-    slow = ["-e", "trace=unlink,unlinkat,rmdir", "-e", "inject=unlink,unlinkat,rmdir:delay_enter=400000"]
+    slow = ["-e", "trace=unlink,unlinkat,rmdir", "-e", "inject=unlink,unlinkat,rmdir:delay_enter=150000"]
     cmd = [STRACE, "-f", "-qq", "-o", "/dev/null", *slow, sys.executable, "-m", "img2tfrecord"]
     proc = subprocess.Popen(
         [*cmd, "convert", str(src), str(out), *ARGS, "--strict"], stderr=subprocess.PIPE, text=True, env=env()
