@@ -121,7 +121,7 @@ def _workspace(output_dir: str) -> Workspace:
         why = f"{out} is a mount point"
     elif os.path.exists(os.path.join(staging, JOURNAL)):
         why = "an unfinished run there is resumed in place"
-    elif _inside(os.getcwd(), out) and not os.path.exists(os.path.join(root, JOURNAL)):
+    elif _inside(_cwd(), out) and not os.path.exists(os.path.join(root, JOURNAL)):
         why = "it is the current directory"
     if why:
         return Workspace(out, staging, staging, lock, why)
@@ -137,7 +137,16 @@ def _writable(path: str) -> bool:
     return os.access(path, os.W_OK | os.X_OK)
 
 
+def _cwd() -> str:
+    try:
+        return os.getcwd()
+    except OSError:  # the current directory was removed
+        return ""
+
+
 def _inside(path: str, folder: str) -> bool:
+    if not path:
+        return False
     path = os.path.realpath(path)
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
