@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import glob
-import json
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.format.images import MAX_PIXELS
 from img2tfrecord.format.manifest import MANIFEST_NAME as MANIFEST
+from img2tfrecord.format.manifest import ManifestError, parse_manifest
 from img2tfrecord.format.naming import _AUX_SUFFIXES, SHARD_RE, shard_split
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -86,16 +86,18 @@ class ShardRef:
 
 
 def read_manifest(directory: str | os.PathLike[str]) -> Manifest | None:
-    """The directory's dataset.json, None if it has none; a broken one is a DataError."""
+    """The directory's dataset.json, None if it has none; a broken one is a DataError whose one
+    line names the field (`manifest.parse_manifest`, the one validation every reader shares)."""
     path = Path(directory) / MANIFEST
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DataError(f"{path}: cannot read the manifest: {e}") from e
-    if not isinstance(data, dict) or not isinstance(data.get("splits", {}), dict):
-        raise DataError(f"{path}: not an img2tfrecord manifest (no 'splits' object)")
+        data = parse_manifest(path.read_bytes())
+    except OSError as e:
+        raise DataError(f"{path}: cannot read the manifest: {e.strerror or e}") from e
+    except ManifestError as e:
+        hint = "; the file was edited or damaged (convert again to rebuild it)" if e.damaged else ""
+        raise DataError(f"{path}: {e}{hint}") from None
     return Manifest(Path(directory), data)
 
 
