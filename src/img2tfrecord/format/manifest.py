@@ -199,9 +199,10 @@ def _split(v: Any, where: str, checksums: tuple[str, ...]) -> None:
         files.add(entry["file"])
 
 
-def validate_manifest(
-    data: Any, checksums: tuple[str, ...] = tuple(c for c in CHECKSUMS if c != "none")
-) -> dict[str, Any]:
+_DIGESTS = tuple(c for c in CHECKSUMS if c != "none")
+
+
+def validate_manifest(data: Any, checksums: tuple[str, ...] = _DIGESTS) -> dict[str, Any]:
     """`data` (parsed dataset.json) if it holds what FORMAT_VERSION promises; else ManifestError
     naming the first field that is wrong. `checksums`: the digest fields a shard entry may hold."""
     m = _obj(data, "the manifest")
