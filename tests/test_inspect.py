@@ -712,3 +712,18 @@ def test_verify_shows_a_progress_bar_on_a_terminal(ours: SimpleNamespace, monkey
     monkeypatch.setattr(sys, "stderr", quiet)
     inspector.inspect([ours.out], progress=True)  # no bar without --verify
     assert quiet.getvalue() == ""
+
+
+def test_a_path_that_exists_but_is_no_file_says_what_it_is(tmp_path: Path) -> None:
+    import img2tfrecord
+    from img2tfrecord.errors import UsageError
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for path, kind in (("/dev/null", "a character device"), (str(fifo), "a named pipe")):
+        r = run(path)
+        assert (
+            r.exit_code == 2 and r.stderr == f"error: {path}: is {kind}, not a TFRecord file or a dataset directory\n"
+        )
+        with pytest.raises(UsageError, match=f"is {kind}"):
+            img2tfrecord.load(path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,6 +134,24 @@ def _manifest_for_file(
     return man, None, None
 
 
+def special_kind(path: Path) -> str | None:
+    """What a path that exists but is neither a file nor a directory is (/dev/null: a character
+    device), or None (it does not exist, or is a file or directory)."""
+    try:
+        mode = path.stat().st_mode
+    except (OSError, ValueError):
+        return None
+    for test, name in (
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return None
+
+
 def _list_names(paths: Sequence[Path], limit: int = 8) -> str:
     names = [p.name if len({q.parent for q in paths}) == 1 else str(p) for p in paths[:limit]]
     more = f" and {len(paths) - limit} more" if len(paths) > limit else ""
@@ -167,6 +186,8 @@ def resolve_paths(paths: Iterable[str | os.PathLike[str]], split: str | None = N
             continue
         if p.is_file():
             matches = [p]
+        elif (kind := special_kind(p)) is not None:
+            raise UsageError(f"{text}: is {kind}, not a TFRecord file or a dataset directory")
         elif glob.has_magic(text):
             matches = [Path(m) for m in sorted(glob.glob(text))]
             matches = [m for m in matches if is_shard_candidate(m)]
