@@ -28,7 +28,7 @@ from img2tfrecord.cli.inspect import inspect_command
 from img2tfrecord.format.framing import TFRecordFile, masked_crc
 from img2tfrecord.format.schema import FEATURE_TYPES
 from img2tfrecord.inspection import scan as inspector
-from img2tfrecord.inspection.sheet import GAP, LABEL_WIDTH, THUMB, contact_sheet_size
+from img2tfrecord.inspection.sheet import GAP, THUMB, contact_sheet_size
 from img2tfrecord.tf_import import tensorflow
 from inspect_helpers import (
     CLASS_COLORS,
@@ -638,10 +638,13 @@ def test_contact_sheet_rows_per_class_with_labels_and_orientation(ours: SimpleNa
     assert r.exit_code == 0, r.output
     im = Image.open(sheet)
     assert im.format == "PNG"
-    assert im.size == contact_sheet_size(4, 3)  # 4 classes (owl too, empty), 3 per row
+    width = json.loads(run(ours.out, "--contact-sheet", sheet, "-n", "3", "--json").stdout)["contact_sheet"][
+        "label_width"
+    ]
+    assert im.size == contact_sheet_size(4, 3, width)  # 4 classes (owl too, empty), 3 per row
     assert f"contact sheet: {sheet} ({im.width}x{im.height}, 4 rows)" in r.stdout
     arr = np.asarray(im.convert("RGB")).astype(int)
-    T, G, L = THUMB, GAP, LABEL_WIDTH
+    T, G, L = THUMB, GAP, width
     order = [it for items in ours.shard_items.values() for it in items]
     for row, cls in enumerate(CLASSES):
         y0 = G + row * (T + G)
@@ -727,3 +730,94 @@ def test_a_path_that_exists_but_is_no_file_says_what_it_is(tmp_path: Path) -> No
         )
         with pytest.raises(UsageError, match=f"is {kind}"):
             img2tfrecord.load(path)
+
+
+# --------------------------------------------------------------------------- contact sheet: names, fonts, formats
+
+
+@pytest.fixture(scope="module")
+def named(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A converted dataset with --label-offset 1 whose class names need more than ASCII."""
+    import img2tfrecord
+
+    root = tmp_path_factory.mktemp("named")
+    for i, name in enumerate(["circle", "square", "triangle", "ünï cödé", "日本の猫"]):
+        for j in range(2):
+            save_to = root / "in" / name / f"{j}.png"
+            save_to.parent.mkdir(parents=True, exist_ok=True)
+            picture(20 + j, 16, CLASS_COLORS[CLASSES[i % 4]]).save(save_to)
+    img2tfrecord.convert(str(root / "in"), str(root / "out"), label_offset=1, workers=1)
+    return root / "out"
+
+
+def test_contact_sheet_names_rows_by_label_with_an_offset(named: Path, tmp_path: Path) -> None:
+    code, data = run_json(named, "--contact-sheet", tmp_path / "s.png", "-n", "2")
+    assert code == 0
+    assert data["contact_sheet"]["row_names"] == ["1  circle", "2  square", "3  triangle", "4  ünï cödé", "5  日本の猫"]
+    assert [x["label"] for x in data["total"]["labels"]] == [1, 2, 3, 4, 5]
+
+
+def test_contact_sheet_draws_names_with_a_font_that_has_their_characters(
+    named: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from img2tfrecord.inspection import fonts
+
+    for name in ("ünï cödé", "日本の猫"):
+        if not fonts.installed_fonts(name) and not all(fonts._covers(fonts.default_font(), c) for c in name):
+            pytest.skip(
+                f"no installed font has the characters of {name!r} (Debian: fonts-dejavu-core, fonts-ipafont-gothic)"
+            )
+        lab = fonts.label(name)
+        assert not lab.escaped and lab.text == name
+        assert fonts._covers_all(lab.font, name)
+        boxes = fonts._bitmap(fonts.default_font(), name[-1])
+        assert fonts._bitmap(lab.font, name[-1]) != boxes  # a glyph, not the missing-glyph box
+    sheet = tmp_path / "s.png"
+    code, data = run_json(named, "--contact-sheet", sheet, "-n", "2")
+    assert code == 0 and data["contact_sheet"]["names_escaped"] == 0
+    # with no font for them, the characters are drawn as escapes, and the report says so
+    monkeypatch.setattr(fonts, "installed_fonts", lambda chars: ())
+    fonts._covers.cache_clear()
+    r = run(named, "--contact-sheet", tmp_path / "t.png", "-n", "2")
+    assert r.exit_code == 0 and "class names drawn with \\uXXXX escapes" in r.stdout
+    assert fonts.label("日本の猫").text == "\\u65e5\\u672c\\u306e\\u732b"
+
+
+def test_contact_sheet_label_column_fits_the_names(named: Path, tmp_path: Path) -> None:
+    from img2tfrecord.inspection.sheet import MAX_LABEL_WIDTH, MIN_LABEL_WIDTH
+
+    png = encode(picture(8, 8, (9, 9, 9)), "PNG")
+    recs = [
+        example(
+            {"image/encoded": ("bytes", [png]), "image/class/label": ("int64", [i]), "image/class/text": ("bytes", [t])}
+        )
+        for i, t in enumerate([b"a", b"b" * 200])
+    ]
+    short, long = tmp_path / "short", tmp_path / "long"
+    write_frames(short, recs[:1])
+    write_frames(long, recs)
+    widths = {}
+    for path in (short, long):
+        code, data = run_json(path, "--contact-sheet", tmp_path / f"{path.name}.png", "-n", "1")
+        c = data["contact_sheet"]
+        widths[path.name] = c["label_width"]
+        assert Image.open(tmp_path / f"{path.name}.png").size == contact_sheet_size(c["rows"], 1, c["label_width"])
+    assert widths == {"short": MIN_LABEL_WIDTH, "long": MAX_LABEL_WIDTH}
+    assert contact_sheet_size(1, 1, widths["short"])[0] < contact_sheet_size(1, 1)[0]  # narrower than the old fixed 220
+
+
+@pytest.mark.parametrize(("name", "fmt"), [("sheet.jpg", "JPEG"), ("sheet.JPEG", "JPEG"), ("sheet.webp", "WEBP")])
+def test_contact_sheet_is_written_in_the_format_its_extension_names(
+    ours: SimpleNamespace, tmp_path: Path, name: str, fmt: str
+) -> None:
+    r = run(ours.out, "--contact-sheet", tmp_path / name, "-n", "1")
+    assert r.exit_code == 0, r.output
+    assert Image.open(tmp_path / name).format == fmt
+
+
+@pytest.mark.parametrize("name", ["sheet.gif", "sheet", "sheet.txt"])
+def test_contact_sheet_refuses_an_extension_it_cannot_write(ours: SimpleNamespace, tmp_path: Path, name: str) -> None:
+    r = run(ours.out, "--contact-sheet", tmp_path / name)
+    assert r.exit_code == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1
+    assert "unknown picture extension" in r.stderr and ".png, .jpg" in r.stderr
+    assert not (tmp_path / name).exists()

@@ -187,6 +187,10 @@ def format_report(rep: dict[str, Any], per_file: bool = False) -> str:
             notes.append(f"{c['unreadable']} images not drawn (crossed out: undecodable or too large)")
         if c["omitted"]:
             notes.append(f"{c['omitted']} images of labels past the first {c['rows']} left out")
+        if c["names_escaped"]:
+            notes.append(
+                f"{plural(c['names_escaped'], 'class name')} drawn with \\uXXXX escapes: no installed font has their characters (e.g. install fonts-noto-cjk)"
+            )
         lines += ["", f"contact sheet: {c['file']} ({', '.join(notes)})"]
     n = len(rep["problems"]) + rep["problems_omitted"]
     if n:
@@ -241,8 +245,8 @@ def _problem(p: dict[str, Any], compressed: bool = False) -> str:
 @click.option(
     "--contact-sheet",
     type=click.Path(dir_okay=False),
-    metavar="FILE.png",
-    help="Write a PNG grid of thumbnails, a row per class (up to -n each).",
+    metavar="FILE",
+    help="Write a grid of thumbnails, a row per class (up to -n each), as FILE's extension says: .png, .jpg, .webp, .bmp, .tif.",
 )
 @click.option(
     "--split",
