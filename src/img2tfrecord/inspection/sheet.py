@@ -116,11 +116,12 @@ class ContactSheet:
             raise UsageError(f"{self.path}: its directory does not exist")
         if self.path.is_dir():
             raise UsageError(f"{self.path}: is a directory; give a .png file name")
-        self.format = FORMATS.get(self.path.suffix.lower())
-        if self.format is None:
+        fmt = FORMATS.get(self.path.suffix.lower())
+        if fmt is None:
             raise UsageError(
                 f"--contact-sheet {self.path}: unknown picture extension {self.path.suffix or '(none)'!r}; name a .png, .jpg, .webp, .bmp or .tif file"
             )
+        self.format: str = fmt
         self.per_class = min(per_class, MAX_SHEET_CELLS)
         self.max_rows = max(1, min(MAX_SHEET_ROWS, MAX_SHEET_CELLS // self.per_class))
         self.rows: dict[int | None, list[Any]] = {}
