@@ -821,3 +821,23 @@ def test_contact_sheet_refuses_an_extension_it_cannot_write(ours: SimpleNamespac
     assert r.exit_code == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1
     assert "unknown picture extension" in r.stderr and ".png, .jpg" in r.stderr
     assert not (tmp_path / name).exists()
+
+
+def _columns(text: str) -> int:
+    """Terminal columns, computed here from the Unicode tables: wide and full-width characters take 2."""
+    import unicodedata
+
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def test_tables_align_by_display_width_with_wide_characters(named: Path) -> None:
+    out = run(named, "-n", "5").stdout
+    bars = [line for line in out.splitlines() if "\u2588" in line]
+    assert len(bars) == 5 and any("日本の猫" in b for b in bars)
+    assert len({_columns(b[: b.index("\u2588")]) for b in bars}) == 1, bars  # every bar starts in one column
+    lines = out.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.strip().startswith("#  filename"))
+    table = lines[head : head + 6]
+    assert any("日本の猫" in row for row in table), table
+    starts = {_columns(row[: row.index("  PNG")]) for row in table[1:]}  # the format column, after wide names
+    assert len(starts) == 1, table
