@@ -841,3 +841,50 @@ def test_tables_align_by_display_width_with_wide_characters(named: Path) -> None
     assert any("日本の猫" in row for row in table), table
     starts = {_columns(row[: row.index("  PNG")]) for row in table[1:]}  # the format column, after wide names
     assert len(starts) == 1, table
+
+
+def test_extract_all_of_several_splits_keeps_them_apart_and_converts_back(tmp_path: Path) -> None:
+    """A pre-split dataset extracts into SPLIT/CLASS/, which `convert` reads as pre-split again:
+    every split holds the same records (names, labels, bytes) as before; nothing merged or renamed."""
+    import img2tfrecord
+    from img2tfrecord.format.framing import RawRecord, read_records
+    from img2tfrecord.inspection.records import parse_record
+
+    src = tmp_path / "src"
+    for split, seed in (("train", 0), ("validation", 1)):
+        for cls, color in (("cat", CLASS_COLORS["cat"]), ("dog", CLASS_COLORS["dog"])):
+            (src / split / cls).mkdir(parents=True)
+            for i in range(3):  # the same file names in both splits: merged, they would clash
+                picture(20 + i + seed, 16, color).save(src / split / cls / f"{i}.png")
+    (src / "validation" / "fox").mkdir()  # a class with no images in one split keeps its label
+    (src / "train" / "fox").mkdir()
+    picture(18, 18, CLASS_COLORS["fox"]).save(src / "train" / "fox" / "f.png")
+    a, b, x = tmp_path / "a", tmp_path / "b", tmp_path / "x"
+    img2tfrecord.convert(str(src), str(a), workers=1)
+    r = run(a, "--extract", x, "--all")
+    assert r.exit_code == 0, r.output
+    assert f"extracted 13 images to {x} (a folder per split, then per class)" in r.stdout and "renamed" not in r.stdout
+    assert sorted(p.name for p in x.iterdir()) == ["train", "validation"]
+    assert (x / "validation" / "fox").is_dir()
+    img2tfrecord.convert(str(x), str(b), workers=1)
+
+    def records(d: Path) -> dict[str, list[tuple]]:
+        man = json.loads((d / "dataset.json").read_text())
+        out: dict[str, list[tuple]] = {}
+        for split, info in man["splits"].items():
+            for sh in info["shards"]:
+                for i, data in enumerate(read_records(d / sh["file"])):
+                    rec = parse_record(RawRecord(i, 0, data, True))
+                    out.setdefault(split, []).append((rec.filename, rec.label, rec.text, rec.image))
+        return {k: sorted(v) for k, v in out.items()}
+
+    ma, mb = (json.loads((d / "dataset.json").read_text()) for d in (a, b))
+    assert ma["classes"] == mb["classes"] == ["cat", "dog", "fox"]
+    assert {s: v["class_counts"] for s, v in ma["splits"].items()} == {
+        s: v["class_counts"] for s, v in mb["splits"].items()
+    }
+    assert records(a) == records(b) and set(records(a)) == {"train", "validation"}
+    # one split alone extracts flat, as before
+    y = tmp_path / "y"
+    assert run(a, "--split", "train", "--extract", y, "--all").exit_code == 0
+    assert sorted(p.name for p in y.iterdir()) == ["cat", "dog", "fox"]

@@ -178,7 +178,13 @@ def format_report(rep: dict[str, Any], per_file: bool = False) -> str:
         lines += [
             "",
             f"extracted {e['images']:,} images to {e['dir']}"
-            + (f" ({e['skipped']} records had no usable image)" if e["skipped"] else ""),
+            + (" (a folder per split, then per class)" if e["by_split"] else "")
+            + (f" ({e['skipped']} records had no usable image)" if e["skipped"] else "")
+            + (
+                f"; {plural(e['renamed'], 'image')} renamed with ~N: another record had the same name"
+                if e["renamed"]
+                else ""
+            ),
         ]
     if rep["contact_sheet"]:
         c = rep["contact_sheet"]

@@ -171,7 +171,8 @@ def inspect(
     number. Usage errors (bad paths, non-empty extract dir) raise before any reading.
     """
     refs = resolve_paths(paths, split)
-    extractor = Extractor(extract_dir, None if extract_all else records) if extract_dir is not None else None
+    by_split = len({r.split for r in refs}) > 1  # extract into SPLIT/CLASS/ so the splits stay apart
+    extractor = Extractor(extract_dir, None if extract_all else records, by_split) if extract_dir is not None else None
     sheet = ContactSheet(contact_sheet, records) if contact_sheet is not None else None
     if workers is not None and workers < 1:
         raise UsageError(f"bad --workers {workers}: must be >= 1")
@@ -179,7 +180,8 @@ def inspect(
     manifests = {id(r.manifest): r.manifest for r in refs if r.manifest is not None}
     for man in manifests.values():
         if extractor:
-            extractor.add_classes(man.classes)
+            for sp in dict.fromkeys(r.split for r in refs if r.manifest is man):
+                extractor.add_classes(man.classes, sp)
         if sheet:
             sheet.add_classes(man)
 
@@ -227,7 +229,13 @@ def inspect(
             _check_dataset(man, refs, class_counts, split, problems)
     report = Report([os.fspath(p) for p in paths], files, total, problems, omitted, verify)
     if extractor:
-        report.extracted = {"dir": str(extractor.dir), "images": extractor.written, "skipped": extractor.skipped}
+        report.extracted = {
+            "dir": str(extractor.dir),
+            "images": extractor.written,
+            "skipped": extractor.skipped,
+            "by_split": extractor.by_split,
+            "renamed": extractor.renamed,
+        }
     if sheet:
         report.contact_sheet = sheet.render()
     return report
@@ -331,7 +339,7 @@ def _scan_file(
                 for msg in _schema_problems(info, man):
                     probs.add(rec.index, rec.offset, msg)
             if extractor is not None:
-                extractor.add(info, name)
+                extractor.add(info, name, ref.split)
             if sheet is not None:
                 sheet.add(info, name, max_pixels)
     except FramingError as e:
