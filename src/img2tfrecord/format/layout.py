@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.format.images import MAX_PIXELS
 from img2tfrecord.format.manifest import MANIFEST_NAME as MANIFEST
-from img2tfrecord.format.manifest import ManifestError, parse_manifest
+from img2tfrecord.format.manifest import MAX_MANIFEST_BYTES, ManifestError, parse_manifest
 from img2tfrecord.format.naming import _AUX_SUFFIXES, SHARD_RE, shard_split
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -93,7 +93,8 @@ def read_manifest(directory: str | os.PathLike[str]) -> Manifest | None:
     if not path.is_file():
         return None
     try:
-        data = parse_manifest(path.read_bytes())
+        with open(path, "rb") as f:  # read no more than a manifest can be, whatever the file holds
+            data = parse_manifest(f.read(MAX_MANIFEST_BYTES + 1))
     except OSError as e:
         raise DataError(f"{path}: cannot read the manifest: {e.strerror or e}") from e
     except ManifestError as e:

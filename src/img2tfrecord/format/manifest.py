@@ -75,7 +75,7 @@ def labels_text(classes: list[str]) -> str:
 # Fields readers do not use are checked only for their JSON type; unknown fields are allowed
 # (a later version 1 may add some).
 
-_MAX_JSON_BYTES = 1 << 30  # a manifest is kilobytes to megabytes; past this it is not one
+MAX_MANIFEST_BYTES = 1 << 30  # a manifest is kilobytes to megabytes; past this it is not one
 _INT64 = 1 << 63
 
 
@@ -239,8 +239,8 @@ def validate_manifest(data: Any, checksums: tuple[str, ...] = _DIGESTS) -> dict[
 
 def parse_manifest(text: bytes | str) -> dict[str, Any]:
     """dataset.json's text, parsed and validated; ManifestError (one line) if it is not one."""
-    if len(text) > _MAX_JSON_BYTES:
-        raise ManifestError(f"{len(text):,} bytes: too large to be a manifest")
+    if len(text) > MAX_MANIFEST_BYTES:
+        raise ManifestError(f"more than {MAX_MANIFEST_BYTES:,} bytes: too large to be a manifest")
     try:
         data = json.loads(text)
     except RecursionError:
