@@ -222,6 +222,11 @@ def validate_manifest(data: Any, checksums: tuple[str, ...] = _DIGESTS) -> dict[
             _str(name, f"classes[{i}]")
     _optional(m, "label_offset", "", lambda x, w: _whole(x, w, -_INT64))
     _optional(m, "options", "", _options)
+    offset, opts = m.get("label_offset", 0), m.get("options") or {}
+    if "label_offset" in opts and opts["label_offset"] != offset:  # readers name classes by the top-level one
+        raise ManifestError(
+            f"label_offset is {offset} but options.label_offset is {opts['label_offset']}: they must agree"
+        )
     _optional(m, "features", "", lambda x, w: [_str(t, f"{w}.{k}") for k, t in _obj(x, w).items()])
     if "splits" not in m:
         raise ManifestError("no 'splits' object")
