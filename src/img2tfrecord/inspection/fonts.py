@@ -114,5 +114,11 @@ def label(text: str) -> Label:
             continue
         if _covers_all(other, text):
             return Label(text, other, path, False)
-    shown = "".join(ch if ch not in missing else ch.encode("unicode_escape").decode("ascii") for ch in text)
+    shown = "".join(ch if ch not in missing else _escape(ch) for ch in text)
     return Label(shown, font, "default", True)
+
+
+def _escape(ch: str) -> str:
+    """`\\u00fc`, `\\u65e5` (`\\U0001f431` past the BMP): the code point, whatever the character."""
+    n = ord(ch)
+    return f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
