@@ -200,3 +200,56 @@ def test_a_wrong_option_is_said_before_output_is_not_empty(cli, src, tmp_path, a
     res = cli("convert", src, out, *args)
     assert res.exit_code == 2 and says in res.stderr, res.stderr
     assert "not empty" not in res.stderr and "--overwrite" not in res.stderr, res.stderr
+
+
+@pytest.fixture
+def mount_point(tmp_path):
+    """A small tmpfs mounted at tmp_path/mnt (root only; skipped where mounting is not permitted)."""
+    import subprocess
+
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode().strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_an_output_that_is_a_mount_point_is_published_in_place(src, tmp_path, mount_point):
+    """A folder cannot be renamed off its mount: the in-place procedure, and the same bytes."""
+    reference = tmp_path / "reference"
+    convert(src, reference, shards=2)
+    assert workspace(str(mount_point)).in_place == f"{mount_point} is a mount point"
+    convert(src, mount_point, shards=3, encoding="png")
+    convert(src, mount_point, shards=2, overwrite=True)
+    assert os.path.ismount(mount_point)
+    assert {k: v for k, v in visible(mount_point).items() if k != "lost+found"} == visible(reference)
+    assert not (mount_point / ".img2tfrecord-staging").exists()
+    assert not os.path.lexists(workspace(str(mount_point)).root)
+
+
+def test_reuse_links_unchanged_shards_into_the_next_version(src, tmp_path):
+    """The API update/compact build on: a new version made of OUTPUT's shards, linked (same
+    inode), then switched in; a reader of the old version is not disturbed."""
+    from img2tfrecord.conversion.publish import OutputLock, prepare, publish, recover, reuse
+
+    out = tmp_path / "out"
+    convert(src, out, shards=2)
+    before = visible(out)
+    inode = (out / "train-00000-of-00002").stat().st_ino
+    ws = workspace(str(out))
+    lock = OutputLock(ws)
+    lock.acquire()
+    try:
+        recover(ws)
+        prepare(ws)
+        shards = ["train-00000-of-00002", "train-00001-of-00002"]
+        reuse(ws, shards)
+        metadata = {n: before[n].decode() for n in before if n not in shards}
+        metadata["dataset.json"] = metadata.pop("dataset.json")  # last
+        publish(ws, shards, metadata)
+    finally:
+        lock.release(remove=True)
+    assert visible(out) == before and (out / "train-00000-of-00002").stat().st_ino == inode
+    assert not os.path.lexists(ws.root)

@@ -109,7 +109,12 @@ def convert(
     lock.acquire()  # first: a second run is refused before it says or touches anything
     started = False
     try:
-        if recover(ws):  # a killed run's switch finished: OUTPUT is its dataset now
+        if recover(ws):  # a killed run had switched its dataset in: OUTPUT is that dataset now
+            if resume:
+                raise UsageError(
+                    f"--resume: the interrupted run had already published its dataset in {ws.shown} (removing the "
+                    "old version was all that was left, done now): there is nothing to resume"
+                )
             check_output(ws, overwrite, resume)
         if discarding := _unfinished_run(ws, resume, overwrite):
             emit("warning", discarding)
