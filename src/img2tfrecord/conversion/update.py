@@ -40,11 +40,13 @@ from img2tfrecord.format.catalog import CATALOG_NAME, CONVERTED, SKIPPED, Catalo
 from img2tfrecord.format.manifest import (
     LABELS_NAME,
     MANIFEST_NAME,
+    ManifestError,
     build_manifest,
     created_stamp,
     labels_text,
     manifest_digest,
     manifest_text,
+    parse_manifest,
 )
 from img2tfrecord.format.naming import shard_name
 
@@ -73,13 +75,12 @@ def read_recorded(output_dir: str) -> Recorded:
     path = fs.join(output_dir, MANIFEST_NAME)
     if not fs.exists(path):
         raise UsageError(f"{output_dir} holds no dataset ({MANIFEST_NAME} is missing): run convert first")
-    text = fs.read_bytes(path).decode("utf-8")
-    import json
-
+    raw = fs.read_bytes(path)
     try:
-        manifest = json.loads(text)
-    except ValueError as e:
-        raise DataError(f"{path}: cannot read the manifest: {e}") from None
+        manifest = parse_manifest(raw)  # the one validation every reader of dataset.json uses
+    except ManifestError as e:
+        raise DataError(f"{path}: {e}") from None
+    text = raw.decode("utf-8")
     cpath = fs.join(output_dir, CATALOG_NAME)
     if not fs.exists(cpath):
         raise UsageError(
