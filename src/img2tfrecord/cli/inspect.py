@@ -70,6 +70,8 @@ def _bar_char() -> str:
 
 def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
     """Rows as aligned columns, padded by display width (wide characters take two columns)."""
+    if not rows:  # a dataset.json that lists no shard
+        return []
     sizes = [[display_width(c) for c in r] for r in rows]
     widths = [max(s[i] for s in sizes) for i in range(len(rows[0]))]
     return [

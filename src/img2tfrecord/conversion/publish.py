@@ -321,12 +321,14 @@ def has_unfinished(ws: Workspace) -> bool:
     return fs.exists(fs.join(ws.journal_dir, JOURNAL))
 
 
-def reuse(ws: Workspace, names: Iterable[str]) -> None:
+def reuse(ws: Workspace, names: Iterable[str], new_names: Iterable[str] | None = None) -> None:
     """Put OUTPUT's files `names` (unchanged shards, their indexes) into the build folder without
     rewriting them: a hard link locally (same inode: no bytes copied, and a reader of the old
-    version is not disturbed), a server-side copy on object stores. For `update` / `compact`."""
-    for name in names:
-        src, dst = fs.join(ws.output, name), fs.join(ws.build, name)
+    version is not disturbed), a server-side copy on object stores. For `update` / `compact`.
+    `new_names`: the name each gets in the new version (a shard renumbered `-of-` a new count)."""
+    names = list(names)
+    for name, new in zip(names, list(new_names) if new_names is not None else names):
+        src, dst = fs.join(ws.output, name), fs.join(ws.build, new)
         if fs.is_remote(src):
             fs.gfile(src).copy(src, dst, overwrite=True)
             continue

@@ -12,10 +12,8 @@ and the old dataset.json's sha256 as `parent`. Every record-shaping option is th
 
 from __future__ import annotations
 
-import errno
 import math
 import os
-import shutil
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -30,6 +28,7 @@ from img2tfrecord.conversion.changes import Changes, diff, walk
 from img2tfrecord.conversion.events import EventSink, Timing
 from img2tfrecord.conversion.options import ShardSettings
 from img2tfrecord.conversion.plan import Plan, PlannedShard, check_paths, one_record_warning
+from img2tfrecord.conversion.publish import Workspace, reuse
 from img2tfrecord.conversion.table import TaskView
 from img2tfrecord.conversion.update_options import recorded_settings, refuse_other_options
 from img2tfrecord.conversion.write import ShardInfo
@@ -164,9 +163,7 @@ def update(
         publish.prepare(ws)
         state = publish.Published()
         try:
-            built = _build(
-                ws.build, input_dir, output_dir, rec, changes, layout, settings, workers, emit, progress, timing
-            )
+            built = _build(ws, input_dir, output_dir, rec, changes, layout, settings, workers, emit, progress, timing)
             publish.publish(ws, built.files, built.metadata, settings.fsync, state)
         except BaseException as e:
             if state.switched:  # the new version is in place; only removing the old one failed
@@ -279,7 +276,7 @@ class _Built:
 
 
 def _build(
-    build: str,
+    ws: Workspace,
     input_dir: str,
     output_dir: str,
     rec: Recorded,
@@ -291,7 +288,8 @@ def _build(
     progress: Callable[[int, int, int], None] | None,
     timing: Timing,
 ) -> _Built:
-    """Write the new version into `build`: new shards, rewritten shards, links, catalog, metadata."""
+    """Write the new version into `ws.build`: new shards, rewritten shards, links, catalog, metadata."""
+    build = ws.build
     version = int(rec.manifest.get("version") or 1) + 1
     work = fs.join(build, NEW_DIR)
     fs.makedirs(work)
@@ -362,12 +360,10 @@ def _build(
             else:
                 final_new[slot.provisional] = final
             dst = fs.join(build, final)
-            if slot.linked:
-                _link(slot.source, dst)
+            if slot.linked:  # publish.reuse: a hard link (a server-side copy on object stores)
+                reuse(ws, [slot.old] + ([index_src] if index_src else []), [final, final + ".idx"])
                 linked += 1
                 linked_bytes += int(slot.info.get("bytes") or 0)
-                if index_src:
-                    _link(fs.join(output_dir, index_src), dst + ".idx")
             else:
                 fs.rename(slot.source, dst)
                 if settings.index:
@@ -466,19 +462,6 @@ def _encode(
     outcomes = LocalEngine(journal, timing, workers, progress).run(plan, work, settings, emit)
     fs.remove(fs.join(work, "journal.jsonl"))
     return outcomes
-
-
-def _link(src: str, dst: str) -> None:
-    """`dst` as a second name of `src` (a hard link: no byte copied); a copy where links cannot be made."""
-    if fs.is_remote(src) or fs.is_remote(dst):
-        fs.gfile(src).copy(src, dst, overwrite=True)  # server-side on object stores
-        return
-    try:
-        os.link(src, dst)
-    except OSError as e:
-        if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP):
-            raise
-        shutil.copyfile(src, dst)
 
 
 def _new_catalog(
