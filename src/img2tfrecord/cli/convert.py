@@ -18,18 +18,46 @@ def _err(msg: str) -> None:
     click.echo(msg, err=True)
 
 
+class _Stderr:
+    """Whatever `sys.stderr` is at the moment of each write: the bar's stream.
+
+    The library points fd 2 at a capture file for the length of a run and gives `sys.stderr` a
+    duplicate of the terminal meanwhile (cstderr), closing it when the run returns. A bar made
+    during the run and holding that object could then not draw its last frame nor end its line
+    (tqdm gives up silently on a closed file): the summary started mid-line, and the bar stayed
+    at its last redraw (99%). Looking `sys.stderr` up at each write follows the swap.
+    """
+
+    def write(self, s: str) -> int:
+        return sys.stderr.write(s)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def fileno(self) -> int:  # tqdm asks the terminal's width through it
+        return sys.stderr.fileno()
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
+
+
 class _Progress:
-    """A tqdm bar on stderr (images/s and MB/s), only when stderr is a terminal."""
+    """A tqdm bar on stderr (images/s and MB/s), only when stderr is a terminal.
+
+    `close()` draws the last frame (100% after a finished run) and ends the bar's line, so that
+    what follows (summary, error, "interrupted") starts on a line of its own.
+    """
 
     def __init__(self, enabled: bool) -> None:
-        self.bar = None
+        self.bar: Any = None
         self.enabled = enabled
+        self.stream = _Stderr()
 
     def start(self, total: int) -> None:
         if self.enabled:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, unit="img", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+            self.bar = tqdm(total=total, unit="img", file=self.stream, dynamic_ncols=True, smoothing=0.1)
 
     def update(self, images: int, bytes_read: int) -> None:
         if self.bar is None:
@@ -37,12 +65,12 @@ class _Progress:
         # MB/s next to tqdm's images/s, on every update: workers report a few times a second, in
         # steps of any size, so a "now and then" rule (every 64th image) could leave it out
         elapsed = self.bar.format_dict["elapsed"] or 1e-9
-        self.bar.set_postfix_str(f"{bytes_read / 1e6 / elapsed:.1f} MB/s", refresh=False)
+        self.bar.set_postfix_str(f"{_rate(bytes_read, elapsed)} read", refresh=False)
         self.bar.update(images - self.bar.n)
 
     def write(self, msg: str) -> None:
         if self.bar is not None:
-            self.bar.write(msg, file=sys.stderr)
+            self.bar.write(msg, file=self.stream)
         else:
             _err(msg)
 
@@ -50,6 +78,23 @@ class _Progress:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+def _size(n: float, per: str = "") -> str:
+    """Bytes in a unit that shows a number ("850 KB", "120 bytes", not "0.0 MB"); MB at most, to
+    compare runs at a glance."""
+    for unit, size in (("MB", 1e6), ("KB", 1e3)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}{per}"
+    return f"{n:.0f} bytes{per}"
+
+
+def _rate(nbytes: float, seconds: float) -> str:
+    return _size(nbytes / max(seconds, 1e-9), "/s")
+
+
+def _seconds(t: float) -> str:
+    return f"{t:.1f} s" if t >= 0.1 else f"{t * 1000:.0f} ms"
 
 
 def _stderr_is_terminal() -> bool:
@@ -77,21 +122,25 @@ def _summary_text(s: dict[str, Any]) -> str:
             lines.append(f"  the real run would stop here (exit 2): {s['refused']}")
         return "\n".join(lines)
     splits = ", ".join(f"{n}: {v['records']:,} in {plural(v['shards'], 'shard')}" for n, v in s["splits"].items())
+    # each number says what it counts: the shards' bytes, the source images' bytes; rates are
+    # over the images this run converted into records (not those skipped, dropped or reused)
     rate = f"{s['images_per_second']:,.0f} images/s"
     if s["steady_seconds"] < s["elapsed_seconds"]:  # the progress bar starts with the first image
         rate += f" including start-up, {s['steady_images_per_second']:,.0f} images/s after it"
+    rate += f"; {_rate(s['converted_bytes'], s['elapsed_seconds'])} of source images"
     wrote = (
         f"Wrote {plural(s['records'], 'image')} ({splits}) of {plural(len(classes), 'class', 'classes')} to {s['output']}: "
-        f"{s['bytes'] / 1e6:.1f} MB"
+        f"{_size(s['bytes'])} of shards"
     )
-    timed = f"in {s['elapsed_seconds']:.1f} s ({rate}; {s['mb_per_second']:.1f} MB/s)"
+    timed = f"in {_seconds(s['elapsed_seconds'])} ({rate})"
     if s.get("reused_shards"):  # --resume: the rates are this run's own conversions, the rest is said apart
         text = (
-            f"{wrote}. This run converted {plural(s['converted_images'], 'image')} {timed}; "
+            f"{wrote}. This run converted {plural(s['converted_images'], 'image')} "
+            f"({_size(s['converted_bytes'])} of source images) {timed}; "
             f"{s['reused_images']:,} came from the {plural(s['reused_shards'], 'finished shard')} of the interrupted run."
         )
     else:
-        text = f"{wrote} {timed}."
+        text = f"{wrote} from {_size(s['converted_bytes'])} of source images, {timed}."
     if s["skipped_count"]:
         text += f" Skipped {plural(s['skipped_count'], 'unusable image')} (listed in dataset.json)."
     if s["transcoded"]:

@@ -144,8 +144,10 @@ def finalize(
     images = sum(o.images for o in outcomes)
     # what this run converted; shards reused from an interrupted run (--resume) took no time here
     converted = [o for o in outcomes if o.info.file not in timing.reused]
-    converted_images = sum(o.images for o in converted)
-    converted_bytes = sum(o.bytes_read for o in converted)
+    # rates count the records written, not the images skipped or dropped, nor their bytes
+    converted_images = sum(o.info.records for o in converted)
+    converted_bytes = sum(o.converted_bytes for o in converted)
+    steady_images = converted_images - (timing.images_before - timing.skipped_before)
     elapsed = max(t_end - timing.start, 1e-9)
     steady = max(t_end - (timing.steady_from or timing.start), 1e-9)
     return {
@@ -160,7 +162,7 @@ def finalize(
         "input_bytes": sum(o.bytes_read for o in outcomes),
         "converted_images": converted_images,
         "converted_bytes": converted_bytes,
-        "reused_images": images - converted_images,
+        "reused_images": sum(o.info.records for o in outcomes) - converted_images,
         "reused_shards": len(outcomes) - len(converted),
         "skipped": skipped,  # as in dataset.json: [{"path", "split", "reason"}]
         "skipped_count": len(skipped),
@@ -181,7 +183,7 @@ def finalize(
         "images_per_second": round(converted_images / elapsed, 1),
         "mb_per_second": round(converted_bytes / 1e6 / elapsed, 2),
         "steady_seconds": round(steady, 3),
-        "steady_images_per_second": round((converted_images - timing.images_before) / steady, 1),
+        "steady_images_per_second": round(steady_images / steady, 1),
         "steady_mb_per_second": round((converted_bytes - timing.bytes_before) / 1e6 / steady, 2),
     }
 

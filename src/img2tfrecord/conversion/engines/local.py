@@ -72,7 +72,8 @@ class LocalEngine:
     """Worker processes on this machine, each encoding and writing whole shards.
 
     `workers`: processes to use (None: all CPUs, fewer for small jobs; see `worker_count`);
-    `progress(images, bytes_read, total)` a few times a second; shards already in `journal` (a
+    `progress(images, bytes, total)` a few times a second (images done, skipped ones included;
+    source bytes of those written); shards already in `journal` (a
     resumed run) are reused, not redone, and every finished shard is journaled.
     """
 
@@ -102,6 +103,11 @@ def run_local(
     total = sum(len(s.tasks) for s in todo)
     seen = [0, 0]
 
+    def counted(kind: str, msg: str) -> None:  # skipped images are left out of the rates
+        if kind == "skipped":
+            timing.skipped += 1
+        emit(kind, msg)
+
     def on_progress(images: int, nbytes: int) -> None:
         seen[0] += images
         seen[1] += nbytes
@@ -126,7 +132,7 @@ def run_local(
             drop = _drop_map(plan, settings, lambda paths: list(map(encoder.digest_file, paths)))
         else:
             drop = _drop_map(plan, settings, lambda paths: pool.digests(paths))
-        _Scheduler(todo, cfg, drop, pool, emit, on_progress, finished, tf_thread).run()
+        _Scheduler(todo, cfg, drop, pool, counted, on_progress, finished, tf_thread).run()
     finally:
         if pool is not None:
             pool.stop()
@@ -310,7 +316,7 @@ class _Scheduler:
             self._skipped(s["path"], s["reason"])
         images, nbytes = self.counted.pop(outcome.info.file, [0, 0])
         self.settled.add(outcome.info.file)
-        self._show(("progress", outcome.images - images, outcome.bytes_read - nbytes))
+        self._show(("progress", outcome.images - images, outcome.converted_bytes - nbytes))
         self.finished(outcome)
 
     def _skipped(self, rel: str, reason: str) -> None:
