@@ -9,13 +9,14 @@ from typing import Any
 
 import click
 
+from img2tfrecord.cli.text import safe, safe_lines
 from img2tfrecord.conversion import options
 from img2tfrecord.errors import Img2TFRecordError, Interrupted, plural
 from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
 
 
 def _err(msg: str) -> None:
-    click.echo(msg, err=True)
+    click.echo(safe(msg), err=True)  # names in messages, escaped as inspect shows them
 
 
 class _Stderr:
@@ -70,7 +71,7 @@ class _Progress:
 
     def write(self, msg: str) -> None:
         if self.bar is not None:
-            self.bar.write(msg, file=self.stream)
+            self.bar.write(safe(msg), file=self.stream)
         else:
             _err(msg)
 
@@ -341,7 +342,9 @@ def convert_command(
     if as_json:
         click.echo(json.dumps(summary, ensure_ascii=False))
     elif not quiet:
-        click.echo(_summary_text(summary), err=not summary["dry_run"])  # a dry run's plan is its output: stdout
+        click.echo(
+            safe_lines(_summary_text(summary)), err=not summary["dry_run"]
+        )  # a dry run's plan is its output: stdout
 
 
 _terminated = False

@@ -6,24 +6,17 @@ Nothing here imports TensorFlow (only `--verify` does, inside the library), so `
 from __future__ import annotations
 
 import json
-import re
 import sys
 from typing import Any
 
 import click
 
+from img2tfrecord.cli.text import safe as _safe
 from img2tfrecord.errors import Img2TFRecordError, UsageError, plural
 
 BAR_WIDTH = 40
 MAX_LABEL_ROWS = 50
 CELL_WIDTH = 60
-# Control characters (newlines, terminal escapes) and bidi overrides, from records: shown escaped.
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def _safe(text: str) -> str:
-    """Text from a record made harmless for a terminal: one line, no escape sequences."""
-    return _UNSAFE.sub(lambda m: m[0].encode("unicode_escape").decode("ascii"), text)
 
 
 def _cell(text: str | None, width: int = CELL_WIDTH) -> str:
@@ -250,7 +243,7 @@ def inspect_command(
             workers=workers,
         )
     except Img2TFRecordError as e:
-        click.echo(f"error: {e}", err=True)
+        click.echo(f"error: {_safe(str(e))}", err=True)
         sys.exit(e.exit_code)
     data = report.to_dict()
     if as_json:
