@@ -500,7 +500,7 @@ def test_skips_that_would_leave_one_record_shards_make_fewer_shards(cli, tmp_pat
     out = tmp_path / "out"
     res = cli("convert", tmp_path / "in", out, "--shards", "4", "--index")
     assert res.exit_code == 0, res.output
-    assert "train: 3 shard(s) instead of 4" in res.stderr
+    assert "train: 3 shards instead of 4" in res.stderr
     shards = json.loads((out / "dataset.json").read_text())["splits"]["train"]["shards"]
     assert [(sh["file"], sh["records"]) for sh in shards] == [(f"train-0000{i}-of-00003", 2) for i in range(3)]
     assert sorted(p.name for p in shard_files(out)) == [sh["file"] for sh in shards]  # the -of-00004 names are gone

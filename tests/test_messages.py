@@ -32,3 +32,68 @@ def test_skip_messages_escape_control_characters_as_inspect_does(cli, tmp_path):
     res = cli("convert", tmp_path / "in", tmp_path / "strict", "--strict")
     assert res.exit_code == 1 and res.stderr.count("\n") == 2, res.stderr
     assert res.stderr.splitlines()[1].startswith(f"error: --strict: a/{shown}_broken.jpg: JPEG: ")
+
+
+def test_loose_images_are_not_counted_again_as_non_image_files(cli, tmp_path):
+    files = make_dataset(tmp_path / "in", {"a": 3, "b": 2})
+    (tmp_path / "in" / "loose.jpg").write_bytes(files["a"][1].read_bytes())
+    (tmp_path / "in" / "loose2.png").write_bytes(files["a"][0].read_bytes())
+    (tmp_path / "in" / "notes.txt").write_text("not an image")
+    out = tmp_path / "out"
+    res = cli("convert", tmp_path / "in", out)
+    assert res.exit_code == 0, res.output
+    assert "warning: 2 images lie outside any class folder (e.g. loose" in res.stderr
+    assert res.stderr.splitlines()[-1].endswith(" Ignored 1 non-image file.")
+    assert json.loads((out / "dataset.json").read_text())["ignored_files"] == 1
+
+
+def test_usage_errors_are_one_line_click_s_own_too(cli, tmp_path):
+    make_dataset(tmp_path / "flat" / "x", {"": 2})
+    for p in (tmp_path / "flat" / "x").rglob("*.*"):
+        p.rename(tmp_path / "flat" / p.name)  # images but no class folders
+    res = cli("convert", f"{tmp_path / 'flat'}/", tmp_path / "out")
+    assert res.exit_code == 2 and f"expected {tmp_path / 'flat'}/CLASS_NAME/image.jpg (" in res.stderr, res.stderr
+    (tmp_path / "a.txt").write_text("x")
+    cases = {
+        ("convert", tmp_path / "a.txt", tmp_path / "out"): f"error: input {tmp_path / 'a.txt'} is not a directory: ",
+        ("convert", tmp_path / "flat", tmp_path / "out", "--quality", "500"): "error: Invalid value for '--quality': ",
+        (
+            "convert",
+            tmp_path / "flat",
+            tmp_path / "out",
+            "--shard",
+            "4",
+        ): "error: No such option '--shard' (did you mean one of: '--seed', '--shards'?); see '",
+        ("convert", tmp_path / "flat"): "error: Missing argument 'OUTPUT_DIR'; see '",
+        ("inspect",): "error: Missing argument 'PATH...'; see '",
+        ("frob",): "error: No such command 'frob'; see '",
+    }
+    for args, start in cases.items():
+        res = cli(*args)
+        assert res.exit_code == 2 and res.stdout == "", (args, res.output)
+        assert res.stderr.count("\n") == 1 and res.stderr.startswith(start), (args, res.stderr)
+    assert cli().exit_code == 2  # no command at all: the help, as before
+    assert "Commands:" in cli().output
+
+
+def test_counts_read_as_words_range_only_when_it_is_one(cli, tmp_path):
+    make_dataset(tmp_path / "in", {"a": 3, "b": 2})
+    res = cli("convert", tmp_path / "in", tmp_path / "out", "--dry-run")
+    assert "  train: 5 images in 1 shard of 5 images; a=3, b=2" in res.stdout, res.stdout
+    res = cli("convert", tmp_path / "in", tmp_path / "out", "--dry-run", "--shards", "2")
+    assert "  train: 5 images in 2 shards of 2-3 images; " in res.stdout, res.stdout
+    assert cli("convert", tmp_path / "in", tmp_path / "out").exit_code == 0
+    res = cli("inspect", tmp_path / "out", "-n", "1")
+    assert "  first record of " in res.stdout and "first 1 records" not in res.stdout
+    assert "  first 2 records of " in cli("inspect", tmp_path / "out", "-n", "2").stdout
+
+
+def test_dedupe_off_saving_is_the_same_figure_in_help_and_readme(cli):
+    import re
+    from pathlib import Path
+
+    help_text = " ".join(cli("convert", "--help").stdout.split())
+    saved = re.search(r"saves (\d+) bytes of memory per image during the run, ~(\d+) at its end", help_text)
+    assert saved, help_text
+    readme = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
+    assert f"({saved[1]} bytes of memory per image held for the whole run, ~{saved[2]} at its end" in readme

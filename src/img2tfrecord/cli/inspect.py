@@ -86,7 +86,8 @@ def _details(s: dict[str, Any], title: str) -> list[str]:
     if s["first_records"]:
         sources = list(dict.fromkeys(r.get("file") for r in s["first_records"]))
         of = f" of {sources[0]}" if len(sources) == 1 and sources[0] else ""
-        out.append(f"  first {len(s['first_records'])} records{of}:")
+        n = len(s["first_records"])
+        out.append(f"  first {plural(n, 'record') if n > 1 else 'record'}{of}:")
         rows = [["#", "filename", "label", "text", "HxWxC", "format", "bytes"] + (["file"] if len(sources) > 1 else [])]
         for r in s["first_records"]:
             shape = "x".join("?" if r[k] is None else str(r[k]) for k in ("height", "width", "channels"))

@@ -74,7 +74,7 @@ def finalize(
         infos = writer.rebalance(staging, [o.info for o in mine], plan.settings)
         if len(infos) < len(mine):
             warnings.append(
-                f"{s}: {len(infos)} shard(s) instead of {len(mine)}: after the skipped images, more would "
+                f"{s}: {plural(len(infos), 'shard')} instead of {len(mine)}: after the skipped images, more would "
                 "leave a shard of one record, which --index readers cannot handle"
             )
             emit("warning", warnings[-1])

@@ -387,7 +387,7 @@ def discover(
     top_dirs = [e for e in top if e.is_dir]
     warnings: list[str] = []
     loose = [e for e in top if not e.is_dir and os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS]
-    ignored = len(top) - len(top_dirs)
+    ignored = len(top) - len(top_dirs) - len(loose)  # non-image files; loose images are said apart
 
     presplit = bool(top_dirs) and all(e.name.lower() in SPLIT_DIR_NAMES for e in top_dirs)
     if presplit:
@@ -418,9 +418,10 @@ def discover(
         for e in entries:
             if not e.is_dir:
                 if skey:
-                    ignored += 1
                     if os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS:
                         loose.append(e)
+                    else:
+                        ignored += 1
                 continue
             walks.append((e.name, skey, e.path))
     if loose:
@@ -432,7 +433,7 @@ def discover(
     classes = _class_list(
         {c for c, _, _ in walks},
         labels,
-        f"no class folders found in {input_dir}: expected {input_dir}/CLASS_NAME/image.jpg {images}",
+        f"no class folders found in {input_dir}: expected {fs.join(input_dir, 'CLASS_NAME', 'image.jpg')} {images}",
     )
     table = ImageTable(input_dir, remote, classes, [i + label_offset for i in range(len(classes))], split_rel=True)
     index = {c: i for i, c in enumerate(classes)}
@@ -463,7 +464,7 @@ def discover(
         warnings=warnings,
         what="class folder",
         whats="class folders",
-        no_images=f"no images found in {input_dir}: expected {input_dir}/CLASS_NAME/image.jpg {images}",
+        no_images=f"no images found in {input_dir}: expected {fs.join(input_dir, 'CLASS_NAME', 'image.jpg')} {images}",
     )
 
 
@@ -745,7 +746,8 @@ def _read_file_list(input_dir: str, file_list: str) -> _Listed:
         raise twice
     if missing:
         line, path = missing[0]
-        more = f" ({len(missing) - 1} more listed file(s) are missing too)" if len(missing) > 1 else ""
+        rest = len(missing) - 1
+        more = f" ({plural(rest, 'more listed file')} {'is' if rest == 1 else 'are'} missing too)" if rest else ""
         raise UsageError(f"{where} line {line}: {path} does not exist{more}")
     return _Listed(rows, list(label_index), label_of, sizes, paths)
 
