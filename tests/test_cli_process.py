@@ -301,3 +301,17 @@ def test_interruption_message_starts_on_its_own_line(slow_input, tmp_path):
     bar, message = out.split(b"interrupted: ", 1)
     assert bar.endswith(b"\r\n") and b"/240 [" in bar.rsplit(b"\r\n", 2)[-2], bar[-300:]
     assert b"--resume" in message and message.count(b"\n") == 1 and b"Traceback" not in out
+
+
+def test_verify_shows_tensorflow_start_up_as_its_own_step(slow_input, tmp_path, cli):
+    """The bar used to sit frozen for ~5 s while the first batch imported TensorFlow: the start-up
+    is now said before the bar starts, on the line the bar then draws over."""
+    out = tmp_path / "out"
+    assert cli("convert", slow_input, out, "--shards", "2").exit_code == 0
+    rc, term = run_in_terminal("inspect", out, "--verify")
+    assert rc == 0, term[-2000:]
+    step = b"verify: starting TensorFlow (a few seconds, once)..."
+    assert term.startswith(step), term[:300]
+    frames = term[len(step) :].split(str(out).encode(), 1)[0]  # up to the report's first line
+    assert frames.startswith(b"\rverify:   0%|") and frames.endswith(b"\r"), frames[-400:]  # then cleared
+    assert not any(n.encode() in term for n in NOISE)
