@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import make_dataset, read_records
+from helpers import build_dir, journal_file, make_dataset, read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 NOISE = (
@@ -132,14 +132,14 @@ def _wait_for(predicate, proc: subprocess.Popen, timeout: float = 120) -> None:
 
 def _finished_shards(out: Path) -> int:
     try:
-        return len(_journaled(out / ".img2tfrecord-staging"))
+        return len(_journaled(journal_file(out)))
     except (OSError, ValueError):
         return 0
 
 
-def _journaled(staging: Path) -> set[str]:
+def _journaled(journal: Path) -> set[str]:
     """Shards the resume journal lists as finished (its first line is the job's fingerprint)."""
-    lines = (staging / "journal.jsonl").read_text().splitlines()
+    lines = journal.read_text().splitlines()
     return {json.loads(line)["info"]["file"] for line in lines[1:]}
 
 
@@ -153,9 +153,8 @@ def test_interrupt_publishes_nothing_and_says_how_to_resume(slow_input, tmp_path
     assert proc.returncode == code, err
     assert "interrupted" in err and "--resume" in err and "Traceback" not in err
     assert shard_names(out) == [] and not (out / "dataset.json").exists()
-    staging = out / ".img2tfrecord-staging"
-    leftovers = {p.name for p in staging.iterdir()} - {"journal.jsonl"}
-    assert leftovers == _journaled(staging)  # finished shards only: partial files are gone
+    leftovers = {p.name for p in build_dir(out).iterdir()}
+    assert leftovers == _journaled(journal_file(out))  # finished shards only: partial files are gone
 
 
 def test_resume_after_sigkill_is_byte_identical(slow_input, tmp_path, cli):
@@ -173,7 +172,7 @@ def test_resume_after_sigkill_is_byte_identical(slow_input, tmp_path, cli):
     assert res.exit_code == 0, res.output
     assert f"resuming: {done_before} of 8" in res.stderr or f"resuming: {done_before + 1} of 8" in res.stderr
     assert digest(out) == digest(reference)
-    assert not (out / ".img2tfrecord-staging").exists()
+    assert not build_dir(out).exists() and not journal_file(out).parent.exists()  # the workspace is gone
     assert len(read_records(out)) == 240
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import make_dataset, natural_image, read_records, save
+from helpers import build_dir, journal_file, make_dataset, natural_image, read_records, save
 
 
 def verify(cli, out: Path) -> None:
@@ -113,7 +113,7 @@ def interrupted_run(src: Path, out: Path, **options) -> list[str]:
 
     with pytest.raises(Interrupted):
         img2tfrecord.convert(str(src), str(out), workers=1, shards=8, progress=stop, **options)
-    lines = (out / ".img2tfrecord-staging" / "journal.jsonl").read_text().splitlines()
+    lines = journal_file(out).read_text().splitlines()
     finished = [json.loads(line)["info"]["file"] for line in lines[1:]]
     assert finished, "no shard finished before the interrupt"
     return finished
@@ -129,7 +129,7 @@ def test_resume_redoes_a_damaged_staged_shard_and_says_so(cli, eight_shards, tmp
     assert cli("convert", eight_shards, reference, "--shards", "8", "--checksum", checksum).exit_code == 0
     out = tmp_path / "out"
     finished = interrupted_run(eight_shards, out, checksum=checksum)
-    damaged = out / ".img2tfrecord-staging" / finished[0]
+    damaged = build_dir(out) / finished[0]
     data = bytearray(damaged.read_bytes())
     data[len(data) // 2] ^= 0x01  # one flipped bit inside an image, same size
     damaged.write_bytes(bytes(data))
@@ -161,24 +161,24 @@ def test_resume_refusal_says_what_differs(cli, eight_shards, tmp_path):
 def test_finished_shards_are_not_thrown_away_unasked(cli, eight_shards, tmp_path):
     out = tmp_path / "out"
     finished = interrupted_run(eight_shards, out)
-    staged = sorted(p.name for p in (out / ".img2tfrecord-staging").iterdir())
+    staged = sorted(p.name for p in build_dir(out).iterdir())
     res = cli("convert", eight_shards, out, "--shards", "8")
     n = len(finished)
     assert res.exit_code == 2, res.output
     assert f"holds an unfinished run with {n} finished shard{'s' if n > 1 else ''}" in res.stderr
     assert "--resume" in res.stderr and "--overwrite" in res.stderr
-    assert sorted(p.name for p in (out / ".img2tfrecord-staging").iterdir()) == staged  # nothing lost
+    assert sorted(p.name for p in build_dir(out).iterdir()) == staged  # nothing lost
     res = cli("convert", eight_shards, out, "--shards", "8", "--overwrite")
     assert res.exit_code == 0 and f"discarding the unfinished run in {out} and its {n} finished shard" in res.stderr
 
 
 def test_a_locked_output_is_refused_before_any_other_message(cli, eight_shards, tmp_path):
-    from img2tfrecord.conversion.output import OutputLock
+    from img2tfrecord.conversion.publish import OutputLock, workspace
 
     out = tmp_path / "out"
     interrupted_run(eight_shards, out)
-    staged = sorted(p.name for p in (out / ".img2tfrecord-staging").iterdir())
-    lock = OutputLock(str(out))
+    staged = sorted(p.name for p in build_dir(out).iterdir())
+    lock = OutputLock(workspace(str(out)))
     lock.acquire()  # another run is writing here
     try:
         res = cli("convert", eight_shards, out, "--shards", "8", "--overwrite")
@@ -186,7 +186,7 @@ def test_a_locked_output_is_refused_before_any_other_message(cli, eight_shards, 
         lock.release()
     assert res.exit_code == 2 and "another img2tfrecord run" in res.stderr
     assert "discarding" not in res.stderr and res.stderr.count("\n") == 1
-    assert sorted(p.name for p in (out / ".img2tfrecord-staging").iterdir()) == staged
+    assert sorted(p.name for p in build_dir(out).iterdir()) == staged
 
 
 # ---- 5. a FIFO named like an image ----
@@ -426,7 +426,7 @@ def test_resumed_run_reports_what_it_converted_apart_from_what_it_reused(cli, ei
     """After --resume the rates are this run's: converted = the images outside the finished shards."""
     out = tmp_path / "out"
     finished = interrupted_run(eight_shards, out)
-    journal = (out / ".img2tfrecord-staging" / "journal.jsonl").read_text().splitlines()[1:]
+    journal = journal_file(out).read_text().splitlines()[1:]
     in_finished = sum(json.loads(line)["info"]["records"] for line in journal)
     res = cli("convert", eight_shards, out, "--shards", "8", "--resume", "--json")
     assert res.exit_code == 0, res.output

@@ -26,12 +26,35 @@ class WorkerDied(DataError):
 
 
 class Interrupted(KeyboardInterrupt):
-    """Ctrl-C or SIGTERM stopped a conversion; finished shards were kept for --resume."""
+    """Ctrl-C or SIGTERM stopped a conversion; finished shards were kept for --resume.
 
-    def __init__(self, done: int, total: int) -> None:
+    `publishing`: it came while the finished dataset was being put in place; `in_place`: why
+    that is not one atomic step there (then OUTPUT may be incomplete), else None; `published`:
+    it came once the dataset was in place (nothing is left to do)."""
+
+    def __init__(
+        self, done: int, total: int, publishing: bool = False, in_place: str | None = None, published: bool = False
+    ) -> None:
         super().__init__(f"{done} of {total} shards finished")
         self.done = done
         self.total = total
+        self.publishing = publishing
+        self.in_place = in_place
+        self.published = published
+
+    def describe(self, output: str) -> str:
+        """The one line the CLI prints: what is true of OUTPUT now, and what to run."""
+        if self.published:
+            return f"interrupted after the dataset was published in {output}: it is complete, nothing is left to do"
+        if self.publishing and self.in_place:
+            return (
+                f"interrupted while publishing: {output} is incomplete (readers refuse it); "
+                "run the same command with --resume to finish it"
+            )
+        return (
+            f"interrupted: nothing was published ({self.done} of {self.total} shards finished; "
+            "run the same command with --resume to continue)"
+        )
 
 
 def plural(n: int, word: str, words: str | None = None) -> str:

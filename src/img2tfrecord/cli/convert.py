@@ -339,9 +339,7 @@ def convert_command(
     except KeyboardInterrupt as e:
         progress.close()
         if isinstance(e, Interrupted):
-            _err(
-                f"interrupted: nothing was published ({e.done} of {e.total} shards finished; run the same command with --resume to continue)"
-            )
+            _err(e.describe(output_dir))
         else:
             _err("interrupted: nothing was published; run the same command again to convert")
         sys.exit(143 if _terminated else 130)

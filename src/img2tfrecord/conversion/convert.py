@@ -10,6 +10,7 @@ skipped images, writes the manifest and publishes atomically.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from typing import Any
@@ -19,16 +20,18 @@ from img2tfrecord.conversion.engines import Engine
 from img2tfrecord.conversion.events import EventSink, Timing
 from img2tfrecord.conversion.finalize import _plan_summary, finalize
 from img2tfrecord.conversion.options import ENGINES
-from img2tfrecord.conversion.output import (
-    OutputLock,
-    _check_space,
-    _cleanup,
-    _describe_io,
-    _space_note,
-    check_output,
-    prepare_output,
-)
+from img2tfrecord.conversion.output import _check_space, _describe_io, _space_note, check_output
 from img2tfrecord.conversion.plan import Plan, check_paths, plan_job
+from img2tfrecord.conversion.publish import (
+    OutputLock,
+    Published,
+    Workspace,
+    discard,
+    has_unfinished,
+    prepare,
+    recover,
+    workspace,
+)
 from img2tfrecord.conversion.resume import (
     Journal,
     finished_count,
@@ -37,7 +40,6 @@ from img2tfrecord.conversion.resume import (
     prune,
 )
 from img2tfrecord.errors import DataError, Interrupted, UsageError, WorkerDied, plural
-from img2tfrecord.format.naming import STAGING_DIR
 
 
 @cstderr.quieted
@@ -84,36 +86,40 @@ def convert(
     if resume and engine != "local":
         raise UsageError("--resume works with the local engine; Beam runners retry failed work themselves")
     check_paths(input_dir, output_dir)
+    ws = workspace(output_dir)
     if dry_run:
         plan = plan_job(input_dir, output_dir, **options)
         refused = None
         try:  # what the real run would refuse, said now
-            check_output(output_dir, overwrite)
-            _unfinished_run(output_dir, resume, overwrite)
+            check_output(ws, overwrite, resume)
+            _unfinished_run(ws, resume, overwrite)
         except UsageError as e:
             refused = str(e)  # shown with the plan
         for w in plan.warnings:
             emit("warning", w)
         return _plan_summary(plan, timing, refused)
 
-    check_output(output_dir, overwrite)
+    check_output(ws, overwrite, resume)
     existed = fs.is_remote(output_dir) or os.path.exists(output_dir)
-    lock = OutputLock(output_dir)
+    lock = OutputLock(ws)
     lock.acquire()  # first: a second run is refused before it says or touches anything
     started = False
     try:
-        if discarding := _unfinished_run(output_dir, resume, overwrite):
+        if recover(ws):  # a killed run's switch finished: OUTPUT is its dataset now
+            check_output(ws, overwrite, resume)
+        if discarding := _unfinished_run(ws, resume, overwrite):
             emit("warning", discarding)
         plan = plan_job(input_dir, output_dir, **options)
         for w in plan.warnings:
             emit("warning", w)
         _check_space(plan, emit)
         started = True
-        return _run(plan, engine, workers, overwrite, resume, beam_options, emit, progress, timing, lock)
+        return _run(plan, ws, engine, workers, overwrite, resume, beam_options, emit, progress, timing)
     finally:
-        lock.release()
-        if not started and not existed:
-            _cleanup(fs.join(output_dir, STAGING_DIR), output_dir)  # the folder the lock created
+        if not started and not existed and not fs.is_remote(output_dir):
+            with contextlib.suppress(OSError):
+                os.rmdir(ws.output)  # a folder made for an in-place lock, still empty
+        lock.release(remove=not has_unfinished(ws))  # last: all cleanup happens under the lock
 
 
 def _engine(
@@ -134,7 +140,7 @@ def _engine(
     return LocalEngine(journal, timing, workers, progress)
 
 
-def _unfinished_run(output_dir: str, resume: bool, overwrite: bool) -> str | None:
+def _unfinished_run(ws: Workspace, resume: bool, overwrite: bool) -> str | None:
     """The warning to give when a run discards an unfinished one in `output_dir`, or None.
 
     Finished shards of an interrupted run are not thrown away unasked: without --resume (which
@@ -142,7 +148,8 @@ def _unfinished_run(output_dir: str, resume: bool, overwrite: bool) -> str | Non
     """
     if resume:
         return None
-    done = finished_count(fs.join(output_dir, STAGING_DIR))
+    output_dir = ws.output
+    done = finished_count(ws.journal_dir)
     if done is None:
         return None
     if done and not overwrite:
@@ -157,6 +164,7 @@ def _unfinished_run(output_dir: str, resume: bool, overwrite: bool) -> str | Non
 
 def _run(
     plan: Plan,
+    ws: Workspace,
     engine: str,
     workers: int | None,
     overwrite: bool,
@@ -165,12 +173,12 @@ def _run(
     emit: EventSink,
     progress: Callable[[int, int, int], None] | None,
     timing: Timing,
-    lock: OutputLock,
 ) -> dict[str, Any]:
-    """Prepare the output, run an engine, publish; on failure, keep or remove what it wrote."""
+    """Prepare the workspace, run an engine, publish; on failure, keep finished shards for --resume
+    (or, when there is nothing to resume, remove what it wrote), all under the caller's lock."""
     output_dir = plan.output_dir
-    staging = prepare_output(output_dir, overwrite, keep_staging=resume)
-    done, redone = load_done(plan, staging) if resume else ({}, [])
+    prepare(ws, keep=resume)
+    done, redone = load_done(plan, ws.build, ws.journal_dir) if resume else ({}, [])
     for name, why in redone:
         emit("warning", f"resuming: {name} is converted again: {why}")
     if done:
@@ -179,26 +187,53 @@ def _run(
             f"resuming: {len(done)} of {plural(len(plan.shards), 'shard')} {'was' if len(done) == 1 else 'were'} already finished and {'is' if len(done) == 1 else 'are'} reused",
         )
     timing.reused = frozenset(done)  # the summary's rates count only what this run converts
-    journal = Journal(staging, header(plan), done)
+    journal = Journal(ws.build, header(plan), done, journal_dir=ws.journal_dir)
     runner = _engine(engine, workers, beam_options, progress, timing, journal)
+    state = Published()
+    publishing = False
     try:
-        outcomes = runner.run(plan, staging, plan.settings, emit)
-        return finalize(plan, staging, outcomes, timing, emit, engine=runner.name)
+        outcomes = runner.run(plan, ws.build, plan.settings, emit)
+        publishing = True
+        return finalize(plan, ws, outcomes, timing, emit, engine=runner.name, state=state)
     except KeyboardInterrupt:
+        if state.switched:  # the signal came once the dataset was in place
+            raise Interrupted(len(plan.shards), len(plan.shards), published=True) from None
         if not runner.resumable:  # Beam runners retry work themselves; there is nothing to resume
-            lock.release()
-            _cleanup(staging, output_dir)
+            discard(ws)
             raise
-        prune(staging, set(journal.done))  # keep finished shards for --resume, drop partial ones
-        raise Interrupted(len(journal.done), len(plan.shards)) from None
+        prune(ws.build, set(journal.done))  # keep finished shards for --resume, drop partial ones
+        raise Interrupted(len(journal.done), len(plan.shards), publishing=publishing, in_place=ws.in_place) from None
     except WorkerDied:
-        prune(staging, set(journal.done))
+        prune(ws.build, set(journal.done))
         raise
     except BaseException as e:
-        lock.release()  # before _cleanup, which removes the output directory if it is empty
-        _cleanup(staging, output_dir)
-        if isinstance(e, OSError) or type(e).__module__.startswith("tensorflow"):  # the disk, not the data
+        disk = isinstance(e, OSError) or type(e).__module__.startswith("tensorflow")  # the disk, not the data
+        if state.switched:
             raise DataError(
-                f"writing the dataset in {output_dir} failed: {_describe_io(e)}; {_space_note(plan)}"
+                f"the dataset was published in {output_dir}, but removing the old version failed: {_describe_io(e)}"
             ) from None
-        raise
+        if not disk or not runner.resumable:
+            discard(ws)
+            if disk:
+                raise DataError(
+                    f"writing the dataset in {output_dir} failed: {_describe_io(e)}; {_space_note(plan)}"
+                ) from None
+            raise
+        prune(ws.build, set(journal.done))  # finished shards are never deleted by a failure
+        raise DataError(_kept_message(plan, ws, e, len(journal.done), publishing)) from None
+
+
+def _kept_message(plan: Plan, ws: Workspace, e: BaseException, done: int, publishing: bool) -> str:
+    """What a failed run says: what failed, what is left where, and the command that finishes it."""
+    out, total = plan.output_dir, len(plan.shards)
+    if publishing and not ws.in_place:
+        state = f"{out} is unchanged and all {plural(total, 'shard')} are kept"
+    elif publishing:
+        state = f"{out} is incomplete (readers refuse it); the shards not yet moved are kept"
+    else:
+        state = f"{done} of {plural(total, 'shard')} finished and are kept; nothing was published"
+    what = "publishing" if publishing else "writing"
+    return (
+        f"{what} the dataset in {out} failed: {_describe_io(e)} ({_space_note(plan)}); {state}: "
+        "run the same command with --resume to finish it"
+    )

@@ -10,8 +10,8 @@ from img2tfrecord.conversion import dedupe
 from img2tfrecord.conversion import write as writer
 from img2tfrecord.conversion.dedupe import DIGEST_HEX
 from img2tfrecord.conversion.events import EventSink, Timing
-from img2tfrecord.conversion.output import publish
 from img2tfrecord.conversion.plan import Plan, one_record_warning
+from img2tfrecord.conversion.publish import Published, Workspace, publish
 from img2tfrecord.conversion.table import class_counts
 from img2tfrecord.conversion.write import ShardOutcome
 from img2tfrecord.errors import DataError, plural
@@ -54,9 +54,16 @@ def written(plan: Plan, outcomes: list[ShardOutcome], only: set[str]) -> Iterato
 
 
 def finalize(
-    plan: Plan, staging: str, outcomes: list[ShardOutcome], timing: Timing, emit: EventSink, engine: str = "local"
+    plan: Plan,
+    ws: Workspace,
+    outcomes: list[ShardOutcome],
+    timing: Timing,
+    emit: EventSink,
+    engine: str = "local",
+    state: Published | None = None,
 ) -> dict[str, Any]:
-    """Merge shard outcomes, rebalance after skips, publish, and build the summary."""
+    """Merge shard outcomes, rebalance after skips, publish (`publish.publish`: raises OSError), and build the summary."""
+    staging = ws.build
     skipped = [s for o in outcomes for s in o.skipped]
     if plan.settings.strict and skipped:  # engines that cannot stop early (Beam) end up here
         first = skipped[0]
@@ -132,14 +139,11 @@ def finalize(
     )
     files = [sh["file"] for si in split_info.values() for sh in si["shards"]]
     files += [sh["index"] for si in split_info.values() for sh in si["shards"] if "index" in sh]
-    try:
-        metadata = tfds_metadata.files(manifest) | {
-            LABELS_NAME: labels_text(classes),
-            MANIFEST_NAME: manifest_text(manifest),
-        }
-        publish(staging, plan.output_dir, files, metadata, plan.settings.fsync, stale=tfds_metadata.FILE_NAMES)
-    except OSError as e:
-        raise DataError(f"cannot publish the dataset in {plan.output_dir}: {e.strerror or e}") from None
+    metadata = tfds_metadata.files(manifest) | {
+        LABELS_NAME: labels_text(classes),
+        MANIFEST_NAME: manifest_text(manifest),  # last
+    }
+    publish(ws, files, metadata, plan.settings.fsync, state)
 
     images = sum(o.images for o in outcomes)
     # what this run converted; shards reused from an interrupted run (--resume) took no time here

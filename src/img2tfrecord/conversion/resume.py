@@ -56,9 +56,15 @@ def _plain(value: Any) -> Any:
 class Journal:
     """Append-only record of finished shards; safe to call from the shard-closing thread."""
 
-    def __init__(self, staging: str, job_header: dict[str, Any], done: dict[str, ShardOutcome] | None = None) -> None:
-        self.staging = staging
-        self.path = fs.join(staging, JOURNAL)
+    def __init__(
+        self,
+        staging: str,
+        job_header: dict[str, Any],
+        done: dict[str, ShardOutcome] | None = None,
+        journal_dir: str | None = None,
+    ) -> None:
+        self.staging = staging  # where the shards are; the journal is in `journal_dir` (default: there too)
+        self.path = fs.join(journal_dir or staging, JOURNAL)
         self.header = job_header
         self.done: dict[str, ShardOutcome] = dict(done or {})
         self._lock = threading.Lock()
@@ -78,9 +84,9 @@ class Journal:
         fs.write_text(self.path, "".join(json.dumps(line) + "\n" for line in lines))
 
 
-def _entries(staging: str) -> list[Any]:
+def _entries(journal_dir: str) -> list[Any]:
     """The journal's lines: its header, then one per finished shard; [] without a journal."""
-    path = fs.join(staging, JOURNAL)
+    path = fs.join(journal_dir, JOURNAL)
     if not fs.exists(path):
         return []
     entries = []
@@ -92,20 +98,22 @@ def _entries(staging: str) -> list[Any]:
     return entries if entries and isinstance(entries[0], dict) else []
 
 
-def finished_count(staging: str) -> int | None:
+def finished_count(journal_dir: str) -> int | None:
     """How many finished shards an unfinished run's journal lists; None without a journal."""
-    entries = _entries(staging)
+    entries = _entries(journal_dir)
     return len(entries) - 1 if entries else None
 
 
-def load_done(plan: Plan, staging: str) -> tuple[dict[str, ShardOutcome], list[tuple[str, str]]]:
+def load_done(
+    plan: Plan, staging: str, journal_dir: str | None = None
+) -> tuple[dict[str, ShardOutcome], list[tuple[str, str]]]:
     """The finished shards of an interrupted run of this same job, each checked (by its checksum,
     or with --checksum none by its records' CRCs), and the journaled shards that are not reused,
     with the reason: ({name: outcome}, [(name, why)]).
 
     Raises UsageError, saying what differs, when the journal belongs to another input or options.
     """
-    entries = _entries(staging)
+    entries = _entries(journal_dir or staging)
     if not entries:
         return {}, []
     now = header(plan)
