@@ -478,13 +478,15 @@ def test_default_shard_counts_aim_at_100_to_200_mb():
 def test_with_index_no_shard_holds_a_single_record():
     """A one-line .idx crashes the `tfrecord` package's reader (its issue #9): at least 2 records per shard."""
     from img2tfrecord.conversion.plan import auto_shard_counts, shard_bounds
+    from img2tfrecord.errors import wording
 
     for n in range(2, 40):
         for k in range(1, n + 3):
             counts, _ = auto_shard_counts({"train": n}, {"train": n}, k, min_records=2)
             assert min(b - a for a, b in shard_bounds(n, counts["train"])) >= 2, (n, k)
     counts, warnings = auto_shard_counts({"train": 1000}, {"train": 5}, 4, min_records=2)
-    assert counts == {"train": 2} and "using 2 (with --index" in warnings[0]
+    assert counts == {"train": 2} and "using 2 (with --index" in wording(warnings[0], cli=True)
+    assert "using 2 (with index=True" in wording(warnings[0])  # for Python callers
     counts, warnings = auto_shard_counts(
         {"train": 10, "validation": 1}, {"train": 10, "validation": 1}, 4, min_records=2
     )

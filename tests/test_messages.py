@@ -97,3 +97,71 @@ def test_dedupe_off_saving_is_the_same_figure_in_help_and_readme(cli):
     assert saved, help_text
     readme = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
     assert f"({saved[1]} bytes of memory per image held for the whole run, ~{saved[2]} at its end" in readme
+
+
+# ---- item 13: the library speaks of parameters, the CLI of options ----
+
+
+def test_an_unknown_keyword_names_the_parameter_and_the_valid_ones(tmp_path):
+    import pytest
+
+    import img2tfrecord
+    from img2tfrecord.errors import UsageError
+
+    make_dataset(tmp_path / "in", {"a": 2})
+    with pytest.raises(TypeError) as e:
+        img2tfrecord.convert(tmp_path / "in", tmp_path / "out", shard=4)
+    message = str(e.value)
+    assert message.startswith("convert() got an unexpected keyword argument 'shard' (did you mean 'shards'?); ")
+    assert all(p in message for p in ("overwrite", "split", "shards", "dedupe")) and "plan_job" not in message
+    assert isinstance(e.value, UsageError) and not (tmp_path / "out").exists()
+
+
+def test_python_callers_read_parameters_and_the_cli_reads_options(cli, tmp_path):
+    import pytest
+
+    import img2tfrecord
+    from img2tfrecord.errors import DataError, UsageError
+
+    files = make_dataset(tmp_path / "in", {"a": 4, "b": 4})
+    (tmp_path / "in" / "b" / "copy.png").write_bytes(files["a"][0].read_bytes())  # a duplicate: a warning
+    src, out = tmp_path / "in", tmp_path / "out"
+    events: list[str] = []
+    summary = img2tfrecord.convert(src, out, on_event=lambda kind, msg: events.append(msg))
+    assert "(dedupe='drop' keeps one copy)" in events[-1] and "--" not in events[-1]
+    assert summary["warnings"] == events
+
+    cases = [  # (Python keywords, CLI arguments, what Python reads, what the CLI reads)
+        ({}, [], "choose another folder or add overwrite=True", "choose another folder or add --overwrite"),
+        ({"overwrite": True, "encoding": "webp"}, None, "bad encoding='webp': choose one of", None),
+        (
+            {"overwrite": True, "index": True, "compression": "gzip"},
+            ["--overwrite", "--index", "--compression", "gzip"],
+            "index=True describes uncompressed shards (DALI cannot read compressed TFRecords): drop compression or index",
+            "--index describes uncompressed shards (DALI cannot read compressed TFRecords): drop --compression or --index",
+        ),
+        (
+            {"overwrite": True, "resize": "big"},
+            ["--overwrite", "--resize", "big"],
+            "bad resize='big': ",
+            "bad --resize big: ",
+        ),
+    ]
+    for keywords, args, python, shown in cases:
+        with pytest.raises(UsageError) as e:
+            img2tfrecord.convert(src, out, **keywords)
+        assert python in str(e.value) and "--" not in str(e.value), str(e.value)
+        if args is not None:
+            res = cli("convert", src, out, *args)
+            assert res.exit_code == 2 and shown in res.stderr, res.stderr
+    plan = img2tfrecord.convert(src, out, dry_run=True)
+    assert plan["refused"].endswith("choose another folder or add overwrite=True")
+    res = cli("convert", src, out, "--dry-run", "--json")
+    assert json.loads(res.stdout)["refused"].endswith("choose another folder or add --overwrite")
+
+    # an error raised in a worker process is worded where it is shown
+    (src / "a" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated")
+    with pytest.raises(DataError, match=r"^strict=True: a/broken\.jpg: "):
+        img2tfrecord.convert(src, tmp_path / "strict", strict=True, shards=2, workers=2)
+    res = cli("convert", src, tmp_path / "strict", "--strict", "--shards", "2", "--workers", "2")
+    assert res.exit_code == 1 and "error: --strict: a/broken.jpg: " in res.stderr

@@ -14,6 +14,7 @@ from click.exceptions import NoArgsIsHelpError
 
 from img2tfrecord import __version__
 from img2tfrecord.cli.text import safe
+from img2tfrecord.errors import cli_wording
 
 T = TypeVar("T")
 
@@ -54,7 +55,8 @@ class LazyGroup(click.Group):
         return _one_line(lambda: super(LazyGroup, self).make_context(info_name, args, parent, **extra))
 
     def invoke(self, ctx: click.Context) -> Any:  # parses the subcommand's options: its usage errors too
-        return _one_line(lambda: super(LazyGroup, self).invoke(ctx))
+        with cli_wording():  # the library's messages name options as typed: --overwrite, not overwrite=True
+            return _one_line(lambda: super(LazyGroup, self).invoke(ctx))
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)

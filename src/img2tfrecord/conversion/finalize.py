@@ -14,7 +14,7 @@ from img2tfrecord.conversion.plan import Plan, one_record_warning
 from img2tfrecord.conversion.publish import Published, Workspace, publish
 from img2tfrecord.conversion.table import class_counts
 from img2tfrecord.conversion.write import ShardOutcome
-from img2tfrecord.errors import DataError, plural
+from img2tfrecord.errors import DataError, option, plural, wording
 from img2tfrecord.format import tfds as tfds_metadata
 from img2tfrecord.format.manifest import (
     LABELS_NAME,
@@ -68,7 +68,7 @@ def finalize(
     if plan.settings.strict and skipped:  # engines that cannot stop early (Beam) end up here
         first = skipped[0]
         raise DataError(
-            f"--strict: {plural(len(skipped), 'unusable image')}, e.g. {first['path']}: {first['reason']}; nothing was published"
+            f"{option('strict', True)}: {plural(len(skipped), 'unusable image')}, e.g. {first['path']}: {first['reason']}; nothing was published"
         )
     merged: dict[str, dict[str, int]] = {"formats": {}, "transcoded": {}, "depths": {}, "reduced": {}}
     split_info: dict[str, dict[str, Any]] = {}
@@ -82,7 +82,7 @@ def finalize(
         if len(infos) < len(mine):
             warnings.append(
                 f"{s}: {plural(len(infos), 'shard')} instead of {len(mine)}: after the skipped images, more would "
-                "leave a shard of one record, which --index readers cannot handle"
+                f"leave a shard of one record, which {option('index', True)} readers cannot handle"
             )
             emit("warning", warnings[-1])
         if (
@@ -117,8 +117,8 @@ def finalize(
         emit("warning", warnings[-1])
     if orient:
         warnings.append(
-            f"{plural(orient, 'image')} {'carries' if orient == 1 else 'carry'} an EXIF rotation that --encoding keep leaves to the reader "
-            "(TensorFlow's decoders ignore it); use --encoding jpeg or png to store them upright"
+            f"{plural(orient, 'image')} {'carries' if orient == 1 else 'carry'} an EXIF rotation that {option('encoding', 'keep')} leaves to the reader "
+            f"(TensorFlow's decoders ignore it); use {option('encoding', 'jpeg')} or {option('encoding', 'png')} to store them upright"
         )
         emit("warning", warnings[-1])
     t_end = time.perf_counter()
@@ -181,7 +181,7 @@ def finalize(
             s: {"records": si["records"], "shards": len(si["shards"]), "bytes": sum(sh["bytes"] for sh in si["shards"])}
             for s, si in split_info.items()
         },
-        "warnings": warnings,
+        "warnings": [wording(w) for w in warnings],  # for the caller's audience (errors.option)
         "workers": timing.workers,
         "elapsed_seconds": round(elapsed, 3),
         "images_per_second": round(converted_images / elapsed, 1),
@@ -211,7 +211,7 @@ def _plan_summary(plan: Plan, timing: Timing, refused: str | None = None) -> dic
         "splits": splits,
         "ignored_files": plan.ignored_files,
         "excluded_files": plan.excluded_files,
-        "warnings": plan.warnings,
+        "warnings": [wording(w) for w in plan.warnings],
         "refused": refused,  # why the real run would stop (output not empty, ...), or None
         "options": plan.options,
         "elapsed_seconds": round(time.perf_counter() - timing.start, 3),

@@ -29,7 +29,7 @@ from img2tfrecord.conversion.options import (
     ShardSettings,
 )
 from img2tfrecord.conversion.plan import MIN_INDEXED_RECORDS, PlannedShard, shard_bounds
-from img2tfrecord.errors import DataError
+from img2tfrecord.errors import DataError, option
 from img2tfrecord.format.framing import RECORD_OVERHEAD, record_spans
 from img2tfrecord.format.naming import shard_name, shard_split
 from img2tfrecord.format.schema import utf8_text
@@ -260,7 +260,7 @@ def write_shard(
             if on_skip:
                 on_skip(rel, reason)
             if strict:
-                raise DataError(f"--strict: {rel}: {reason}; nothing was published")
+                raise DataError(f"{option('strict', True)}: {rel}: {reason}; nothing was published")
         if on_image:  # the bytes of images written; 0 for one skipped or dropped (never an empty image)
             on_image(0 if reason or result.kind == DROPPED else result.size)
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from img2tfrecord.errors import DataError, UsageError
+from img2tfrecord.errors import DataError, UsageError, option, said
 from img2tfrecord.format.images import MAX_PIXELS
 from img2tfrecord.format.manifest import MANIFEST_NAME as MANIFEST
 from img2tfrecord.format.naming import _AUX_SUFFIXES, SHARD_RE, shard_split
@@ -192,7 +192,7 @@ def resolve_paths(paths: Iterable[str | os.PathLike[str]], split: str | None = N
             if not mine:
                 theirs = sorted({r.split or "unknown" for r in found})
                 raise UsageError(
-                    f"{text}: no shard of split {split!r} (split {', '.join(theirs)}); drop --split or give another PATH"
+                    f"{text}: no shard of split {split!r} (split {', '.join(theirs)}); drop {option('split')} or give another {said('PATH', 'path')}"
                 )
             found = mine
         refs.extend(found)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from img2tfrecord import cstderr
-from img2tfrecord.errors import DataError, UsageError
+from img2tfrecord.errors import DataError, UsageError, option
 from img2tfrecord.format.framing import FramingError, TFRecordFile
 from img2tfrecord.format.layout import Manifest, ShardRef, pixel_limit, resolve_paths
 from img2tfrecord.fs import CHECKSUMS
@@ -176,7 +176,7 @@ def inspect(
     extractor = Extractor(extract_dir, None if extract_all else records) if extract_dir is not None else None
     sheet = ContactSheet(contact_sheet, records) if contact_sheet is not None else None
     if workers is not None and workers < 1:
-        raise UsageError(f"bad --workers {workers}: must be >= 1")
+        raise UsageError(f"bad {option('workers', workers)}: must be >= 1")
     decoder = Decoder(workers or os.cpu_count() or 1) if verify else None
     manifests = {id(r.manifest): r.manifest for r in refs if r.manifest is not None}
     for man in manifests.values():

@@ -39,7 +39,7 @@ from img2tfrecord.conversion.options import ShardSettings
 from img2tfrecord.conversion.plan import PlannedShard, Task
 from img2tfrecord.conversion.resume import Journal
 from img2tfrecord.conversion.write import ShardOutcome
-from img2tfrecord.errors import WorkerDied
+from img2tfrecord.errors import WorkerDied, option, said
 from img2tfrecord.tf_import import RecordIOError
 
 if TYPE_CHECKING:
@@ -55,7 +55,8 @@ DIGEST_BATCH = 64 * DIGEST_CHUNK  # files whose digests are asked for at once (t
 Progress = Callable[[int, int], None]  # (images, bytes) just done
 _WORKER_DIED = (
     "a worker process died (killed by the system, out of memory?); finished shards were kept: "
-    "run the same command with --resume to continue, with fewer --workers if memory is short"
+    f"{said('run the same command', 'call convert() again')} with {option('resume', True)} to continue, "
+    f"with fewer {option('workers')} if memory is short"
 )
 
 
