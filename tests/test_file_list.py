@@ -128,7 +128,7 @@ def test_missing_list_and_many_missing_files(cli, tree, tmp_path):
     assert res.exit_code == 2 and "does not exist" in res.stderr
     (tmp_path / "list.csv").write_text("cat/a.jpg,cat\ncat/b.jpg,cat\ncat/c.jpg,cat\n")
     res = cli("convert", root, tmp_path / "out", "--file-list", tmp_path / "list.csv")
-    assert res.exit_code == 2 and "line 1:" in res.stderr and "(2 more listed files are missing too)" in res.stderr
+    assert res.exit_code == 2 and "line 1:" in res.stderr and "(2 more listed file(s) are missing too)" in res.stderr
 
 
 def test_dry_run_with_a_list(cli, tree, tmp_path):

@@ -746,8 +746,7 @@ def _read_file_list(input_dir: str, file_list: str) -> _Listed:
         raise twice
     if missing:
         line, path = missing[0]
-        rest = len(missing) - 1
-        more = f" ({plural(rest, 'more listed file')} {'is' if rest == 1 else 'are'} missing too)" if rest else ""
+        more = f" ({len(missing) - 1} more listed file(s) are missing too)" if len(missing) > 1 else ""
         raise UsageError(f"{where} line {line}: {path} does not exist{more}")
     return _Listed(rows, list(label_index), label_of, sizes, paths)
 
