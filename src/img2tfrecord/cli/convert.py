@@ -347,9 +347,8 @@ def convert_command(
     if as_json:
         click.echo(json.dumps(summary, ensure_ascii=False))
     elif not quiet:
-        click.echo(
-            safe_lines(_summary_text(summary)), err=not summary["dry_run"]
-        )  # a dry run's plan is its output: stdout
+        text = safe_lines(_summary_text(summary))
+        click.echo(text, err=not summary["dry_run"])  # a dry run's plan is its output: stdout
 
 
 _terminated = False
