@@ -57,7 +57,7 @@ def test_file_list_rows_outside_input_pass_verify(cli, tmp_path):
 
 
 def test_remote_rows_outside_input_are_valid_names():
-    from img2tfrecord.conversion.walk import _resolve_listed
+    from img2tfrecord.conversion.filelist import _resolve_listed
     from img2tfrecord.format.schema import filename_problem
 
     for given, name in [
@@ -138,6 +138,33 @@ def test_resume_redoes_a_damaged_staged_shard_and_says_so(cli, eight_shards, tmp
     assert f"resuming: {finished[0]} is converted again: " in res.stderr and why in res.stderr
     assert f"resuming: {len(finished) - 1} of 8 shards" in res.stderr
     assert published(out) == published(reference)
+
+
+def test_resume_rebuilds_a_shard_whose_source_was_edited_in_place(cli, eight_shards, tmp_path):
+    """Same name, same size, other bytes (an in-place edit): the shard that holds it is converted
+    again, so the result equals a fresh conversion of today's files."""
+    import shutil
+
+    from img2tfrecord.conversion.plan import plan_job
+
+    src = tmp_path / "in"
+    shutil.copytree(eight_shards, src)
+    out = tmp_path / "out"
+    finished = interrupted_run(src, out)
+    shard = next(s for s in plan_job(str(src), str(out), shards=8).shards if s.name == finished[0])
+    victim = Path(shard.tasks[0].path)
+    before = victim.stat()
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    os.utime(victim, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))  # as an editor would, a later time
+    assert victim.stat().st_size == before.st_size
+    res = cli("convert", src, out, "--shards", "8", "--resume")
+    assert res.exit_code == 0, res.output
+    assert f"resuming: {finished[0]} is converted again: its source images were modified" in res.stderr
+    fresh = tmp_path / "fresh"
+    assert cli("convert", src, fresh, "--shards", "8").exit_code == 0
+    assert published(out) == published(fresh)
 
 
 def test_resume_refusal_says_what_differs(cli, eight_shards, tmp_path):

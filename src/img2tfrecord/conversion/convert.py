@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from img2tfrecord import cstderr, fs
@@ -22,7 +22,7 @@ from img2tfrecord.conversion.events import EventSink, Timing
 from img2tfrecord.conversion.finalize import _plan_summary, finalize
 from img2tfrecord.conversion.options import ENGINES
 from img2tfrecord.conversion.output import _check_space, _describe_io, _space_note, check_output
-from img2tfrecord.conversion.plan import Plan, check_paths, plan_job
+from img2tfrecord.conversion.plan import Plan, check_options, check_paths, plan_job
 from img2tfrecord.conversion.publish import (
     OutputLock,
     Published,
@@ -106,6 +106,7 @@ def convert(
             f"{option('resume', True)} works with the local engine; Beam runners retry failed work themselves"
         )
     check_paths(input_dir, output_dir)
+    check_options(**options)  # a wrong command is told so before "output is not empty"
     ws = workspace(output_dir)
     if dry_run:
         plan = plan_job(input_dir, output_dir, **options)
@@ -117,6 +118,7 @@ def convert(
             refused = str(e)  # shown with the plan
         for w in plan.warnings:
             emit("warning", w)
+        _walk_events(plan, emit)
         return _plan_summary(plan, timing, refused)
 
     check_output(ws, overwrite, resume)
@@ -125,13 +127,19 @@ def convert(
     lock.acquire()  # first: a second run is refused before it says or touches anything
     started = False
     try:
-        if recover(ws):  # a killed run's switch finished: OUTPUT is its dataset now
+        if recover(ws):  # a killed run had switched its dataset in: OUTPUT is that dataset now
+            if resume:
+                raise UsageError(
+                    f"--resume: the interrupted run had already published its dataset in {ws.shown} (removing the "
+                    "old version was all that was left, done now): there is nothing to resume"
+                )
             check_output(ws, overwrite, resume)
         if discarding := _unfinished_run(ws, resume, overwrite):
             emit("warning", discarding)
         plan = plan_job(input_dir, output_dir, **options)
         for w in plan.warnings:
             emit("warning", w)
+        _walk_events(plan, emit)
         _check_space(plan, emit)
         started = True
         return _run(plan, ws, engine, workers, overwrite, resume, beam_options, emit, progress, timing)
@@ -147,6 +155,14 @@ def _worded(on_event: EventSink | None) -> EventSink:
     if on_event is None:
         return lambda kind, msg: None
     return lambda kind, msg: on_event(kind, wording(msg))
+
+
+def _walk_events(plan: Plan, emit: EventSink) -> None:
+    """What the walk ignored (said once) and could not read (skips, also in dataset.json)."""
+    for note in plan.notes:
+        emit("note", note)
+    for s in plan.skipped:
+        emit("skipped", f"{s['path']}: {s['reason']}")
 
 
 def _engine(
@@ -214,24 +230,27 @@ def _run(
             f"resuming: {len(done)} of {plural(len(plan.shards), 'shard')} {'was' if len(done) == 1 else 'were'} already finished and {'is' if len(done) == 1 else 'are'} reused",
         )
     timing.reused = frozenset(done)  # the summary's rates count only what this run converts
-    journal = Journal(ws.build, header(plan), done, journal_dir=ws.journal_dir)
-    runner = _engine(engine, workers, beam_options, progress, timing, journal)
     state = Published()
     publishing = False
+    kept: Collection[str] = set(done)
+    resumable = engine == "local"
     try:
+        journal = Journal(ws.build, header(plan), done, journal_dir=ws.journal_dir)
+        kept = journal.done.keys()  # a live view: what the run has finished so far
+        runner = _engine(engine, workers, beam_options, progress, timing, journal)
         outcomes = runner.run(plan, ws.build, plan.settings, emit)
         publishing = True
         return finalize(plan, ws, outcomes, timing, emit, engine=runner.name, state=state)
     except KeyboardInterrupt:
         if state.switched:  # the signal came once the dataset was in place
             raise Interrupted(len(plan.shards), len(plan.shards), published=True) from None
-        if not runner.resumable:  # Beam runners retry work themselves; there is nothing to resume
+        if not resumable:  # Beam runners retry work themselves; there is nothing to resume
             discard(ws)
             raise
-        prune(ws.build, set(journal.done))  # keep finished shards for --resume, drop partial ones
-        raise Interrupted(len(journal.done), len(plan.shards), publishing=publishing, in_place=ws.in_place) from None
+        prune(ws.build, set(kept))  # keep finished shards for --resume, drop partial ones
+        raise Interrupted(len(kept), len(plan.shards), publishing=publishing, in_place=ws.in_place) from None
     except WorkerDied:
-        prune(ws.build, set(journal.done))
+        prune(ws.build, set(kept))
         raise
     except BaseException as e:
         disk = isinstance(e, OSError) or type(e).__module__.startswith("tensorflow")  # the disk, not the data
@@ -239,15 +258,15 @@ def _run(
             raise DataError(
                 f"the dataset was published in {output_dir}, but removing the old version failed: {_describe_io(e)}"
             ) from None
-        if not disk or not runner.resumable:
+        if not disk or not resumable:
             discard(ws)
             if disk:
                 raise DataError(
                     f"writing the dataset in {output_dir} failed: {_describe_io(e)}; {_space_note(plan)}"
                 ) from None
             raise
-        prune(ws.build, set(journal.done))  # finished shards are never deleted by a failure
-        raise DataError(_kept_message(plan, ws, e, len(journal.done), publishing)) from None
+        prune(ws.build, set(kept))  # finished shards are never deleted by a failure
+        raise DataError(_kept_message(plan, ws, e, len(kept), publishing)) from None
 
 
 def _kept_message(plan: Plan, ws: Workspace, e: BaseException, done: int, publishing: bool) -> str:

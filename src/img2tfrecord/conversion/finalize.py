@@ -64,7 +64,7 @@ def finalize(
 ) -> dict[str, Any]:
     """Merge shard outcomes, rebalance after skips, publish (`publish.publish`: raises OSError), and build the summary."""
     staging = ws.build
-    skipped = [s for o in outcomes for s in o.skipped]
+    skipped = plan.skipped + [s for o in outcomes for s in o.skipped]  # the walk's, then the images'
     if plan.settings.strict and skipped:  # engines that cannot stop early (Beam) end up here
         first = skipped[0]
         raise DataError(
@@ -211,6 +211,7 @@ def _plan_summary(plan: Plan, timing: Timing, refused: str | None = None) -> dic
         "splits": splits,
         "ignored_files": plan.ignored_files,
         "excluded_files": plan.excluded_files,
+        "skipped": plan.skipped,  # what the walk could not read (the images' own skips come when they are read)
         "warnings": [wording(w) for w in plan.warnings],
         "refused": refused,  # why the real run would stop (output not empty, ...), or None
         "options": plan.options,

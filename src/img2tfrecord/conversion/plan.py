@@ -1,6 +1,7 @@
 """The plan: which images, in which order, in which shard. Made once, from the walk and the options only, so the output bytes depend on nothing else.
 
-A split's shuffled candidate list is cut at `round(n * i / k)` (as TFDS does), so every shard mixes classes.
+A split's candidate list, in the order of each image's seeded path hash (conversion.splits), is cut at
+`round(n * i / k)` (as TFDS does), so every shard mixes classes.
 
 A shard's images are a `TaskView` over the walk's `ImageTable` (columns, ~45 bytes an image; see
 conversion.table): the plan of a million images holds no Python object per image, and its
@@ -20,9 +21,11 @@ import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from img2tfrecord import fs
+from img2tfrecord.conversion.filelist import discover_file_list
+from img2tfrecord.conversion.labels import read_labels_file
 from img2tfrecord.conversion.options import (
     CHANNEL_CHOICES,
     DEDUPE_MODES,
@@ -34,14 +37,10 @@ from img2tfrecord.conversion.options import (
     parse_resize,
     parse_shards,
 )
+from img2tfrecord.conversion.splits import parse_split_spec
 from img2tfrecord.conversion.table import Task, sizes_of
-from img2tfrecord.conversion.walk import (
-    discover,
-    discover_file_list,
-    parse_split_spec,
-    read_labels_file,
-)
-from img2tfrecord.errors import UsageError, option
+from img2tfrecord.conversion.walk import discover
+from img2tfrecord.errors import DataError, UsageError, option, plural
 from img2tfrecord.format.naming import shard_name
 from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
 
@@ -166,20 +165,27 @@ class Plan:
     excluded_files: int = 0  # images of classes not in --labels
     estimated_bytes: int = 0  # output size estimate (exact-ish for --encoding keep)
     warnings: list[str] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)  # what the walk could not read: path, split, reason
+    notes: list[str] = field(default_factory=list)  # said once (junk folders ignored), not warnings
 
     @property
     def images(self) -> int:
         return sum(len(s.tasks) for s in self.shards)
 
 
-def plan_job(
-    input_dir: str,
-    output_dir: str,
+class CheckedOptions(NamedTuple):
+    """The options that need parsing, parsed (`check_options`)."""
+
+    encode: EncodeOptions
+    shard_request: int | dict[str, int] | None
+    fractions: dict[str, float] | None
+    class_list: list[str] | None
+
+
+def check_options(
     *,
     shards: str | int | dict[str, int] | None = None,
     split: str | dict[str, float] | None = None,
-    seed: int = 0,
-    label_offset: int = 0,
     labels: str | list[str] | None = None,
     encoding: str = "keep",
     quality: int = 95,
@@ -187,15 +193,14 @@ def plan_job(
     channels: str = "keep",
     max_pixels: int = DEFAULT_MAX_PIXELS,
     validate: bool = True,
-    strict: bool = False,
     compression: str | None = None,
     index: bool = False,
-    file_list: str | None = None,
     dedupe: str = "report",
     checksum: str = DEFAULT_CHECKSUM,
-    fsync: bool = True,
-) -> Plan:
-    """Check the options, walk the input (or read `file_list`) and cut it into shards. Raises UsageError."""
+    **_: Any,
+) -> CheckedOptions:
+    """Check and parse `plan_job`'s options without touching the input or the output (UsageError):
+    convert calls it first, so a wrong command is told what is wrong, never to add --overwrite."""
     if encoding not in ENCODINGS:
         raise UsageError(f"bad {option('encoding', encoding)}: choose one of {', '.join(ENCODINGS)}")
     if str(channels) not in CHANNEL_CHOICES:
@@ -226,6 +231,48 @@ def plan_job(
     shard_request = parse_shards(shards)
     fractions = parse_split_spec(split) if isinstance(split, str) else split
     class_list = read_labels_file(labels) if isinstance(labels, str) else labels
+    return CheckedOptions(opts, shard_request, fractions, class_list)
+
+
+def plan_job(
+    input_dir: str,
+    output_dir: str,
+    *,
+    shards: str | int | dict[str, int] | None = None,
+    split: str | dict[str, float] | None = None,
+    seed: int = 0,
+    label_offset: int = 0,
+    labels: str | list[str] | None = None,
+    encoding: str = "keep",
+    quality: int = 95,
+    resize: str | int | tuple[int, int] | None = None,
+    channels: str = "keep",
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    validate: bool = True,
+    strict: bool = False,
+    compression: str | None = None,
+    index: bool = False,
+    file_list: str | None = None,
+    dedupe: str = "report",
+    checksum: str = DEFAULT_CHECKSUM,
+    fsync: bool = True,
+) -> Plan:
+    """Check the options, walk the input (or read `file_list`) and cut it into shards. Raises UsageError."""
+    opts, shard_request, fractions, class_list = check_options(
+        shards=shards,
+        split=split,
+        labels=labels,
+        encoding=encoding,
+        quality=quality,
+        resize=resize,
+        channels=channels,
+        max_pixels=max_pixels,
+        validate=validate,
+        compression=compression,
+        index=index,
+        dedupe=dedupe,
+        checksum=checksum,
+    )
     check_paths(input_dir, output_dir)
     with _gc_paused():
         return _plan(
@@ -282,6 +329,12 @@ def _plan(
         )
     else:
         found = discover(input_dir, split=fractions, seed=seed, label_offset=label_offset, labels=class_list)
+    if strict and found.skipped:
+        first = found.skipped[0]
+        raise DataError(
+            f"--strict: {plural(len(found.skipped), 'file or folder', 'files or folders')} cannot be read, e.g. "
+            f"{first['path']}: {first['reason']}; nothing was written"
+        )
     split_bytes = {s: _estimate_bytes(items, opts) for s, items in found.splits.items()}
     counts, shard_warnings = auto_shard_counts(
         split_bytes, {s: len(v) for s, v in found.splits.items()}, shard_request, min_shard_records(index)
@@ -315,6 +368,8 @@ def _plan(
         excluded_files=found.excluded_files,
         estimated_bytes=sum(split_bytes.values()),
         warnings=found.warnings + shard_warnings + empty,
+        skipped=found.skipped,
+        notes=found.notes,
     )
 
 

@@ -37,7 +37,7 @@ unchanged shards from OUTPUT there, and call the same `publish`):
     try:
         recover(ws)                       # finish what a killed run's switch left
         prepare(ws, keep=resume)          # ws.build exists (emptied unless keep)
-        ... write or link the new version's shards into ws.build ...
+        ... write the new version's shards into ws.build; reuse(ws, unchanged) links OUTPUT's ...
         publish(ws, files, metadata)      # metadata in order (dataset.json last), fsync, switch
     except failure:
         discard(ws)                       # (or keep ws.build + journal for --resume)
@@ -121,7 +121,7 @@ def _workspace(output_dir: str) -> Workspace:
         why = f"{out} is a mount point"
     elif os.path.exists(os.path.join(staging, JOURNAL)):
         why = "an unfinished run there is resumed in place"
-    elif _inside(os.getcwd(), out) and not os.path.exists(os.path.join(root, JOURNAL)):
+    elif _inside(_cwd(), out) and not os.path.exists(os.path.join(root, JOURNAL)):
         why = "it is the current directory"
     if why:
         return Workspace(out, staging, staging, lock, why)
@@ -137,7 +137,16 @@ def _writable(path: str) -> bool:
     return os.access(path, os.W_OK | os.X_OK)
 
 
+def _cwd() -> str:
+    try:
+        return os.getcwd()
+    except OSError:  # the current directory was removed
+        return ""
+
+
 def _inside(path: str, folder: str) -> bool:
+    if not path:
+        return False
     path = os.path.realpath(path)
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
@@ -253,28 +262,28 @@ def _same_file(fd: int, path: str) -> bool:
 
 
 def recover(ws: Workspace) -> bool:
-    """Finish what a run killed during its switch left (call it holding the lock); True if it did.
+    """Settle what a run killed during its switch left (call it holding the lock). True when that
+    run had switched its dataset in: then only its old version was left, and is removed now.
 
-    With the `published` marker: OUTPUT's dataset.json is the new one -> the old version (or a
-    leftover) is removed; OUTPUT missing and the build folder holds the new one (killed between
-    the two renames) -> it is renamed in. Otherwise the switch never happened: the marker goes,
-    the build folder and journal stay for --resume."""
+    Otherwise (OUTPUT's dataset.json is not the one the `published` marker names) the switch
+    never happened: the marker goes, an old version renamed aside is renamed back (killed between
+    the two renames), and the build folder and journal stay for --resume."""
     if ws.in_place:
         return False
     marker = os.path.join(ws.root, PUBLISHED)
     try:
         want = fs.read_bytes(marker).decode("ascii").strip()
     except (OSError, UnicodeDecodeError):
-        return False
-    if _digest_of(os.path.join(ws.output, MANIFEST_NAME)) == want:
+        want = None
+    if want is not None and _digest_of(os.path.join(ws.output, MANIFEST_NAME)) == want:
         _remove_workspace(ws)
         return True
-    if not os.path.exists(ws.output) and _digest_of(os.path.join(ws.build, MANIFEST_NAME)) == want:
-        os.rename(ws.build, ws.output)
+    aside = os.path.join(ws.root, ASIDE)
+    if not os.path.lexists(ws.output) and os.path.isdir(aside):
+        os.rename(aside, ws.output)
         _fsync_dir(os.path.dirname(ws.output))
-        _remove_workspace(ws)
-        return True
-    os.remove(marker)
+    if want is not None:
+        os.remove(marker)
     return False
 
 
@@ -310,6 +319,20 @@ def discard(ws: Workspace) -> None:
 
 def has_unfinished(ws: Workspace) -> bool:
     return fs.exists(fs.join(ws.journal_dir, JOURNAL))
+
+
+def reuse(ws: Workspace, names: Iterable[str]) -> None:
+    """Put OUTPUT's files `names` (unchanged shards, their indexes) into the build folder without
+    rewriting them: a hard link locally (same inode: no bytes copied, and a reader of the old
+    version is not disturbed), a server-side copy on object stores. For `update` / `compact`."""
+    for name in names:
+        src, dst = fs.join(ws.output, name), fs.join(ws.build, name)
+        if fs.is_remote(src):
+            fs.gfile(src).copy(src, dst, overwrite=True)
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(dst)
+        os.link(src, dst)
 
 
 # --------------------------------------------------------------------------- publish

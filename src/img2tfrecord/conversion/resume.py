@@ -1,10 +1,12 @@
 """Resuming an interrupted conversion: a journal of finished shards in the staging folder.
 
-Every shard that closes (fsync'd, checksummed) is recorded in ``<staging>/journal.jsonl``: a first
-line with a fingerprint of the job (options, classes and the exact shard plan: which files, their
-sizes, in which shard), then one line per finished shard, appended (so recording a shard costs
+Every shard that closes (fsync'd, checksummed) is recorded in ``journal.jsonl`` (in the workspace
+beside OUTPUT, `conversion.publish`): a first line with a fingerprint of the job (options, classes
+and the exact shard plan: which files, their sizes, in which shard) and, per shard, a digest of its
+sources' modification times, then one line per finished shard, appended (so recording a shard costs
 the same for the first and the ten-thousandth; a line cut short by a crash is ignored).
-``--resume`` reuses the shards whose bytes still match the recorded checksum (with ``--checksum
+``--resume`` reuses the shards whose sources were not modified since (same st_mtime_ns: a file
+edited in place with the same size is caught) and whose bytes still match the recorded checksum (with ``--checksum
 none``: whose records' CRCs hold) and converts only the rest, naming each one it redoes and why,
 so the result is byte-identical to an uninterrupted run; a different fingerprint (input or
 options changed) is refused, saying what changed, rather than silently mixed.
@@ -18,7 +20,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from img2tfrecord import fs
-from img2tfrecord.conversion.table import fingerprint_items
+from img2tfrecord.conversion.table import fingerprint_items, mtimes_of
 from img2tfrecord.conversion.write import ShardOutcome
 from img2tfrecord.errors import DataError, UsageError, option, plural, said
 
@@ -34,18 +36,20 @@ def header(plan: Plan) -> dict[str, Any]:
     differs: the options, the classes, the number of images and a digest of each shard's files."""
     h = hashlib.sha256()
     h.update(json.dumps({"options": plan.options, "classes": plan.classes}, sort_keys=True, default=str).encode())
-    shards = {}
+    shards, sources = {}, {}
     for shard in plan.shards:
         h.update(shard.name.encode())
         items = fingerprint_items(shard.tasks)  # from the plan's columns: no Task made
         h.update(items)
         shards[shard.name] = hashlib.sha256(items).hexdigest()[:16]
+        sources[shard.name] = hashlib.sha256(items + mtimes_of(shard.tasks).tobytes()).hexdigest()[:16]
     return {
         "fingerprint": h.hexdigest(),
         "options": _plain(plan.options),
         "classes": list(plan.classes),
         "images": plan.images,
         "shards": shards,
+        "sources": sources,  # per shard, with its images' st_mtime_ns: a source edited in place rebuilds it
     }
 
 
@@ -124,6 +128,8 @@ def load_done(
             f"and add {option('overwrite', True)} to start over"
         )
     planned = {s.name for s in plan.shards}
+    then_sources = entries[0].get("sources")
+    then_sources = then_sources if isinstance(then_sources, dict) else {}
     done, redone = {}, []
     for d in entries[1:]:
         try:
@@ -132,6 +138,9 @@ def load_done(
             continue  # written by another version
         name = outcome.info.file
         if name not in planned:
+            continue
+        if then_sources.get(name) != now["sources"][name]:
+            redone.append((name, "its source images were modified since it was written"))
             continue
         why = _damage(fs.join(staging, name), outcome, plan.settings.compression)
         if why is None and outcome.info.index and not fs.exists(fs.join(staging, outcome.info.index)):
