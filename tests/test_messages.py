@@ -135,6 +135,12 @@ def test_python_callers_read_parameters_and_the_cli_reads_options(cli, tmp_path)
         ({}, [], "choose another folder or add overwrite=True", "choose another folder or add --overwrite"),
         ({"overwrite": True, "encoding": "webp"}, None, "bad encoding='webp': choose one of", None),
         (
+            {"overwrite": True, "split": "train=0.5,validation=0.6"},
+            ["--overwrite", "--split", "train=0.5,validation=0.6"],
+            "bad split='train=0.5,validation=0.6': the fractions add up to 1.1, not 1",
+            "bad --split train=0.5,validation=0.6: the fractions add up to 1.1, not 1",
+        ),
+        (
             {"overwrite": True, "index": True, "compression": "gzip"},
             ["--overwrite", "--index", "--compression", "gzip"],
             "index=True describes uncompressed shards (DALI cannot read compressed TFRecords): drop compression or index",

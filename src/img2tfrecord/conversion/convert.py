@@ -130,7 +130,7 @@ def convert(
         if recover(ws):  # a killed run had switched its dataset in: OUTPUT is that dataset now
             if resume:
                 raise UsageError(
-                    f"--resume: the interrupted run had already published its dataset in {ws.shown} (removing the "
+                    f"{option('resume', True)}: the interrupted run had already published its dataset in {ws.shown} (removing the "
                     "old version was all that was left, done now): there is nothing to resume"
                 )
             check_output(ws, overwrite, resume)

@@ -19,7 +19,7 @@ from img2tfrecord import fs
 from img2tfrecord.conversion.labels import class_list
 from img2tfrecord.conversion.splits import Discovery, assemble
 from img2tfrecord.conversion.table import ImageTable, encode_name
-from img2tfrecord.errors import UsageError
+from img2tfrecord.errors import UsageError, option
 from img2tfrecord.format.schema import filename_problem, utf8_text
 
 FILE_LIST_HEADERS = {"path", "filename", "file"}
@@ -84,8 +84,8 @@ def discover_file_list(
         warnings=[],
         what="class",
         whats="classes",
-        no_images=f"--file-list {file_list}: none of the listed images belongs to a class in --labels",
-        missing={c: f"no row of --file-list {file_list} is of that class" for c in classes if c not in found},
+        no_images=f"{option('file_list', file_list)}: none of the listed images belongs to a class in {option('labels')}",
+        missing={c: f"no row of {option('file_list', file_list)} is of that class" for c in classes if c not in found},
     )
 
 
@@ -136,7 +136,7 @@ def _read_file_list(input_dir: str, file_list: str) -> _Listed:
 
     A million rows are held as one bytes object and three array entries each, not as tuples of
     strings, and a name listed twice is found by sorting, not in a dict of every name."""
-    where = f"--file-list {file_list}"
+    where = option("file_list", file_list)
     try:
         raw = fs.read_bytes(file_list)
     except FileNotFoundError:

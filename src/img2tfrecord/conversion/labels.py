@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from img2tfrecord.errors import UsageError
+from img2tfrecord.errors import UsageError, option
 
 
 def read_labels_file(path: str) -> list[str]:
@@ -11,12 +11,12 @@ def read_labels_file(path: str) -> list[str]:
         with open(path, encoding="utf-8") as f:
             names = [line.strip() for line in f if line.strip()]
     except OSError as e:
-        raise UsageError(f"cannot read --labels file {path}: {e.strerror}") from None
+        raise UsageError(f"cannot read {option('labels')} file {path}: {e.strerror}") from None
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        raise UsageError(f"--labels file {path} lists {', '.join(dupes)} more than once")
+        raise UsageError(f"{option('labels')} file {path} lists {', '.join(dupes)} more than once")
     if not names:
-        raise UsageError(f"--labels file {path} is empty")
+        raise UsageError(f"{option('labels')} file {path} is empty")
     return names
 
 

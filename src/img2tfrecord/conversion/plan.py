@@ -332,7 +332,7 @@ def _plan(
     if strict and found.skipped:
         first = found.skipped[0]
         raise DataError(
-            f"--strict: {plural(len(found.skipped), 'file or folder', 'files or folders')} cannot be read, e.g. "
+            f"{option('strict', True)}: {plural(len(found.skipped), 'file or folder', 'files or folders')} cannot be read, e.g. "
             f"{first['path']}: {first['reason']}; nothing was written"
         )
     split_bytes = {s: _estimate_bytes(items, opts) for s, items in found.splits.items()}

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import xxhash
 
 from img2tfrecord.conversion.table import ImageTable, TaskView, encode_name
-from img2tfrecord.errors import UsageError, plural
+from img2tfrecord.errors import UsageError, option, plural
 from img2tfrecord.format.schema import utf8_text
 
 if TYPE_CHECKING:
@@ -65,12 +65,12 @@ def parse_split_spec(spec: str) -> dict[str, float]:
         except ValueError:
             frac = -1.0
         if not sep or not name or not name.replace("_", "").isalnum() or not 0 <= frac <= 1:
-            raise UsageError(f"bad --split {spec!r}: expected e.g. train=0.8,validation=0.2")
+            raise UsageError(f"bad {option('split', spec)}: expected e.g. train=0.8,validation=0.2")
         if name in fractions:
-            raise UsageError(f"bad --split {spec!r}: {name} given twice")
+            raise UsageError(f"bad {option('split', spec)}: {name} given twice")
         fractions[name] = frac
     if abs(sum(fractions.values()) - 1.0) > 1e-6:
-        raise UsageError(f"bad --split {spec!r}: the fractions add up to {sum(fractions.values()):g}, not 1")
+        raise UsageError(f"bad {option('split', spec)}: the fractions add up to {sum(fractions.values()):g}, not 1")
     return fractions
 
 
@@ -193,12 +193,12 @@ def assemble(
         unlisted = sorted(excluded)
         n = sum(excluded.values())
         warnings.append(
-            f"{plural(len(unlisted), what, whats)} not in --labels {'is' if len(unlisted) == 1 else 'are'} left out "
+            f"{plural(len(unlisted), what, whats)} not in {option('labels')} {'is' if len(unlisted) == 1 else 'are'} left out "
             f"({plural(n, 'image')}): " + ", ".join(unlisted[:5]) + ("..." if len(unlisted) > 5 else "")
         )
     for c in classes:
         if missing and c in missing:  # named by --labels, not found at all
-            warnings.append(f"class {c!r} of --labels has no images: {missing[c]}; its label is kept")
+            warnings.append(f"class {c!r} of {option('labels')} has no images: {missing[c]}; its label is kept")
         elif not any(len(v) for v in per_class.get(c, {}).values()):
             warnings.append(f"class {c!r} has no images; its label is kept")
 

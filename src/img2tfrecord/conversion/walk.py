@@ -41,7 +41,7 @@ from img2tfrecord import fs
 from img2tfrecord.conversion.labels import class_list
 from img2tfrecord.conversion.splits import SPLIT_DIR_NAMES, Discovery, assemble, split_of
 from img2tfrecord.conversion.table import ImageTable, Task, encode_name
-from img2tfrecord.errors import DataError, UsageError, plural
+from img2tfrecord.errors import DataError, UsageError, option, plural
 from img2tfrecord.format.schema import utf8_text
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"})
@@ -427,7 +427,9 @@ def discover(
     presplit = bool(top_dirs) and all(e.name.lower() in SPLIT_DIR_NAMES for e in top_dirs)
     if presplit:
         if split:
-            raise UsageError(f"{input_dir} is already split into {', '.join(e.name for e in top_dirs)}; drop --split")
+            raise UsageError(
+                f"{input_dir} is already split into {', '.join(e.name for e in top_dirs)}; drop {option('split')}"
+            )
         names = [SPLIT_DIR_NAMES[e.name.lower()] for e in top_dirs]
         if len(set(names)) != len(names):
             raise UsageError(f"{input_dir} has both 'val' and 'validation' folders: keep one")
@@ -485,7 +487,7 @@ def discover(
         if found.report.error is not None:
             raise DataError(
                 f"cannot list class folder {path}: {found.report.error}; its images would be missing: "
-                "fix its permissions, or leave the class out with --labels"
+                f"fix its permissions, or leave the class out with {option('labels')}"
             )
         report.merge(found.report)
         split_dir = f"{os.path.basename(split_roots[skey])}/" if skey else ""

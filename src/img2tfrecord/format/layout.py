@@ -136,7 +136,7 @@ def check_complete(directory: str) -> None:
     if why is not None:
         raise DataError(
             f"{directory} is an incomplete dataset ({why}): a conversion into it was interrupted or is still "
-            "running; run the same convert command with --resume to finish it"
+            f"running; {said('run the same convert command', 'call convert() again')} with {option('resume', True)} to finish it"
         )
 
 
