@@ -26,6 +26,7 @@ from img2tfrecord.format.layout import (
     is_shard_candidate,
     read_manifest,
     shard_files_in,
+    special_kind,
 )
 from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME
 from img2tfrecord.format.schema import FEATURE_TYPES, FORMAT_RAW, feature_kinds
@@ -83,6 +84,8 @@ def _split_files(
         return [os.fspath(f) for f in found], None, None
     if p.is_file():
         return [text], None, None
+    if (kind := special_kind(p)) is not None:
+        raise UsageError(f"load: {text!r} is {kind}, not a TFRecord file or a dataset directory")
     files = [m for m in sorted(glob.glob(text)) if is_shard_candidate(Path(m))]
     if not files:
         raise UsageError(f"load: {text!r} is no directory, file or glob that matches shard files")
