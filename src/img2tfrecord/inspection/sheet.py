@@ -121,7 +121,7 @@ class ContactSheet:
         fmt = FORMATS.get(self.path.suffix.lower())
         if fmt is None:
             raise UsageError(
-                f"--contact-sheet {self.path}: unknown picture extension {self.path.suffix or '(none)'!r}; name a .png, .jpg, .webp, .bmp or .tif file"
+                f"{option('contact_sheet', str(self.path))}: unknown picture extension {self.path.suffix or '(none)'!r}; name a .png, .jpg, .webp, .bmp or .tif file"
             )
         self.format: str = fmt
         self.per_class = min(per_class, MAX_SHEET_CELLS)
