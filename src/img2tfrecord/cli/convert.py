@@ -295,7 +295,10 @@ def _summary_text(s: dict[str, Any]) -> str:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
 @click.option(
-    "--quiet", "-q", is_flag=True, help="No progress bar, no summary (warnings and skipped files still go to stderr)."
+    "--quiet",
+    "-q",
+    is_flag=True,
+    help="No progress bar, no summary, no notes (warnings and skipped files still go to stderr).",
 )
 def convert_command(
     input_dir: str, output_dir: str, labels_file: str | None, as_json: bool, quiet: bool, **kw: Any
@@ -315,6 +318,8 @@ def convert_command(
     progress = _Progress(enabled=not quiet and not as_json and _stderr_is_terminal() and not kw["dry_run"])
 
     def on_event(kind: str, msg: str) -> None:
+        if quiet and kind == "note":  # --quiet keeps what went wrong (warnings, skips), not the notes
+            return
         progress.write(f"{kind}: {msg}")
 
     def on_progress(images: int, nbytes: int, total: int) -> None:
