@@ -174,6 +174,10 @@ def test_split_of_and_order_key_are_what_the_plan_uses(tmp_path):
     assert split_of("cat/cat0.jpg", 11, None) == "train"
     assert order_key("cat/cat0.jpg", 11) == order_key(b"cat/cat0.jpg", 11) != order_key("cat/cat0.jpg", 12)
     assert order_key("x", -1) == order_key("x", 2**64 - 1)  # any int seed: its low 64 bits
+    # XXH3-64 is a specified hash: these values hold on every Python, platform and release
+    assert order_key("cat/cat0.jpg", 0) == 18279557641206058534
+    assert order_key("日本の猫/x.png", 3) == 11279348842103637686
+    assert order_key("caf\udce9.jpg", 0) == order_key(b"caf\xe9.jpg", 0) == 16732789974497324232  # undecodable
 
 
 def test_a_class_that_gets_no_image_in_a_split_is_named(tmp_path):

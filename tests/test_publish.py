@@ -253,3 +253,36 @@ def test_reuse_links_unchanged_shards_into_the_next_version(src, tmp_path):
         lock.release(remove=True)
     assert visible(out) == before and (out / "train-00000-of-00002").stat().st_ino == inode
     assert not os.path.lexists(ws.root)
+
+
+def test_without_rename_exchange_the_two_renames_keep_old_or_new(src, tmp_path, monkeypatch):
+    """Where renameat2(RENAME_EXCHANGE) is missing: OUTPUT renamed aside, the new one renamed in.
+    If the second rename fails the old version goes back; if the run dies between the two,
+    the next run (under the lock) renames it back before anything else."""
+    from img2tfrecord.conversion import publish as pub
+
+    reference, old = tmp_path / "reference", tmp_path / "old"
+    convert(src, reference, shards=3)
+    convert(src, old, shards=2, encoding="png")
+    monkeypatch.setattr(pub, "_renameat2", False)  # as on a kernel or file system without it
+    out = tmp_path / "out"
+    convert(src, out, shards=2, encoding="png")
+    assert visible(out) == visible(old)
+    ws = workspace(str(out))
+    real_rename = os.rename
+
+    def second_fails(a, b, *args, **kw):
+        if a == ws.build and b == ws.output:
+            raise OSError(5, "Input/output error")
+        return real_rename(a, b, *args, **kw)
+
+    monkeypatch.setattr(os, "rename", second_fails)
+    with pytest.raises(DataError, match="is unchanged"):
+        convert(src, out, shards=3, overwrite=True)
+    assert visible(out) == visible(old)  # put back
+    monkeypatch.setattr(os, "rename", real_rename)
+    os.rename(out, os.path.join(ws.root, pub.ASIDE))  # as if killed between the two renames
+    assert not out.exists()
+    convert(src, out, shards=3, overwrite=True, resume=True)
+    assert visible(out) == visible(reference)
+    assert not os.path.lexists(ws.root)

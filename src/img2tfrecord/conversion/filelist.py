@@ -16,13 +16,14 @@ from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 from img2tfrecord import fs
-from img2tfrecord.conversion.labels import class_list
-from img2tfrecord.conversion.splits import Discovery, assemble
+from img2tfrecord.conversion.labels import check_class_names, class_list, read_text_input
+from img2tfrecord.conversion.splits import Discovery, Missing, assemble
 from img2tfrecord.conversion.table import ImageTable, encode_name
 from img2tfrecord.errors import UsageError, option
 from img2tfrecord.format.schema import filename_problem, utf8_text
 
 FILE_LIST_HEADERS = {"path", "filename", "file"}
+MAX_FILE_LIST_BYTES = 2 << 30  # ~30 M rows; the list is held in memory while it is parsed (~4x its size)
 
 
 def discover_file_list(
@@ -46,7 +47,8 @@ def discover_file_list(
     """
     listed = _read_file_list(input_dir, file_list)
     found = set(listed.labels)
-    classes = class_list(found, labels, f"--file-list {file_list} lists no images")
+    classes = class_list(found, labels, f"{option('file_list', file_list)} lists no images")
+    check_class_names((c for c in classes if c in found), f"{option('file_list', file_list)}: the label", "change it")
     root = fs.local(input_dir)
     table = ImageTable(root, fs.is_remote(root), classes, [i + label_offset for i in range(len(classes))])
     index = {c: i for i, c in enumerate(classes)}
@@ -85,7 +87,11 @@ def discover_file_list(
         what="class",
         whats="classes",
         no_images=f"{option('file_list', file_list)}: none of the listed images belongs to a class in {option('labels')}",
-        missing={c: f"no row of {option('file_list', file_list)} is of that class" for c in classes if c not in found},
+        missing=Missing(
+            set(classes) - found,
+            lambda c: f"no row of {option('file_list', file_list)} is of that class",
+            f"no row of {option('file_list', file_list)} is of those classes",
+        ),
     )
 
 
@@ -137,19 +143,7 @@ def _read_file_list(input_dir: str, file_list: str) -> _Listed:
     A million rows are held as one bytes object and three array entries each, not as tuples of
     strings, and a name listed twice is found by sorting, not in a dict of every name."""
     where = option("file_list", file_list)
-    try:
-        raw = fs.read_bytes(file_list)
-    except FileNotFoundError:
-        raise UsageError(f"{where} does not exist") from None
-    except OSError as e:
-        raise UsageError(f"cannot read {where}: {e.strerror or e}") from None
-    except Exception as e:  # tf.errors.NotFoundError on gs:// & co.
-        raise UsageError(f"cannot read {where}: {getattr(e, 'message', None) or e}") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise UsageError(f"{where} is not UTF-8 text (byte {e.start})") from None
-    del raw
+    text = read_text_input(file_list, where, MAX_FILE_LIST_BYTES)
     first = _first_line(text)
     delimiter = "\t" if file_list.lower().endswith((".tsv", ".tab")) or "\t" in first else ","
     reader = csv.reader(_lines(text), delimiter=delimiter, strict=True)
@@ -202,8 +196,10 @@ def _read_file_list(input_dir: str, file_list: str) -> _Listed:
             if not fs.is_remote(path):
                 try:
                     st = os.stat(path)
-                except OSError:
+                except FileNotFoundError:
                     missing.append((line, path))
+                    st = None
+                except OSError:  # no permission to reach it, a loop, a path too long: the encoder says which
                     st = None
                 if st is not None and stat.S_ISDIR(st.st_mode):
                     raise fail(line, f"{path} is a folder, not an image")

@@ -3,10 +3,10 @@
 A split's candidate list, in the order of each image's seeded path hash (conversion.splits), is cut at
 `round(n * i / k)` (as TFDS does), so every shard mixes classes.
 
-A shard's images are a `TaskView` over the walk's `ImageTable` (columns, ~45 bytes an image; see
+A shard's images are a `TaskView` over the walk's `ImageTable` (columns, ~53 bytes an image; see
 conversion.table): the plan of a million images holds no Python object per image, and its
 `Task`s are made when a shard is handed to a worker. Measured by `bench/plan.py` on 1 M files
-(2 cores): the planning process peaks at ~75 bytes an image (target 150: 100 M images in < 15 GB),
+(2 cores): the planning process peaks at ~75 bytes an image (~91 with mtimes and hash order) (target 150: 100 M images in < 15 GB),
 where a `Task` per image took ~700. Cyclic garbage collection is paused while the plan is made
 (`_gc_paused`): with an object per image, every collection rescanned all earlier ones (measured
 in-process on 1 M files, one run each: 23.8 -> 18.9 s for the old plan); with columns there is

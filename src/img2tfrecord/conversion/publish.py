@@ -394,8 +394,14 @@ def switch(ws: Workspace) -> None:
         with contextlib.suppress(OSError):
             shutil.copymode(out, build)  # the folder keeps its permissions
         if not _exchange(build, out):
-            os.rename(out, os.path.join(ws.root, ASIDE))
-            os.rename(build, out)
+            aside = os.path.join(ws.root, ASIDE)
+            os.rename(out, aside)
+            try:
+                os.rename(build, out)
+            except BaseException:  # the old version back in place (after a kill: `recover` does it)
+                with contextlib.suppress(OSError):
+                    os.rename(aside, out)
+                raise
     else:
         os.rename(build, out)
     _fsync_dir(os.path.dirname(out))

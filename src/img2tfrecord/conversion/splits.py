@@ -21,11 +21,12 @@ so every shard mixes the classes as a shuffle did.
 from __future__ import annotations
 
 import bisect
+import functools
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import xxhash
 
@@ -37,6 +38,17 @@ if TYPE_CHECKING:
     import numpy as np
 
 SPLIT_DIR_NAMES = {"train": "train", "validation": "validation", "val": "validation", "test": "test"}
+
+
+FEW_CLASSES = 5  # more classes than this with no images are said in one line (ImageNet-21k's --labels: 21,841)
+
+
+class Missing(NamedTuple):
+    """Classes of --labels that the input does not have at all, and what is missing for one, for many."""
+
+    classes: set[str]
+    one: Callable[[str], str]  # "its folder IN/zebra is missing"
+    many: str  # "their folders in IN are missing"
 
 
 @dataclass
@@ -103,7 +115,14 @@ def split_of(rel: str | bytes, seed: int, fractions: Mapping[str, float] | None)
     puts the image `rel` in. Not for split folders (INPUT/train/...): those are the image's split."""
     if not fractions:
         return "train"
-    return list(fractions)[bisect.bisect_right(split_bounds(fractions), order_key(rel, seed))]
+    names, bounds = _cut(tuple(fractions.items()))
+    return names[bisect.bisect_right(bounds, order_key(rel, seed))]
+
+
+@functools.lru_cache(maxsize=8)
+def _cut(fractions: tuple[tuple[str, float], ...]) -> tuple[tuple[str, ...], list[int]]:
+    """The split names and bounds of `fractions`, made once per --split (split_of runs per image)."""
+    return tuple(name for name, _ in fractions), split_bounds(dict(fractions))
 
 
 def table_keys(table: ImageTable, seed: int) -> array:
@@ -126,18 +145,16 @@ def _in_order(parts: list[Sequence[int]]) -> np.ndarray:
     return np.sort(np.fromiter(chain.from_iterable(parts), dtype=np.int64))
 
 
-def _by_key(keys: np.ndarray, numbers: np.ndarray) -> array:
-    """`numbers` (sorted image numbers) in the order of their keys, ties in image/filename order.
-    Few copies at a time: at 100 M images each costs 800 MB."""
+def _by_key(keys: np.ndarray, numbers: np.ndarray) -> memoryview:
+    """`numbers` (sorted image numbers) in the order of their keys, ties in image/filename order,
+    as a view of int64 (what a `TaskView` indexes). Few copies: at 100 M images each is 800 MB."""
     import numpy as np
 
     whole = len(numbers) == len(keys) and (not len(numbers) or (numbers[0] == 0 and numbers[-1] == len(keys) - 1))
     idx = np.argsort(keys if whole else keys[numbers], kind="stable")  # every image, or a subset
     if not whole:
         idx = numbers[idx]
-    order = array("q")
-    order.frombytes(idx.astype(np.int64, copy=False).data.cast("B"))  # no bytes copy
-    return order
+    return idx.astype(np.int64, copy=False).data.cast("B").cast("q")
 
 
 def _classes_missing(
@@ -182,12 +199,12 @@ def assemble(
     what: str,
     whats: str,
     no_images: str,
-    missing: Mapping[str, str] | None = None,
+    missing: Missing | None = None,
 ) -> Discovery:
     """Hash splits and hash order over the table's image numbers (see the module docstring): shared
     by the folder walk and --file-list. `per_class` holds the image numbers of each class and split
-    folder, in image/filename order; `missing` says, per class of --labels that was not found at
-    all, what is missing (its folder, its rows)."""
+    folder, in image/filename order; `missing`: the classes of --labels not found at all, and
+    what to say of them."""
     classes = table.classes
     if excluded:
         unlisted = sorted(excluded)
@@ -196,11 +213,25 @@ def assemble(
             f"{plural(len(unlisted), what, whats)} not in {option('labels')} {'is' if len(unlisted) == 1 else 'are'} left out "
             f"({plural(n, 'image')}): " + ", ".join(unlisted[:5]) + ("..." if len(unlisted) > 5 else "")
         )
-    for c in classes:
-        if missing and c in missing:  # named by --labels, not found at all
-            warnings.append(f"class {c!r} of {option('labels')} has no images: {missing[c]}; its label is kept")
-        elif not any(len(v) for v in per_class.get(c, {}).values()):
-            warnings.append(f"class {c!r} has no images; its label is kept")
+    absent = missing.classes if missing else set()  # named by --labels, not found at all
+    unfound = [c for c in classes if c in absent]
+    empty = [c for c in classes if c not in absent and not any(len(v) for v in per_class.get(c, {}).values())]
+    if missing and len(unfound) > FEW_CLASSES:
+        warnings.append(
+            f"{len(unfound):,} classes of {option('labels')} have no images ({', '.join(map(repr, unfound[:FEW_CLASSES]))}, "
+            f"...): {missing.many}; their labels are kept"
+        )
+    elif missing:
+        warnings.extend(
+            f"class {c!r} of {option('labels')} has no images: {missing.one(c)}; its label is kept" for c in unfound
+        )
+    if len(empty) > FEW_CLASSES:
+        warnings.append(
+            f"{len(empty):,} classes have no images ({', '.join(map(repr, empty[:FEW_CLASSES]))}, ...); "
+            "their labels are kept"
+        )
+    else:
+        warnings.extend(f"class {c!r} has no images; its label is kept" for c in empty)
 
     import numpy as np  # deferred: importing conversion.splits stays light
 

@@ -12,6 +12,7 @@ tuple, its three path strings and its size int, ~500-700 bytes), one million cos
 
 That is ~53 bytes an image (names ~17, offsets 8, size 8, mtime 8, group 4, order 8). `bench/plan.py`
 measures the whole `convert --dry-run` process on 1 M files at ~72 bytes an image at its peak RSS
+(~91 on 300 k files since the mtime column and the hash order, 74 before on the same run)
 (walk, sort, hash order and the summary included; target 150), where the old plan took ~705, and
 tests/test_plan_table.py traces ~99 at the peak and ~46 kept for 50,000 files. A shard's `Task`s are made when the shard is
 handed to a worker (`TaskView`: a sequence over the columns, pickled as a plain tuple), so a

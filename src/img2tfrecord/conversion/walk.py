@@ -20,7 +20,8 @@ names as bytes and its files stat'ed relative to the open folder (`_walk_class_f
 gives size and mtime), and laid out so that a split's image numbers are in image/filename order:
 sorting a split sorts integers. On 1 M files in 10 classes (`bench/plan.py`, 2 cores),
 `convert --dry-run` takes about the time of a bare `os.scandir` walk that keeps (path, size)
-tuples, sorts and shuffles them (1.1x; it was 2.7x), and ~75 bytes an image at its peak RSS (the
+tuples, sorts and shuffles them (1.1x; it was 2.7x), and ~75 bytes an image at its peak RSS (~91 with
+the mtime column and the hash order; the
 bare walk ~230; it was ~700). The stat of each file is most of both.
 """
 
@@ -39,9 +40,10 @@ from typing import NamedTuple
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.labels import class_list
-from img2tfrecord.conversion.splits import SPLIT_DIR_NAMES, Discovery, assemble, split_of
+from img2tfrecord.conversion.splits import SPLIT_DIR_NAMES, Discovery, Missing, assemble, split_of
 from img2tfrecord.conversion.table import ImageTable, Task, encode_name
 from img2tfrecord.errors import DataError, UsageError, option, plural
+from img2tfrecord.format.manifest import class_name_problem, shown
 from img2tfrecord.format.schema import utf8_text
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"})
@@ -253,16 +255,26 @@ def _sizes(fd: int, names: list[bytes]) -> _Stats:
     symlinks); 0 and 0 if it fails."""
     stat = os.stat
     sizes, mtimes = array("q"), array("q")
-    for n in names:
+    for k in range(0, len(names), STAT_BATCH):  # a batch of stat results at a time, not a folder's
+        batch = names[k : k + STAT_BATCH]
+        got: list[os.stat_result | None]
         try:
-            st = stat(n, dir_fd=fd)
+            got = [stat(n, dir_fd=fd) for n in batch]
         except OSError:
-            sizes.append(0)  # broken symlink, vanished, no search permission: the encoder says why
-            mtimes.append(0)
-            continue
-        sizes.append(st.st_size)
-        mtimes.append(st.st_mtime_ns)
+            got = [_stat_or_none(n, fd) for n in batch]
+        sizes.extend([st.st_size if st else 0 for st in got])
+        mtimes.extend([st.st_mtime_ns if st else 0 for st in got])
     return _Stats(sizes, mtimes)
+
+
+STAT_BATCH = 4096
+
+
+def _stat_or_none(name: bytes, fd: int) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=fd)
+    except OSError:
+        return None  # broken symlink, vanished, no search permission: the encoder says why
 
 
 def _walk_class_fast(root: str) -> ClassFiles:
@@ -468,6 +480,10 @@ def discover(
         labels,
         f"no class folders found in {input_dir}: expected {fs.join(input_dir, 'CLASS_NAME', 'image.jpg')} {images}",
     )
+    folders = {c for c, _, _ in walks}
+    for c in classes:
+        if c in folders and (problem := class_name_problem(c)):
+            raise UsageError(f"the class folder {shown(fs.join(input_dir, c))} {problem}: rename it")
     table = ImageTable(input_dir, remote, classes, [i + label_offset for i in range(len(classes))], split_rel=True)
     index = {c: i for i, c in enumerate(classes)}
     # Laid out split folder by split folder, class folders in the order of their "class/" prefix:
@@ -498,7 +514,6 @@ def discover(
         group = table.new_group(prefix, index[c], len(split_dir))
         per_class.setdefault(c, {})[skey] = table.extend(group, found.names, found.sizes, found.mtimes)
     split_keys = list(split_roots) if presplit else (list(split) if split else ["train"])
-    folders = {c for c, _, _ in walks}
     found_all = assemble(
         table,
         per_class,
@@ -512,9 +527,15 @@ def discover(
         what="class folder",
         whats="class folders",
         no_images=f"no images found in {input_dir}: expected {fs.join(input_dir, 'CLASS_NAME', 'image.jpg')} {images}",
-        missing={c: f"its folder {fs.join(input_dir, c)} is missing" for c in classes if c not in folders}
-        if not presplit
-        else {c: f"no split folder of {input_dir} holds a folder {c}" for c in classes if c not in folders},
+        missing=Missing(
+            set(classes) - folders,
+            (lambda c: f"no split folder of {input_dir} holds a folder {c}")
+            if presplit
+            else (lambda c: f"its folder {fs.join(input_dir, c)} is missing"),
+            f"no split folder of {input_dir} holds their folders"
+            if presplit
+            else f"their folders in {input_dir} are missing",
+        ),
     )
     found_all.skipped = sorted(skipped, key=lambda s: s["path"])
     if note := _junk_note(report):
@@ -547,12 +568,32 @@ def _entries(path: str, remote: bool, report: WalkReport, rel: str, what: str) -
 
 
 def _junk_note(report: WalkReport) -> str | None:
-    """The one line that says which folders and files were ignored as never being data."""
-    parts = []
-    if report.junk_dirs:
-        names = sorted(report.junk_dirs)
-        shown = ", ".join(utf8_text(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
-        parts.append(f"folders that are never classes or images ({shown})")
-    if report.junk_files:
-        parts.append(f"{plural(report.junk_files, 'hidden or OS metadata file')} (.DS_Store, Thumbs.db, ._* ...)")
-    return "ignored " + " and ".join(parts) if parts else None
+    """The one line that says which folders were ignored as never being data (hidden and OS
+    metadata files are not said: a Mac leaves a .DS_Store in every folder it opened)."""
+    if not report.junk_dirs:
+        return None
+    names = sorted(report.junk_dirs)
+    shown_names = ", ".join(utf8_text(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
+    return f"ignored folders that are never classes or images: {shown_names}"
+
+
+def stat_remote(table: ImageTable, threads: int = LIST_THREADS) -> int:
+    """Fill in the size and mtime_ns that a remote listing leaves at 0, one `gfile.stat` per image
+    in `threads` threads; returns how many could not be stat'ed (left at 0). A request per object:
+    what `update` pays to tell changed images from unchanged ones, not what `convert`'s walk does."""
+    todo = [i for i in range(len(table)) if table.sizes[i] == 0 and table.mtimes[i] == 0]
+
+    def one(i: int) -> fs.FileStat | None:
+        try:
+            return fs.file_stat(table.task(i).path)
+        except Exception:  # tf.errors.NotFoundError & co.: the encoder reports the file later
+            return None
+
+    failed = 0
+    with ThreadPoolExecutor(max(1, min(threads, len(todo))), thread_name_prefix="stat") as pool:
+        for i, st in zip(todo, pool.map(one, todo)):
+            if st is None:
+                failed += 1
+            else:
+                table.sizes[i], table.mtimes[i] = st
+    return failed
