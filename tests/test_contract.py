@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -374,7 +375,7 @@ def test_dry_run_plans_on_stdout_and_says_the_output_is_not_empty(cli, tmp_path)
     assert (
         res.stdout.startswith("Plan for ")
         and "1 class: a" in res.stdout
-        and "train: 3 images in 1 shard of 3-3 images" in res.stdout
+        and "train: 3 images in 1 shard of 3 images" in res.stdout
     )
     assert f"the real run would stop here (exit 2): output {out} is not empty (1 entry)" in res.stdout
     assert "Plan for" not in res.stderr
@@ -426,6 +427,29 @@ def test_summary_rates_are_labelled(cli, tmp_path):
     assert " images/s including start-up, " in res.stderr and " images/s after it; " in res.stderr
 
 
+def test_rates_count_the_converted_images_and_say_which_bytes(cli, tmp_path):
+    """Skipped images are not in the rates; each byte count says whose bytes it counts, in a unit
+    that shows a number (a tiny run is not "0.0 MB/s")."""
+    files = make_dataset(tmp_path / "in", {"a": 3, "b": 3}, size=(16, 12))
+    for i in range(30):
+        (tmp_path / "in" / "a" / f"broken_{i}.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated" + bytes(i))
+    res = cli("convert", tmp_path / "in", tmp_path / "out", "--json")
+    s = json.loads(res.stdout)
+    assert (s["records"], s["skipped_count"], s["images"]) == (6, 30, 36)
+    assert s["converted_images"] == 6 and s["converted_bytes"] == sum(
+        p.stat().st_size for ps in files.values() for p in ps
+    )
+    rel = 0.01 + 0.001 / s["elapsed_seconds"]  # elapsed_seconds is rounded to the millisecond
+    assert s["images_per_second"] == pytest.approx(6 / s["elapsed_seconds"], rel=rel, abs=0.2)
+    assert s["mb_per_second"] == pytest.approx(s["converted_bytes"] / 1e6 / s["elapsed_seconds"], rel=rel, abs=0.01)
+    res = cli("convert", tmp_path / "in", tmp_path / "out2")
+    wrote = res.stderr.splitlines()[-1]
+    shards = sum(p.stat().st_size for p in (tmp_path / "out2").glob("train-*"))
+    assert f": {shards / 1e3:.1f} KB of shards from " in wrote and " of source images, in " in wrote, wrote
+    assert re.search(r"; [1-9][\d,.]* (bytes|KB|MB)/s of source images\)", wrote), wrote
+    assert " 0.0 " not in wrote and "Skipped 30 unusable images" in wrote
+
+
 def test_resumed_run_reports_what_it_converted_apart_from_what_it_reused(cli, eight_shards, tmp_path):
     """After --resume the rates are this run's: converted = the images outside the finished shards."""
     out = tmp_path / "out"
@@ -452,7 +476,7 @@ def test_resumed_run_reports_what_it_converted_apart_from_what_it_reused(cli, ei
     assert res.exit_code == 0, res.output
     n = len(finished)
     assert "Wrote 40 images (train: 40 in 8 shards)" in res.stderr
-    assert f"This run converted {40 - in_finished} images in " in res.stderr
+    assert f"This run converted {40 - in_finished} images (" in res.stderr
     assert (
         f"; {in_finished} came from the {n} finished shard{'s' if n > 1 else ''} of the interrupted run." in res.stderr
     )

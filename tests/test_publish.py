@@ -108,7 +108,7 @@ def test_an_interrupted_publish_on_an_object_store_is_refused_then_resumed(src, 
         real_rename(a, b)
 
     monkeypatch.setattr(fs, "rename", failing_rename)
-    with pytest.raises(DataError, match=r"publishing the dataset in .* failed: Input/output error.*--resume"):
+    with pytest.raises(DataError, match=r"publishing the dataset in .* failed: Input/output error.*resume=True"):
         convert(src, out, shards=3, overwrite=True)
     monkeypatch.setattr(fs, "rename", real_rename)
     assert not gfile.exists(f"{out}/dataset.json")

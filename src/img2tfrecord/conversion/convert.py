@@ -11,6 +11,7 @@ skipped images, writes the manifest and publishes atomically.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 from collections.abc import Callable, Collection
 from typing import Any
@@ -39,14 +40,24 @@ from img2tfrecord.conversion.resume import (
     load_done,
     prune,
 )
-from img2tfrecord.errors import DataError, Interrupted, UsageError, WorkerDied, plural
+from img2tfrecord.errors import (
+    DataError,
+    Interrupted,
+    UsageError,
+    WorkerDied,
+    check_keywords,
+    option,
+    plural,
+    said,
+    wording,
+)
 from img2tfrecord.format.manifest import created_stamp
 
 
 @cstderr.quieted
 def convert(
-    input_dir: str,
-    output_dir: str,
+    input_dir: str | os.PathLike[str],
+    output_dir: str | os.PathLike[str],
     *,
     workers: int | None = None,
     overwrite: bool = False,
@@ -66,16 +77,23 @@ def convert(
     UsageError (bad options, no images, output exists) or DataError (--strict with bad images,
     I/O failure).
     """
+    check_keywords("convert", options, _PARAMETERS)
+    input_dir, output_dir = os.fspath(input_dir), os.fspath(output_dir)  # a pathlib.Path from Python
+    options |= {k: os.fspath(options[k]) for k in ("labels", "file_list") if isinstance(options.get(k), os.PathLike)}
     timing = Timing()
-    emit = on_event or (lambda kind, msg: None)
+    emit = _worded(on_event)
     created_stamp()  # a malformed SOURCE_DATE_EPOCH is refused before any work, not at publish time
     if workers is not None and workers < 1:
-        raise UsageError(f"bad --workers {workers}: must be >= 1")
+        raise UsageError(f"bad {option('workers', workers)}: must be >= 1")
     if engine not in ENGINES:
-        raise UsageError(f"bad --engine {engine!r}: choose local or beam")
+        raise UsageError(f"bad {option('engine', engine)}: choose local or beam")
     if beam_options and engine != "beam":
-        raise UsageError("--beam-options configures the Beam engine: add --engine beam")
-    for path, what in ((input_dir, "input"), (output_dir, "output"), (options.get("file_list") or "", "--file-list")):
+        raise UsageError(f"{option('beam_options')} configures the Beam engine: add {option('engine', 'beam')}")
+    for path, what in (
+        (input_dir, "input"),
+        (output_dir, "output"),
+        (options.get("file_list") or "", option("file_list")),
+    ):
         fs.check_remote(path, what)  # a missing file system or an unreachable bucket: one line, before any work
     if engine == "beam":  # before a long listing: Beam installed, options parse, paths fit the runner
         from img2tfrecord.conversion.engines.beam import preflight
@@ -83,10 +101,12 @@ def convert(
         preflight(beam_options, input_dir, output_dir)
     if engine != "local" and options.get("dedupe") == "drop":
         raise UsageError(
-            "--dedupe drop needs the local engine (it decides in plan order); use --dedupe report with Beam"
+            f"{option('dedupe', 'drop')} needs the local engine (it decides in plan order); use {option('dedupe', 'report')} with Beam"
         )
     if resume and engine != "local":
-        raise UsageError("--resume works with the local engine; Beam runners retry failed work themselves")
+        raise UsageError(
+            f"{option('resume', True)} works with the local engine; Beam runners retry failed work themselves"
+        )
     check_paths(input_dir, output_dir)
     check_options(**options)  # a wrong command is told so before "output is not empty"
     ws = workspace(output_dir)
@@ -112,7 +132,7 @@ def convert(
         if recover(ws):  # a killed run had switched its dataset in: OUTPUT is that dataset now
             if resume:
                 raise UsageError(
-                    f"--resume: the interrupted run had already published its dataset in {ws.shown} (removing the "
+                    f"{option('resume', True)}: the interrupted run had already published its dataset in {ws.shown} (removing the "
                     "old version was all that was left, done now): there is nothing to resume"
                 )
             check_output(ws, overwrite, resume)
@@ -130,6 +150,13 @@ def convert(
             with contextlib.suppress(OSError):
                 os.rmdir(ws.output)  # a folder made for an in-place lock, still empty
         lock.release(remove=not has_unfinished(ws))  # last: all cleanup happens under the lock
+
+
+def _worded(on_event: EventSink | None) -> EventSink:
+    """The caller's event sink, given messages worded for its audience (errors.option)."""
+    if on_event is None:
+        return lambda kind, msg: None
+    return lambda kind, msg: on_event(kind, wording(msg))
 
 
 def _walk_events(plan: Plan, emit: EventSink) -> None:
@@ -172,8 +199,8 @@ def _unfinished_run(ws: Workspace, resume: bool, overwrite: bool) -> str | None:
         return None
     if done and not overwrite:
         raise UsageError(
-            f"{output_dir} holds an unfinished run with {plural(done, 'finished shard')}: add --resume to reuse "
-            f"{'it' if done == 1 else 'them'} (same command), or --overwrite to discard {'it' if done == 1 else 'them'} and start over"
+            f"{output_dir} holds an unfinished run with {plural(done, 'finished shard')}: add {option('resume', True)} to reuse "
+            f"{'it' if done == 1 else 'them'} ({said('same command', 'same arguments')}), or {option('overwrite', True)} to discard {'it' if done == 1 else 'them'} and start over"
         )
     return f"discarding the unfinished run in {output_dir}" + (
         f" and its {plural(done, 'finished shard')}" if done else ""
@@ -256,5 +283,12 @@ def _kept_message(plan: Plan, ws: Workspace, e: BaseException, done: int, publis
     what = "publishing" if publishing else "writing"
     return (
         f"{what} the dataset in {out} failed: {_describe_io(e)} ({_space_note(plan)}); {state}: "
-        "run the same command with --resume to finish it"
+        f"{said('run the same command', 'call convert() again')} with {option('resume', True)} to finish it"
     )
+
+
+# What convert() accepts: its own keywords and plan_job's (named in the error for any other).
+_PARAMETERS = [
+    *(p for p in inspect.signature(convert).parameters if p not in ("input_dir", "output_dir", "options")),
+    *(p for p in inspect.signature(plan_job).parameters if p not in ("input_dir", "output_dir")),
+]

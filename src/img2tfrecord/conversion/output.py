@@ -9,7 +9,7 @@ from img2tfrecord import fs
 from img2tfrecord.conversion.events import EventSink
 from img2tfrecord.conversion.plan import Plan
 from img2tfrecord.conversion.publish import Workspace, check_foreign, has_unfinished
-from img2tfrecord.errors import DataError, UsageError, plural
+from img2tfrecord.errors import DataError, UsageError, option, plural
 from img2tfrecord.format.manifest import MANIFEST_NAME
 from img2tfrecord.format.naming import LOCK_NAME, STAGING_DIR
 
@@ -28,11 +28,11 @@ def check_output(ws: Workspace, overwrite: bool, resume: bool = False) -> None:
         if existing and not overwrite and not (resume and has_unfinished(ws)):
             if resume and MANIFEST_NAME in existing:
                 raise UsageError(
-                    f"--resume: {output_dir} holds a finished dataset, there is nothing to resume; "
-                    "to convert again, drop --resume and add --overwrite"
+                    f"{option('resume', True)}: {output_dir} holds a finished dataset, there is nothing to resume; "
+                    f"to convert again, drop {option('resume')} and add {option('overwrite', True)}"
                 )
             raise UsageError(
-                f"output {output_dir} is not empty ({plural(len(existing), 'entry', 'entries')}): choose another folder or add --overwrite"
+                f"output {output_dir} is not empty ({plural(len(existing), 'entry', 'entries')}): choose another folder or add {option('overwrite', True)}"
             )
         if overwrite:
             check_foreign(ws)

@@ -60,7 +60,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from img2tfrecord import fs
-from img2tfrecord.errors import UsageError
+from img2tfrecord.errors import UsageError, option
 from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME
 from img2tfrecord.format.naming import LOCK_NAME, SHARD_RE, STAGING_DIR
 from img2tfrecord.format.tfds import FILE_NAMES as TFDS_NAMES
@@ -178,7 +178,7 @@ def check_foreign(ws: Workspace) -> None:
     if dirs:
         shown = ", ".join(d + "/" for d in dirs[:3]) + (f" and {len(dirs) - 3} more" if len(dirs) > 3 else "")
         raise UsageError(
-            f"output {ws.shown} holds {shown}, not part of a dataset; --overwrite replaces the folder whole "
+            f"output {ws.shown} holds {shown}, not part of a dataset; {option('overwrite', True)} replaces the folder whole "
             "and keeps only plain files: move the folder away, or choose another output"
         )
 
@@ -226,7 +226,7 @@ class OutputLock:
                 holder = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
                 os.close(fd)
                 raise UsageError(
-                    f"another img2tfrecord run (pid {holder}) is writing to {self.ws.shown}: wait for it, or stop it and add --resume"
+                    f"another img2tfrecord run (pid {holder}) is writing to {self.ws.shown}: wait for it, or stop it and add {option('resume', True)}"
                 ) from None
             if _same_file(fd, self.path):
                 os.ftruncate(fd, 0)

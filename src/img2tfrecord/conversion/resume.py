@@ -23,7 +23,7 @@ from img2tfrecord import fs
 from img2tfrecord.conversion.dedupe import DIGEST_HEX
 from img2tfrecord.conversion.table import fingerprint_items, mtimes_of
 from img2tfrecord.conversion.write import ShardOutcome
-from img2tfrecord.errors import DataError, UsageError, plural
+from img2tfrecord.errors import DataError, UsageError, option, plural, said
 
 if TYPE_CHECKING:  # pragma: no cover
     from img2tfrecord.conversion.plan import Plan
@@ -124,8 +124,9 @@ def load_done(
     now = header(plan)
     if entries[0].get("fingerprint") != now["fingerprint"]:
         raise UsageError(
-            f"--resume: the interrupted run in {plan.output_dir} differs from this one: {'; '.join(_differences(entries[0], now))}; "
-            f"run the command it was, or drop --resume and add --overwrite to start over"
+            f"{option('resume', True)}: the interrupted run in {plan.output_dir} differs from this one: {'; '.join(_differences(entries[0], now))}; "
+            f"{said('run the command it was', 'call convert() as it was called')}, or drop {option('resume')} "
+            f"and add {option('overwrite', True)} to start over"
         )
     planned = {s.name for s in plan.shards}
     then_sources = entries[0].get("sources")
@@ -193,7 +194,7 @@ def _differences(then: dict[str, Any], now: dict[str, Any]) -> list[str]:
         for key in sorted(set(old_opts) | set(now["options"])):
             a, b = old_opts.get(key), now["options"].get(key)
             if a != b:
-                what = "the shard counts" if key == "shards" else "--" + key.replace("_", "-")
+                what = "the shard counts" if key == "shards" else option(key)
                 out.append(f"{what} {_shown(a)} then, {_shown(b)} now")
     old_classes = then.get("classes")
     if isinstance(old_classes, list) and old_classes != now["classes"]:
@@ -234,7 +235,7 @@ def _damage(path: str, outcome: ShardOutcome, compression: str | None) -> str | 
     if outcome.info.checksums:
         return None
     if fs.is_remote(path):
-        return "with --checksum none, a shard on remote storage cannot be checked"
+        return f"with {option('checksum', 'none')}, a shard on remote storage cannot be checked"
     from img2tfrecord.format.framing import FramingError, TFRecordFile
 
     records = 0

@@ -14,7 +14,10 @@ from typing import Any
 from img2tfrecord.conversion.labels import read_labels_file
 from img2tfrecord.conversion.options import EncodeOptions, ShardSettings, parse_resize, parse_shards
 from img2tfrecord.conversion.splits import parse_split_spec
-from img2tfrecord.errors import UsageError
+from img2tfrecord.errors import UsageError, check_keywords, option, said
+
+# update()'s own parameters, besides the record-shaping options it accepts to compare
+UPDATE_PARAMETERS = ("check_content", "dry_run", "workers", "strict", "fsync", "file_list", "on_event", "progress")
 
 # option name -> convert's flag
 FLAGS = {
@@ -67,9 +70,7 @@ def _shown(key: str, value: Any) -> str:
 
 def refuse_other_options(recorded: dict[str, Any], given: dict[str, Any], input_dir: str, output_dir: str) -> None:
     """UsageError when a given option differs from dataset.json's, naming the convert to run instead."""
-    unknown = sorted(set(given) - set(FLAGS))
-    if unknown:
-        raise TypeError(f"update() got unexpected options: {', '.join(unknown)}")
+    check_keywords("update", given, [*FLAGS, *UPDATE_PARAMETERS])
     for key, value in given.items():
         if value is None:
             continue
@@ -92,9 +93,11 @@ def refuse_other_options(recorded: dict[str, Any], given: dict[str, Any], input_
             cmd += [flag, str(value)]
         else:
             cmd += [flag, _shown(key, now)]
+        call = f"convert({input_dir!r}, {output_dir!r}, overwrite=True, {key}={value!r})"
         raise UsageError(
-            f"{output_dir} was converted with {flag} {was}; update keeps a dataset's options. "
-            f"To convert with {flag} {_shown(key, now)} instead, run: {shlex.join([c for c in cmd if c])}"
+            f"{output_dir} was converted with {said(f'{flag} {was}', f'{key}={then!r}')}; update keeps a dataset's "
+            f"options. To convert with {option(key, value)} instead, "
+            + said(f"run: {shlex.join([c for c in cmd if c])}", f"call {call}")
         )
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from img2tfrecord import fs
-from img2tfrecord.errors import DataError, UsageError
+from img2tfrecord.errors import DataError, UsageError, option, said
 from img2tfrecord.format.images import MAX_PIXELS
 from img2tfrecord.format.manifest import LABELS_NAME, MAX_MANIFEST_BYTES, ManifestError, parse_manifest
 from img2tfrecord.format.manifest import MANIFEST_NAME as MANIFEST
@@ -139,7 +139,7 @@ def check_complete(directory: str) -> None:
     if why is not None:
         raise DataError(
             f"{directory} is an incomplete dataset ({why}): a conversion into it was interrupted or is still "
-            "running; run the same convert command with --resume to finish it"
+            f"running; {said('run the same convert command', 'call convert() again')} with {option('resume', True)} to finish it"
         )
 
 
@@ -259,7 +259,7 @@ def resolve_paths(paths: Iterable[str | os.PathLike[str]], split: str | None = N
             if not mine:
                 theirs = sorted({r.split or "unknown" for r in found})
                 raise UsageError(
-                    f"{text}: no shard of split {split!r} (split {', '.join(theirs)}); drop --split or give another PATH"
+                    f"{text}: no shard of split {split!r} (split {', '.join(theirs)}); drop {option('split')} or give another {said('PATH', 'path')}"
                 )
             found = mine
         refs.extend(found)

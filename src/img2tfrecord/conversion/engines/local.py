@@ -40,7 +40,7 @@ from img2tfrecord.conversion.plan import PlannedShard, Task
 from img2tfrecord.conversion.publish import signals_deferred
 from img2tfrecord.conversion.resume import Journal
 from img2tfrecord.conversion.write import ShardOutcome
-from img2tfrecord.errors import WorkerDied
+from img2tfrecord.errors import WorkerDied, option, said
 from img2tfrecord.tf_import import RecordIOError
 
 if TYPE_CHECKING:
@@ -56,7 +56,8 @@ DIGEST_BATCH = 64 * DIGEST_CHUNK  # files whose digests are asked for at once (t
 Progress = Callable[[int, int], None]  # (images, bytes) just done
 _WORKER_DIED = (
     "a worker process died (killed by the system, out of memory?); finished shards were kept: "
-    "run the same command with --resume to continue, with fewer --workers if memory is short"
+    f"{said('run the same command', 'call convert() again')} with {option('resume', True)} to continue, "
+    f"with fewer {option('workers')} if memory is short"
 )
 
 
@@ -73,7 +74,8 @@ class LocalEngine:
     """Worker processes on this machine, each encoding and writing whole shards.
 
     `workers`: processes to use (None: all CPUs, fewer for small jobs; see `worker_count`);
-    `progress(images, bytes_read, total)` a few times a second; shards already in `journal` (a
+    `progress(images, bytes, total)` a few times a second (images done, skipped ones included;
+    source bytes of those written); shards already in `journal` (a
     resumed run) are reused, not redone, and every finished shard is journaled.
     """
 
@@ -103,6 +105,11 @@ def run_local(
     total = sum(len(s.tasks) for s in todo)
     seen = [0, 0]
 
+    def counted(kind: str, msg: str) -> None:  # skipped images are left out of the rates
+        if kind == "skipped":
+            timing.skipped += 1
+        emit(kind, msg)
+
     def on_progress(images: int, nbytes: int) -> None:
         seen[0] += images
         seen[1] += nbytes
@@ -130,7 +137,7 @@ def run_local(
             drop = _drop_map(plan, settings, lambda paths: list(map(encoder.digest_file, paths)))
         else:
             drop = _drop_map(plan, settings, pool.digests)
-        _Scheduler(todo, cfg, drop, pool, emit, on_progress, finished, tf_thread).run()
+        _Scheduler(todo, cfg, drop, pool, counted, on_progress, finished, tf_thread).run()
     finally:
         if pool is not None:
             pool.stop()
@@ -317,7 +324,7 @@ class _Scheduler:
             self._skipped(s["path"], s["reason"])
         images, nbytes = self.counted.pop(outcome.info.file, [0, 0])
         self.settled.add(outcome.info.file)
-        self._show(("progress", outcome.images - images, outcome.bytes_read - nbytes))
+        self._show(("progress", outcome.images - images, outcome.converted_bytes - nbytes))
         self.finished(outcome)
 
     def _skipped(self, rel: str, reason: str) -> None:
