@@ -9,7 +9,7 @@ from typing import Any
 
 from img2tfrecord._version import __version__
 
-__all__ = ["__version__", "convert", "load", "FEATURES", "read_records", "parse_example"]
+__all__ = ["__version__", "convert", "update", "compact", "load", "FEATURES", "read_records", "parse_example"]
 
 
 def __getattr__(name: str) -> Any:
@@ -18,6 +18,14 @@ def __getattr__(name: str) -> Any:
         from img2tfrecord.conversion.convert import convert
 
         return convert
+    if name == "update":  # bring a dataset up to date with its input (new shards for what changed)
+        from img2tfrecord.conversion.update import update
+
+        return update
+    if name == "compact":  # fold updated shards into a fresh conversion's layout
+        from img2tfrecord.conversion.compact import compact
+
+        return compact
     if name == "load":
         from img2tfrecord.loader import load
 
