@@ -184,7 +184,7 @@ def test_update_rewrites_compressed_and_indexed_shards(tmp_path: Path, cli, opts
 
 def test_a_kill_at_every_rename_of_an_update_leaves_old_or_new(tmp_path: Path) -> None:
     """The same fault test as convert's (tests/test_faults.py): SIGKILL at each rename the update
-    makes; OUTPUT is then the old version or the new one, and the same command finishes it."""
+    makes; OUTPUT is then the old version or the new one, and the same command with --resume finishes it."""
     from test_faults import STRACE, occurrences, traced, visible
 
     if STRACE is None:
@@ -220,7 +220,7 @@ def test_a_kill_at_every_rename_of_an_update_leaves_old_or_new(tmp_path: Path) -
         assert res.returncode == -9, (spec, res.stderr)
         seen = visible(out)
         assert seen in (old, new), (spec, sorted(seen or {}))
-        update(str(src), str(out), workers=1)  # the same command again: the new version, nothing left over
+        update(str(src), str(out), workers=1, resume=True)  # the same command, --resume: the new version
         assert visible(out) == new, spec
         assert not os.path.lexists(workspace(str(out)).root), spec
 
@@ -325,7 +325,7 @@ def test_a_sigterm_at_every_thread_start_of_an_update_leaves_the_old_version(tmp
         assert res.returncode == 143, (spec, res.returncode, res.stderr)
         assert "Traceback" not in res.stderr and res.stderr.strip().startswith("interrupted"), (spec, res.stderr)
         assert visible(out) == old, spec
-    update(str(src), str(out), workers=1)
+    update(str(src), str(out), workers=1, resume=True)
     assert visible(out) == new
 
 

@@ -75,6 +75,11 @@ def summary_text(s: dict[str, Any]) -> str:
 )
 @click.option("--file-list", metavar="FILE", help="The input as a CSV/TSV file list (as for convert).")
 @click.option("--strict", is_flag=True, help="Fail (exit 1, publish nothing) if any new image is unusable.")
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue an interrupted update: reuse its finished new shards (those whose images are unchanged).",
+)
 @click.option("--fsync/--no-fsync", default=True, show_default=True, help="As for convert.")
 @click.option("--workers", type=click.IntRange(min=1), help="Worker processes for the new images (as for convert).")
 @click.option("--shards", metavar="N|SPLIT=N,...", help=_RECORDED)
@@ -141,6 +146,10 @@ def update_command(input_dir: str, output_dir: str, as_json: bool, quiet: bool, 
         progress.close()
         if isinstance(e, Interrupted) and e.published:
             click.echo(f"interrupted once {output_dir} was updated: it is complete, nothing is left to do", err=True)
+        elif isinstance(e, Interrupted):
+            from img2tfrecord.conversion.update_resume import interrupted_line
+
+            click.echo(interrupted_line(output_dir, e.done, e.total), err=True)
         else:
             click.echo(f"interrupted: {output_dir} is unchanged; run the same command again to update it", err=True)
         sys.exit(143 if convert_cli._terminated else 130)

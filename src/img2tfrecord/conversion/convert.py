@@ -37,6 +37,7 @@ from img2tfrecord.conversion.resume import (
     Journal,
     finished_count,
     header,
+    journal_command,
     load_done,
     prune,
 )
@@ -191,9 +192,14 @@ def _unfinished_run(ws: Workspace, resume: bool, overwrite: bool) -> str | None:
     Finished shards of an interrupted run are not thrown away unasked: without --resume (which
     reuses them) it takes --overwrite. Raises UsageError otherwise.
     """
+    output_dir = ws.output
+    if journal_command(ws.journal_dir) == "update" and not overwrite:  # not convert's: its --resume cannot finish it
+        raise UsageError(
+            f"{output_dir} holds an unfinished update: finish it (update with {option('resume', True)}), "
+            f"or add {option('overwrite', True)} to discard it and convert anew"
+        )
     if resume:
         return None
-    output_dir = ws.output
     done = finished_count(ws.journal_dir)
     if done is None:
         return None

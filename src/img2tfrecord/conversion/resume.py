@@ -103,6 +103,15 @@ def _entries(journal_dir: str) -> list[Any]:
     return entries if entries and isinstance(entries[0], dict) else []
 
 
+def journal_command(journal_dir: str) -> str | None:
+    """Which command an unfinished run's journal belongs to ("convert" or "update"); None without one."""
+    entries = _entries(journal_dir)
+    if not entries:
+        return None
+    command = entries[0].get("command", "convert")
+    return command if isinstance(command, str) else "convert"
+
+
 def finished_count(journal_dir: str) -> int | None:
     """How many finished shards an unfinished run's journal lists; None without a journal."""
     entries = _entries(journal_dir)

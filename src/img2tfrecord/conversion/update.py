@@ -13,7 +13,6 @@ and the old dataset.json's sha256 as `parent`. Every record-shaping option is th
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -31,6 +30,13 @@ from img2tfrecord.conversion.plan import Plan, PlannedShard, check_paths, one_re
 from img2tfrecord.conversion.publish import Workspace, reuse
 from img2tfrecord.conversion.table import TaskView
 from img2tfrecord.conversion.update_options import recorded_settings, refuse_other_options
+from img2tfrecord.conversion.update_resume import (
+    ResumeState,
+    check_unfinished,
+    clear_build,
+    keep_finished,
+    link_or_move,
+)
 from img2tfrecord.conversion.write import ShardInfo
 from img2tfrecord.errors import DataError, Interrupted, UsageError
 from img2tfrecord.format import catalog as catalog_file
@@ -112,6 +118,7 @@ def update(
     *,
     check_content: bool = False,
     dry_run: bool = False,
+    resume: bool = False,
     workers: int | None = None,
     strict: bool = False,
     fsync: bool = True,
@@ -123,7 +130,9 @@ def update(
     """Apply the input's changes to the dataset in `output_dir`; return the summary.
 
     `options` are convert's record-shaping options: each must equal dataset.json's (UsageError
-    otherwise). Nothing changed: nothing is written and the summary says `up_to_date`."""
+    otherwise). Nothing changed: nothing is written and the summary says `up_to_date`. Interrupted
+    (SIGINT/SIGTERM: `Interrupted`), the finished new shards are kept: `resume=True` reuses them
+    (conversion.update_resume)."""
     timing = Timing()
     emit = on_event or (lambda kind, msg: None)
     created_stamp()
@@ -152,24 +161,33 @@ def update(
     lock.acquire()
     try:
         publish.recover(ws)
-        if publish.has_unfinished(ws):
-            raise UsageError(f"{output_dir} holds an unfinished run: finish it (convert --resume) or discard it first")
+        check_unfinished(ws, resume)
         rec = read_recorded(output_dir)  # as it is now that we hold the lock
         changes = _changes(input_dir, rec, file_list, check_content, emit)
         layout = _layout(changes, rec, settings)
         if changes.nothing:
+            if publish.has_unfinished(ws):  # an unfinished update of what is now up to date
+                publish.discard(ws)
             return _summary(input_dir, output_dir, rec, changes, layout, timing, dry_run=False)
         _check_space(output_dir, _needed(changes, layout, settings), settings, emit)
-        publish.prepare(ws)
+        publish.prepare(ws, keep=resume)
+        if resume:
+            clear_build(ws, NEW_DIR)
         state = publish.Published()
+        run = ResumeState(resume)
         try:
-            built = _build(ws, input_dir, output_dir, rec, changes, layout, settings, workers, emit, progress, timing)
+            built = _build(
+                ws, input_dir, output_dir, rec, changes, layout, settings, workers, emit, progress, timing, run
+            )
             publish.publish(ws, built.files, built.metadata, settings.fsync, state)
         except BaseException as e:
             if state.switched:  # the new version is in place; only removing the old one failed
                 if isinstance(e, KeyboardInterrupt):
                     raise Interrupted(0, 0, published=True) from None
                 raise DataError(f"{output_dir} was updated, but removing the old version failed: {e}") from None
+            if isinstance(e, KeyboardInterrupt) and run.journal is not None:  # finished shards kept for --resume
+                keep_finished(fs.join(ws.build, NEW_DIR), run)
+                raise Interrupted(run.done, run.total) from None
             publish.discard(ws)  # the old version is untouched
             if isinstance(e, OSError):
                 raise DataError(
@@ -181,7 +199,7 @@ def update(
         summary["warnings"] = summary["warnings"] + built.warnings
         return summary
     finally:
-        lock.release(remove=True)
+        lock.release(remove=not publish.has_unfinished(ws))
 
 
 def _changes(input_dir: str, rec: Recorded, file_list: str | None, check_content: bool, emit: EventSink) -> Changes:
@@ -287,6 +305,7 @@ def _build(
     emit: EventSink,
     progress: Callable[[int, int, int], None] | None,
     timing: Timing,
+    run: ResumeState,
 ) -> _Built:
     """Write the new version into `ws.build`: new shards, rewritten shards, links, catalog, metadata."""
     build = ws.build
@@ -302,7 +321,9 @@ def _build(
         if k
         for j, part in enumerate(_cut(TaskView(table, changes.splits[s].encode), k))
     ]
-    outcomes = _encode(planned, input_dir, output_dir, changes, rec, settings, work, workers, emit, progress, timing)
+    outcomes = _encode(
+        planned, ws, input_dir, output_dir, changes, rec, settings, work, workers, emit, progress, timing, run
+    )
     new_rows = Catalog(has_digests=settings.digests)
     new_infos: dict[str, list[ShardInfo]] = {}
     for s in layout.new_counts:
@@ -364,10 +385,10 @@ def _build(
                 reuse(ws, [slot.old] + ([index_src] if index_src else []), [final, final + ".idx"])
                 linked += 1
                 linked_bytes += int(slot.info.get("bytes") or 0)
-            else:
-                fs.rename(slot.source, dst)
+            else:  # linked, not moved: a journaled new shard stays where --resume finds it
+                link_or_move(slot.source, dst)
                 if settings.index:
-                    fs.rename(slot.source + ".idx", dst + ".idx")
+                    link_or_move(slot.source + ".idx", dst + ".idx")
             slot.info["file"] = final
             if settings.index or index_src:
                 slot.info["index"] = final + ".idx"
@@ -375,7 +396,8 @@ def _build(
             if "index" in slot.info:
                 files.append(slot.info["index"])
         split_info[s] = {"shards": [slot.info for slot in ordered]}
-    os.rmdir(work) if not fs.is_remote(work) else fs.rmtree(work)
+    if fs.is_remote(work):
+        fs.rmtree(work)  # locally, `publish` removes it with what else is not part of the dataset
     # 4. the catalog of the new version
     cat = _new_catalog(rec.catalog, changes, new_rows, slots, final_of, final_new, settings)
     fs.write_bytes(fs.join(build, CATALOG_NAME), catalog_file.encode(cat))
@@ -430,6 +452,7 @@ def _cut(view: TaskView, k: int) -> list[TaskView]:
 
 def _encode(
     planned: list[PlannedShard],
+    ws: Workspace,
     input_dir: str,
     output_dir: str,
     changes: Changes,
@@ -440,12 +463,13 @@ def _encode(
     emit: EventSink,
     progress: Callable[[int, int, int], None] | None,
     timing: Timing,
+    run: ResumeState,
 ) -> list[writer.ShardOutcome]:
-    """Run the local engine over the new shards (in `work`)."""
+    """Run the local engine over the new shards (in `work`), journaled in the workspace for --resume."""
     if not planned:
         return []
     from img2tfrecord.conversion.engines.local import LocalEngine
-    from img2tfrecord.conversion.resume import Journal, header
+    from img2tfrecord.conversion.update_resume import journal
 
     table = planned[0].tasks.table if isinstance(planned[0].tasks, TaskView) else None
     plan = Plan(
@@ -456,12 +480,11 @@ def _encode(
         split_names=list(dict.fromkeys(sh.split for sh in planned)),
         shards=planned,
         settings=settings,
-        options=rec.options,
+        options=rec.options | {"update_of": manifest_digest(rec.text)},  # the journal's fingerprint
     )
-    journal = Journal(work, header(plan))
-    outcomes = LocalEngine(journal, timing, workers, progress).run(plan, work, settings, emit)
-    fs.remove(fs.join(work, "journal.jsonl"))
-    return outcomes
+    log = journal(ws, plan, work, run, emit)
+    timing.reused = frozenset(run.reused)
+    return LocalEngine(log, timing, workers, progress).run(plan, work, settings, emit)
 
 
 def _new_catalog(
