@@ -225,8 +225,11 @@ class _Layout:
 
 
 def _layout(changes: Changes, rec: Recorded, settings: ShardSettings) -> _Layout:
-    """Which old shards are kept, rewritten or emptied, and how many new shards each split gets:
-    at most as many records each as the dataset's shards hold on average (its shard-size rule)."""
+    """Which old shards are kept, rewritten or emptied, and how many new shards each split gets.
+
+    New shards follow the dataset's shard-size rule (`shard_request`): without --shards, convert's
+    own (`plan.auto_shard_counts` over the new images' estimated bytes: 100-200 MiB a shard); with
+    a count, the shard size that count gave, i.e. at most the split's average records per shard."""
     cat = rec.catalog
     records: dict[str, list[tuple[int, int]]] = {}  # shard -> (record, row) of its records
     for r, state in enumerate(cat.states):
@@ -237,6 +240,7 @@ def _layout(changes: Changes, rec: Recorded, settings: ShardSettings) -> _Layout
     count = sum(len(sp.get("shards") or []) for sp in splits.values())
     overall = max(1, math.ceil(total / count)) if count else 1
     out = _Layout({}, {}, {}, {}, overall)
+    by_bytes = _byte_rule_counts(changes, settings) if rec.manifest.get("shard_request") is None else None
     for s in dict.fromkeys([*splits, *changes.splits]):
         entries = (splits.get(s) or {}).get("shards") or []
         gone = changes.splits[s].gone if s in changes.splits else set()
@@ -252,12 +256,32 @@ def _layout(changes: Changes, rec: Recorded, settings: ShardSettings) -> _Layout
                 emptied.append(entry["file"])
         out.kept[s], out.rewritten[s], out.emptied[s] = kept, rewritten, emptied
         n = len(changes.splits[s].encode) if s in changes.splits else 0
-        per = max(1, math.ceil(int(splits[s]["records"]) / len(entries))) if entries else overall
-        k = math.ceil(n / per) if n else 0
-        if settings.index and k:
-            k = min(k, max(1, n // 2))  # no shard of one record with --index (plan.MIN_INDEXED_RECORDS)
+        if by_bytes is not None:
+            k = by_bytes.get(s, 0) if n else 0
+        else:
+            per = max(1, math.ceil(int(splits[s]["records"]) / len(entries))) if entries else overall
+            k = math.ceil(n / per) if n else 0
+            if settings.index and k:
+                k = min(k, max(1, n // 2))  # no shard of one record with --index (plan.MIN_INDEXED_RECORDS)
         out.new_counts[s] = k
     return out
+
+
+def _byte_rule_counts(changes: Changes, settings: ShardSettings) -> dict[str, int]:
+    """New shards per split by convert's default rule, applied to the images to encode."""
+    from img2tfrecord.conversion.plan import _estimate_bytes, auto_shard_counts, min_shard_records
+
+    if not changes.found.splits:
+        return {}
+    table = next(iter(changes.found.splits.values())).table
+    views = {s: TaskView(table, sc.encode) for s, sc in changes.splits.items()}
+    counts, _ = auto_shard_counts(  # its warnings are convert's; update warns of a one-record shard itself
+        {s: _estimate_bytes(v, settings.encode) for s, v in views.items()},
+        {s: len(v) for s, v in views.items()},
+        None,
+        min_shard_records(settings.index),
+    )
+    return counts
 
 
 def _needed(changes: Changes, layout: _Layout, settings: ShardSettings) -> int:
