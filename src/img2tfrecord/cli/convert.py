@@ -110,6 +110,12 @@ def _stderr_is_terminal() -> bool:
 
 def _summary_text(s: dict[str, Any]) -> str:
     classes = s["classes"]
+    if s.get("already_published"):  # --resume after a run killed once its dataset was in place
+        splits = ", ".join(f"{n}: {v['records']:,} in {plural(v['shards'], 'shard')}" for n, v in s["splits"].items())
+        return (
+            f"{s['output']} already holds the dataset this command was making ({plural(s['records'], 'image')}: "
+            f"{splits}): the interrupted run had published it; nothing left to do"
+        )
     if s["dry_run"]:
         lines = [f"Plan for {s['input']} -> {s['output']} (dry run, nothing written):"]
         lines.append(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import time
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -38,8 +39,10 @@ from img2tfrecord.conversion.resume import (
     finished_count,
     header,
     journal_command,
+    journal_header,
     load_done,
     prune,
+    same_job,
 )
 from img2tfrecord.errors import (
     DataError,
@@ -52,7 +55,7 @@ from img2tfrecord.errors import (
     said,
     wording,
 )
-from img2tfrecord.format.manifest import created_stamp
+from img2tfrecord.format.manifest import MANIFEST_NAME, created_stamp
 
 
 @cstderr.quieted
@@ -130,8 +133,12 @@ def convert(
     lock.acquire()  # first: a second run is refused before it says or touches anything
     started = False
     try:
+        then = journal_header(ws.journal_dir) if resume else None  # before `recover` removes it
         if recover(ws):  # a killed run had switched its dataset in: OUTPUT is that dataset now
             if resume:
+                plan = plan_job(input_dir, output_dir, **options)
+                if same_job(then, plan):  # it was this command's: done (a retry script's --resume exits 0)
+                    return _already_published(plan, timing, emit)
                 raise UsageError(
                     f"{option('resume', True)}: the interrupted run had already published its dataset in {ws.shown} (removing the "
                     "old version was all that was left, done now): there is nothing to resume"
@@ -151,6 +158,38 @@ def convert(
             with contextlib.suppress(OSError):
                 os.rmdir(ws.output)  # a folder made for an in-place lock, still empty
         lock.release(remove=not has_unfinished(ws))  # last: all cleanup happens under the lock
+
+
+def _already_published(plan: Plan, timing: Timing, emit: EventSink) -> dict[str, Any]:
+    """The summary of a --resume whose interrupted run (this same job) had already published its
+    dataset: nothing is written; the counts are the published dataset.json's."""
+    import json
+
+    manifest = json.loads(fs.read_bytes(fs.join(plan.output_dir, MANIFEST_NAME)))
+    splits = manifest.get("splits") or {}
+    emit(
+        "note",
+        f"resuming: the interrupted run had already published its dataset in {plan.output_dir} "
+        "(only removing the old version was left, done now)",
+    )
+    return {
+        "input": plan.input_dir,
+        "output": plan.output_dir,
+        "dry_run": False,
+        "already_published": True,
+        "classes": list(manifest.get("classes") or []),
+        "records": sum(int(sp.get("records") or 0) for sp in splits.values()),
+        "splits": {
+            s: {
+                "records": int(sp.get("records") or 0),
+                "shards": len(sp.get("shards") or []),
+                "bytes": sum(int(sh.get("bytes") or 0) for sh in sp.get("shards") or []),
+            }
+            for s, sp in splits.items()
+        },
+        "warnings": [],
+        "elapsed_seconds": round(time.perf_counter() - timing.start, 3),
+    }
 
 
 def _worded(on_event: EventSink | None) -> EventSink:

@@ -103,13 +103,28 @@ def _entries(journal_dir: str) -> list[Any]:
     return entries if entries and isinstance(entries[0], dict) else []
 
 
+def journal_header(journal_dir: str) -> dict[str, Any] | None:
+    """An unfinished run's journal header (its fingerprint); None without a journal."""
+    entries = _entries(journal_dir)
+    return entries[0] if entries else None
+
+
 def journal_command(journal_dir: str) -> str | None:
     """Which command an unfinished run's journal belongs to ("convert" or "update"); None without one."""
-    entries = _entries(journal_dir)
-    if not entries:
+    head = journal_header(journal_dir)
+    if head is None:
         return None
-    command = entries[0].get("command", "convert")
+    command = head.get("command", "convert")
     return command if isinstance(command, str) else "convert"
+
+
+def same_job(then: dict[str, Any] | None, plan: Plan) -> bool:
+    """Whether a journal header is this job's: the same fingerprint (options, classes, shard plan)
+    and the same sources' mtimes, i.e. what this run would write is what that run wrote."""
+    if then is None or then.get("command", "convert") != "convert":
+        return False
+    now = header(plan)
+    return then.get("fingerprint") == now["fingerprint"] and then.get("sources") == now["sources"]
 
 
 def finished_count(journal_dir: str) -> int | None:
