@@ -134,11 +134,14 @@ def finished_count(journal_dir: str) -> int | None:
 
 
 def load_done(
-    plan: Plan, staging: str, journal_dir: str | None = None
+    plan: Plan, staging: str, journal_dir: str | None = None, extra_sources: dict[str, str] | None = None
 ) -> tuple[dict[str, ShardOutcome], list[tuple[str, str]]]:
     """The finished shards of an interrupted run of this same job, each checked (by its checksum,
     or with --checksum none by its records' CRCs), and the journaled shards that are not reused,
     with the reason: ({name: outcome}, [(name, why)]).
+
+    `extra_sources`: shards the job makes besides the plan's (update's rewritten ones), each with
+    a digest of what it is made from, as the header's `sources` holds it.
 
     Raises UsageError, saying what differs, when the journal belongs to another input or options.
     """
@@ -152,7 +155,8 @@ def load_done(
             f"{said('run the command it was', 'call convert() as it was called')}, or drop {option('resume')} "
             f"and add {option('overwrite', True)} to start over"
         )
-    planned = {s.name for s in plan.shards}
+    now["sources"] |= extra_sources or {}
+    planned = {s.name for s in plan.shards} | set(extra_sources or {})
     then_sources = entries[0].get("sources")
     then_sources = then_sources if isinstance(then_sources, dict) else {}
     done, redone = {}, []

@@ -56,6 +56,7 @@ from img2tfrecord.format.manifest import (
 from img2tfrecord.format.naming import shard_name
 
 NEW_DIR = ".update-new"  # inside the build folder: new and rewritten shards under provisional names
+REWRITE = "rewrite-"  # the provisional name of a rewritten shard: REWRITE + its old name
 
 
 @dataclass
@@ -346,7 +347,7 @@ def _build(
         for j, part in enumerate(_cut(TaskView(table, changes.splits[s].encode), k))
     ]
     outcomes = _encode(
-        planned, ws, input_dir, output_dir, changes, rec, settings, work, workers, emit, progress, timing, run
+        planned, ws, input_dir, output_dir, changes, rec, layout, settings, work, workers, emit, progress, timing, run
     )
     new_rows = Catalog(has_digests=settings.digests)
     new_infos: dict[str, list[ShardInfo]] = {}
@@ -378,8 +379,14 @@ def _build(
             kept = {"version": 1} | entry  # a shard of a dataset made before lineage: version 1 wrote it
             by_name[entry["file"]] = _Slot(fs.join(output_dir, entry["file"]), kept, True, old=entry["file"])
         for entry, keep in layout.rewritten.get(s, []):
-            name = "rewrite-" + entry["file"]
-            info = writer.copy_records(fs.join(output_dir, entry["file"]), keep, work, name, settings)
+            name = REWRITE + entry["file"]
+            reused = run.journal.done.get(name) if run.journal is not None else None
+            if reused is not None:  # --resume: rewritten before the interruption, checked
+                info = reused.info
+            else:
+                info = writer.copy_records(fs.join(output_dir, entry["file"]), keep, work, name, settings)
+                if run.journal is not None:
+                    run.journal.record(writer.ShardOutcome(s, info))
             rewritten_bytes += info.bytes
             slot = _Slot(fs.join(work, name), info.as_json() | {"version": version}, False, old=entry["file"])
             slot.renumber = {(entry["file"], n): j for j, n in enumerate(keep)}
@@ -481,6 +488,7 @@ def _encode(
     output_dir: str,
     changes: Changes,
     rec: Recorded,
+    layout: _Layout,
     settings: ShardSettings,
     work: str,
     workers: int | None,
@@ -489,13 +497,14 @@ def _encode(
     timing: Timing,
     run: ResumeState,
 ) -> list[writer.ShardOutcome]:
-    """Run the local engine over the new shards (in `work`), journaled in the workspace for --resume."""
-    if not planned:
-        return []
-    from img2tfrecord.conversion.engines.local import LocalEngine
-    from img2tfrecord.conversion.update_resume import journal
+    """Run the local engine over the new shards (in `work`), journaled in the workspace for --resume
+    with the rewritten shards to come (which `_build` journals as it copies them)."""
+    from img2tfrecord.conversion.update_resume import journal, rewrite_key
 
-    table = planned[0].tasks.table if isinstance(planned[0].tasks, TaskView) else None
+    rewrites = {REWRITE + e["file"]: rewrite_key(e, keep) for v in layout.rewritten.values() for e, keep in v}
+    if not planned and not rewrites:
+        return []
+    table = planned[0].tasks.table if planned and isinstance(planned[0].tasks, TaskView) else None
     plan = Plan(
         input_dir=input_dir,
         output_dir=output_dir,
@@ -506,8 +515,12 @@ def _encode(
         settings=settings,
         options=rec.options | {"update_of": manifest_digest(rec.text)},  # the journal's fingerprint
     )
-    log = journal(ws, plan, work, run, emit)
+    log = journal(ws, plan, work, run, emit, rewrites)
     timing.reused = frozenset(run.reused)
+    if not planned:
+        return []
+    from img2tfrecord.conversion.engines.local import LocalEngine
+
     return LocalEngine(log, timing, workers, progress).run(plan, work, settings, emit)
 
 

@@ -6,8 +6,10 @@ folder, and journals each finished one in the workspace (`conversion.resume`, th
 version's dataset.json digest, the options, the classes and each new shard's images). SIGINT or
 SIGTERM (or a kill) leaves OUTPUT at the old version and the journal and the finished shards in
 the workspace; the same command with --resume reuses those whose images are unchanged (checked as
-convert checks them), so the result is byte-identical to an uninterrupted update. The rest (the
-shards rewritten by copying records, links, catalog, metadata) is cheap and made again.
+convert checks them), so the result is byte-identical to an uninterrupted update. The shards
+rewritten by copying records are journaled too, each under a key of what it is made from (the old
+shard's name, size and checksums, the record numbers kept: `rewrite_key`, in the header's
+`sources`); the links, catalog and metadata are cheap and made again.
 
 Unlike `convert --resume`, an unfinished update whose input or dataset changed since (another
 fingerprint) is not refused: what it would publish is computed from the input as it is now, so
@@ -17,9 +19,11 @@ its shards are dropped with a warning and the update starts over.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.events import EventSink
@@ -40,7 +44,7 @@ class ResumeState:
 
     resume: bool
     journal: Journal | None = None
-    total: int = 0  # new shards planned
+    total: int = 0  # new and rewritten shards planned
     reused: list[str] = field(default_factory=list)
 
     @property
@@ -78,23 +82,33 @@ def clear_build(ws: Workspace, keep: str) -> None:
                 fs.rmtree(path) if fs.isdir(path) else fs.remove(path)
 
 
-def journal(ws: Workspace, plan: Plan, work: str, state: ResumeState, emit: EventSink) -> Journal:
-    """The journal of this update's new shards in `work`: with --resume, the interrupted run's
-    finished ones that still fit are reused (named, with why, when one is redone)."""
+def rewrite_key(entry: dict[str, Any], keep: list[int]) -> str:
+    """What a rewritten shard is made from: the old shard (name, size, checksums) and the records kept."""
+    what = [entry.get("file"), entry.get("bytes"), entry.get("checksums"), keep]
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def journal(
+    ws: Workspace, plan: Plan, work: str, state: ResumeState, emit: EventSink, rewrites: dict[str, str]
+) -> Journal:
+    """The journal of this update's new and rewritten shards in `work` (`rewrites`: name ->
+    `rewrite_key`): with --resume, the interrupted run's finished ones that still fit are reused
+    (named, with why, when one is redone)."""
     head = header(plan) | {"command": UPDATE}
+    head["sources"] = head["sources"] | rewrites
     done: dict[str, ShardOutcome] = {}
     if state.resume:
         try:
-            done, redone = load_done(plan, work, ws.journal_dir)
+            done, redone = load_done(plan, work, ws.journal_dir, rewrites)
         except UsageError as e:  # another input or dataset: nothing of it fits
             emit("warning", wording(f"resuming: the unfinished update's shards are not reused: {e}"))
             done, redone = {}, []
         for name, why in redone:
-            emit("warning", f"resuming: new shard {name} is encoded again: {why}")
+            emit("warning", f"resuming: shard {name} is made again: {why}")
         prune(work, set(done))
         if done:
-            emit("note", f"resuming: {len(done)} of {plural(len(plan.shards), 'new shard')} reused")
-    state.total = len(plan.shards)
+            emit("note", f"resuming: {len(done)} of {plural(len(plan.shards) + len(rewrites), 'shard')} reused")
+    state.total = len(plan.shards) + len(rewrites)
     state.reused = sorted(done)
     state.journal = Journal(work, head, done, journal_dir=ws.journal_dir)
     return state.journal
@@ -108,7 +122,7 @@ def keep_finished(work: str, state: ResumeState) -> None:
 
 def interrupted_line(output: str, done: int, total: int) -> str:
     """What the CLI says when an update is interrupted before its switch."""
-    kept = f" ({done} of {plural(total, 'new shard')} finished and kept)" if total else ""
+    kept = f" ({done} of {plural(total, 'shard')} finished and kept)" if total else ""
     return wording(
         f"interrupted: {output} is unchanged{kept}; {said('run the same command', 'call update() again')} "
         f"with {option('resume', True)} to continue"
