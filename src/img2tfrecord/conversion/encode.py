@@ -67,7 +67,7 @@ warnings.filterwarnings("ignore", module="PIL")
 # Modes an image is brought to before encoding, and their channels / bits per sample.
 STORED_MODES = {m: (MODE_CHANNELS[m], 16 if m == "I;16" else 8) for m in ("L", "LA", "RGB", "RGBA", "I;16")}
 _SIXTEEN = ("I;16", "I;16L", "I;16B", "I;16N")
-_PLUGINS = {
+_PLUGINS: dict[str, Callable[[io.BytesIO], Image.Image]] = {  # Pillow's readers, to name a header's problem
     "TIFF (II*)": TiffImagePlugin.TiffImageFile,
     "TIFF (MM*)": TiffImagePlugin.TiffImageFile,
     "PNG": PngImagePlugin.PngImageFile,
@@ -414,7 +414,7 @@ def _eight_bit(arr) -> Image.Image:  # type: ignore[no-untyped-def]
     """16-bit grey to 8 bits the way TensorFlow's `convert_image_dtype` does (v >> 8)."""
     import numpy as np  # only for 16-bit and float images; the main process never needs numpy (~16 MB)
 
-    return Image.fromarray((np.asarray(arr, dtype=np.uint16) >> 8).astype(np.uint8), "L")
+    return Image.fromarray((np.asarray(arr, dtype=np.uint16) >> 8).astype(np.uint8))  # uint8 2-D: mode L
 
 
 def _sixteen_bit(im: Image.Image) -> Image.Image:
@@ -423,7 +423,7 @@ def _sixteen_bit(im: Image.Image) -> Image.Image:
 
     arr = np.asarray(im)
     if im.mode in _SIXTEEN:
-        return Image.fromarray(arr.astype(np.uint16), "I;16")
+        return _gray16(arr)
     if not arr.size:
         raise SkipImage("image has no pixels")
     lo, hi = arr.min(), arr.max()
@@ -436,7 +436,15 @@ def _sixteen_bit(im: Image.Image) -> Image.Image:
         raise SkipImage(
             f"{kind} pixel values {lo:g}..{hi:g} do not fit 16 bits (PNG, the deepest format TensorFlow decodes, holds 0..65535)"
         )
-    return Image.fromarray(arr.astype(np.uint16), "I;16")
+    return _gray16(arr)
+
+
+def _gray16(arr: Any) -> Image.Image:
+    """A 2-D array as Pillow's "I;16" (native-order uint16, the mode is inferred from the dtype:
+    Pillow 13 refuses `fromarray(arr, "I;16")`, older Pillow deprecates the mode argument)."""
+    import numpy as np
+
+    return Image.fromarray(np.ascontiguousarray(arr, dtype="<u2"))
 
 
 def _resize16(im: Image.Image, size: tuple[int, int], resample: Image.Resampling) -> Image.Image:
@@ -444,7 +452,7 @@ def _resize16(im: Image.Image, size: tuple[int, int], resample: Image.Resampling
     import numpy as np
 
     arr = np.asarray(im.convert("I").resize(size, resample))
-    return Image.fromarray(np.clip(arr, 0, 65535).astype(np.uint16), "I;16")
+    return _gray16(np.clip(arr, 0, 65535))
 
 
 def _lossless(im: Image.Image) -> Image.Image:
@@ -498,7 +506,7 @@ def _decode_jpeg(data: bytes, frame: JpegFrame, opts: EncodeOptions) -> Image.Im
     arr = _simplejpeg().decode_jpeg(
         data, colorspace="GRAY" if frame.channels == 1 else "RGB", min_height=side, min_width=side, strict=opts.validate
     )
-    im = Image.fromarray(arr[:, :, 0] if frame.channels == 1 else arr, "L" if frame.channels == 1 else "RGB")
+    im = Image.fromarray(arr[:, :, 0] if frame.channels == 1 else arr)  # uint8: L or RGB, from the shape
     if frame.orientation in _TRANSPOSE:
         im = im.transpose(_TRANSPOSE[frame.orientation])
     return im
