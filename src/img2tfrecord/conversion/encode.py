@@ -51,6 +51,7 @@ from img2tfrecord.format.images import (
     MODE_CHANNELS,
     describe_unknown,
     jpeg_frame_problem,
+    jpeg_header_view,
     png_chunks_sound,
     png_header,
     sniff,
@@ -133,20 +134,22 @@ def encode_image(path: str, opts: EncodeOptions) -> Result:
 
 def _encode(data: bytes, kind: str | None, opts: EncodeOptions) -> Result:
     jpeg = None
+    view = data  # a JPEG as libjpeg reads its headers (junk between segments and ICC left out)
     if kind == "JPEG":
-        if problem := jpeg_frame_problem(data):
+        view = jpeg_header_view(data)
+        if problem := jpeg_frame_problem(view):
             raise SkipImage(problem)
-        jpeg = probe_jpeg(data)  # None: CMYK/YCCK, or markers we leave to Pillow
+        jpeg = probe_jpeg(view)  # None: CMYK/YCCK, or markers we leave to Pillow
         if jpeg is not None:
             _check_pixels(jpeg.width, jpeg.height, opts)
             if opts.reencodes:  # decoded by libjpeg-turbo directly (strict when validating): no Pillow open
                 try:
-                    payload, out_fmt, (h, w, c), depth = _transcode(None, "JPEG", opts, jpeg, data)
+                    payload, out_fmt, (h, w, c), depth = _transcode(None, "JPEG", opts, jpeg, view)
                 except ValueError as e:
                     raise SkipImage(f"JPEG: corrupt or truncated: {_describe(e)}") from None
                 return Result("encoded", payload, out_fmt, h, w, c, None, False, len(data), _digest(data), depth)
             if opts.validate:
-                _check_jpeg_scan(data)
+                _check_jpeg_scan(view)
             return Result(
                 "keep",
                 data,
@@ -167,7 +170,7 @@ def _encode(data: bytes, kind: str | None, opts: EncodeOptions) -> Result:
     transcoded = None
     try:
         if fmt in ("JPEG", "MPO") and jpeg is None and opts.validate:
-            _check_jpeg_scan(data)  # CMYK/YCCK: Pillow would decode a corrupt scan silently
+            _check_jpeg_scan(view)  # CMYK/YCCK: Pillow would decode a corrupt scan silently
         if not opts.reencodes:
             kept = _keep(im, data, fmt, opts.validate)
             if isinstance(kept, Result):
@@ -271,11 +274,7 @@ def probe_jpeg(data: bytes) -> JpegFrame | None:
             height, width = (data[pos + 5] << 8) | data[pos + 6], (data[pos + 7] << 8) | data[pos + 8]
             if precision != 8 or channels not in (1, 3) or not height or not width:
                 return None
-            try:
-                orient = _exif_orientation(exif) if exif is not None else None
-            except Exception:
-                return None
-            return JpegFrame(height, width, channels, orient)
+            return JpegFrame(height, width, channels, _exif_orientation(exif) if exif is not None else None)
         if marker == 0xE1 and exif is None and data.startswith(b"Exif\0\0", pos + 4):
             exif = data[pos + 4 : pos + 2 + length]
         pos += 2 + length
@@ -283,9 +282,14 @@ def probe_jpeg(data: bytes) -> JpegFrame | None:
 
 
 def _exif_orientation(exif: bytes) -> int | None:
+    """The EXIF orientation; None when the block is truncated or invalid: no reader can find an
+    orientation there, and TensorFlow decodes the JPEG without it (so it is kept as it is)."""
     e = Image.Exif()
-    e.load(exif)
-    return e.get(0x0112, 1)
+    try:
+        e.load(exif)
+        return e.get(0x0112, 1)
+    except Exception:  # Pillow raises SyntaxError, struct.error, ValueError... on damaged EXIF
+        return None
 
 
 def _digest(data: bytes) -> str:

@@ -167,6 +167,66 @@ def jpeg_frame_problem(data: bytes) -> str | None:
     return None
 
 
+def _next_marker(data: bytes, pos: int) -> int:
+    """Where libjpeg's `next_marker` finds the next marker from `pos`: it discards bytes up to an
+    0xFF, skips fill bytes, and goes on past a stuffed 0xFF 0x00. -1 if there is none."""
+    end = len(data)
+    while True:
+        ff = data.find(b"\xff", pos)
+        if ff < 0:
+            return -1
+        nxt = ff + 1
+        while nxt < end and data[nxt] == 0xFF:
+            nxt += 1
+        if nxt >= end:
+            return -1
+        if data[nxt] != 0x00:
+            return nxt - 1
+        pos = nxt + 1
+
+
+def jpeg_header_view(data: bytes) -> bytes:
+    """The JPEG as libjpeg reads its headers: junk between header segments removed and ICC
+    (APP2) segments left out. `data` itself when there is nothing to remove.
+
+    libjpeg *warns* about these ("N extraneous bytes before marker 0xdb", "bad ICC marker"),
+    skips them, and decodes every pixel; TensorFlow's decoder does the same. A strict decode
+    (which turns any warning into an error, to catch lost entropy-coded data) is run on this view,
+    so that only damage to the scan itself (junk before an RST or EOI marker, a premature end, a
+    marker inside the scan) makes a JPEG unusable. Everything from the first SOS on is untouched.
+    """
+    if not data.startswith(b"\xff\xd8"):
+        return data
+    parts: list[bytes] = []
+    keep_from, pos, end = 0, 2, len(data)
+    while pos + 4 <= end:
+        if data[pos] != 0xFF or data[pos + 1] in (0x00, 0xFF):
+            nxt = _next_marker(data, pos)
+            if nxt < 0:
+                break
+            if data[pos] != 0xFF or data[pos + 1] == 0x00:  # junk (fill bytes 0xFF 0xFF... are legal)
+                parts.append(data[keep_from:pos])
+                keep_from = nxt
+            pos = nxt
+            continue
+        marker = data[pos + 1]
+        if marker in (0xD8, 0xD9) or 0xD0 <= marker <= 0xD7:
+            break
+        length = int.from_bytes(data[pos + 2 : pos + 4], "big")
+        if length < 2:
+            break
+        if marker == 0xE2:  # APP2: ICC profile chunks; no part of decoding pixels
+            parts.append(data[keep_from:pos])
+            keep_from = pos + 2 + length
+        if marker == 0xDA:
+            break
+        pos += 2 + length
+    if not parts:
+        return data
+    parts.append(data[keep_from:])
+    return b"".join(parts)
+
+
 _IMAGE_MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\xff\xd8\xff", "JPEG"),
     (b"\x89PNG\r\n\x1a\n", "PNG"),
