@@ -10,6 +10,13 @@ meanwhile becomes part of that file's skip reason (or is dropped when the image 
 
 Worker processes `install()` it for good; the calling process uses `quiet()` for the length of a
 command, which restores both descriptors afterwards. Both nest (and are no-ops when installed).
+
+What is said must belong to the image being read. `reading()` scopes it to one image: fd 2 is
+emptied before and read after, under a lock (fd 2 is one per process, so two threads of a process
+must not read images at the same time), and the Python log records of the decoders (Pillow's
+`logger.error("More samples per pixel than can be decoded: ...")`) are collected for that image
+alone instead of reaching a handler, the terminal or fd 2, where they became the skip reason of
+whichever image another worker or thread was reading next.
 """
 
 from __future__ import annotations
@@ -17,12 +24,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import logging
 import os
 import re
 import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, TextIO, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -149,3 +158,66 @@ def _writes_to_fd2(stream: object) -> bool:
         return stream.fileno() == 2  # type: ignore[attr-defined]
     except (AttributeError, ValueError, OSError, io.UnsupportedOperation):
         return False  # a test runner's buffer, a StringIO: it never reaches fd 2
+
+
+# ---- what the libraries say about one image ----
+
+_DECODER_LOGGERS = ("PIL",)  # Python loggers of the decoders (Pillow's plugins log under PIL.*)
+_reading_lock = threading.RLock()
+_current = threading.local()  # .said: the Said of the image this thread is reading, or None
+
+
+@dataclass
+class Said:
+    """What the decoders said while one image was read."""
+
+    c: str = ""  # written to fd 2 by C code (see `take`)
+    log: list[str] = field(default_factory=list)  # Python log records (warning and above), "level: message"
+
+    def text(self) -> str:
+        return "; ".join(dict.fromkeys([*(ln for ln in self.c.split("; ") if ln), *self.log]))
+
+
+class _ToTheImageBeingRead(logging.Handler):
+    """On the decoders' loggers (which no longer propagate): a record made while this thread reads
+    an image belongs to that image; any other record goes on to the handlers above, as before."""
+
+    def __init__(self, propagate: bool) -> None:
+        super().__init__(logging.NOTSET)
+        self.propagate = propagate
+
+    def emit(self, record: logging.LogRecord) -> None:
+        said = getattr(_current, "said", None)
+        if said is not None and record.levelno >= logging.WARNING:
+            with contextlib.suppress(Exception):
+                said.log.append(f"{record.levelname.lower()}: {record.getMessage()}")
+            return
+        parent = logging.getLogger(record.name).parent if self.propagate else None
+        while parent is not None and parent.name in _DECODER_LOGGERS:
+            parent = parent.parent
+        if parent is not None:
+            parent.callHandlers(record)
+
+
+def _route_decoder_logs() -> None:
+    for name in _DECODER_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(h, _ToTheImageBeingRead) for h in logger.handlers):
+            logger.addHandler(_ToTheImageBeingRead(logger.propagate))
+            logger.propagate = False
+
+
+@contextlib.contextmanager
+def reading() -> Iterator[Said]:
+    """Collect what the decoders say while the block reads one image (filled in on exit)."""
+    _route_decoder_logs()
+    said = Said()
+    with _reading_lock:
+        outer = getattr(_current, "said", None)
+        take()  # chatter from before this image is not about it
+        _current.said = said
+        try:
+            yield said
+        finally:
+            said.c = take()
+            _current.said = outer

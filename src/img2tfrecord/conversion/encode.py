@@ -49,6 +49,7 @@ from img2tfrecord.conversion.options import EncodeOptions
 from img2tfrecord.conversion.plan import Task
 from img2tfrecord.format.images import (
     MODE_CHANNELS,
+    bmp_tf_reads,
     describe_unknown,
     jpeg_frame_problem,
     jpeg_header_view,
@@ -118,17 +119,20 @@ def encode_image(path: str, opts: EncodeOptions) -> Result:
     decoders printed about it, if anything)."""
     data = _read(path)
     kind = sniff(data)
-    cstderr.take()  # chatter from before this image is not about it
-    try:
-        result = _encode(data, kind, opts)
-    except SkipImage as e:
-        said = cstderr.take()
-        raise SkipImage(f"{e} [decoder: {said[:300]}]" if said else str(e)) from None
-    said = cstderr.take()
-    if said and any("warning" not in line.lower() for line in said.split("; ")):
+    failed: SkipImage | None = None
+    with cstderr.reading() as said:  # what the decoders say now is about this image, and only this one
+        try:
+            result = _encode(data, kind, opts)
+        except SkipImage as e:
+            failed = e
+    if failed is not None:
+        text = said.text()
+        raise SkipImage(f"{failed} [decoder: {text[:300]}]" if text else str(failed)) from None
+    if said.c and any("warning" not in line.lower() for line in said.c.split("; ")):
         # A C decoder reported an error but let the image through (libtiff's Fax4Decode "Bad code
-        # word" does): its pixels are garbage from that point. Warnings alone are not our business.
-        raise SkipImage(f"{kind or result.fmt}: corrupt data: {said[:300]}")
+        # word" does): its pixels are garbage from that point. Warnings alone are not our business,
+        # nor is a Python log record of a decoder that then returned the image.
+        raise SkipImage(f"{kind or result.fmt}: corrupt data: {said.c[:300]}")
     return result
 
 
@@ -407,8 +411,15 @@ def _keep(im: Image.Image, data: bytes, fmt: str, validate: bool) -> Result | st
         orient = hdr.has_exif and im.getexif().get(0x0112, 1) not in (1, None)
         return Result("keep", data, "PNG", h, w, channels, None, orient, depth=depth)
     tile = getattr(im, "tile", None)  # an ImageFile's decoder plan: ("raw", box, offset, (rawmode, ...))
-    if fmt == "BMP" and im.mode == "RGB" and tile and tile[0][0] == "raw" and tile[0][3][0] == "BGR":
-        if validate:  # uncompressed 24-bit: what tf.io.decode_bmp reads
+    if (
+        fmt == "BMP"
+        and im.mode == "RGB"
+        and tile
+        and tile[0][0] == "raw"
+        and tile[0][3][0] == "BGR"
+        and bmp_tf_reads(data, w, h)
+    ):
+        if validate:  # uncompressed 24-bit, nothing after the rows: what tf.io.decode_bmp reads
             im.load()
         return Result("keep", data, "BMP", h, w, 3)
     return None

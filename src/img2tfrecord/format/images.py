@@ -227,6 +227,21 @@ def jpeg_header_view(data: bytes) -> bytes:
     return b"".join(parts)
 
 
+def bmp_tf_reads(data: bytes, width: int, height: int) -> bool:
+    """TensorFlow's BMP decoder reads this uncompressed 24-bit BMP as it is.
+
+    `tf.io.decode_bmp` takes the pixel offset from the file header and requires the file to end
+    where the pixel rows do: size == offset + padded row size x |height| ("Input size should
+    match (header_size + row_size * abs_height)"). Tried against it: BITMAPINFOHEADER, V4 and V5
+    headers, top-down rows and a gap before the pixels decode to Pillow's pixels; any byte after
+    the rows (a V5 header's embedded colour profile, trailing padding) fails the decode.
+    """
+    if len(data) < 30 or not data.startswith(b"BM") or int.from_bytes(data[28:30], "little") != 24:
+        return False
+    offset = int.from_bytes(data[10:14], "little")
+    return len(data) == offset + (width * 3 + 3) // 4 * 4 * abs(height)
+
+
 _IMAGE_MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\xff\xd8\xff", "JPEG"),
     (b"\x89PNG\r\n\x1a\n", "PNG"),
