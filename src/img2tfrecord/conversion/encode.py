@@ -49,6 +49,7 @@ from img2tfrecord.conversion.options import EncodeOptions
 from img2tfrecord.conversion.plan import Task
 from img2tfrecord.format.images import (
     MODE_CHANNELS,
+    NOT_IMAGES,
     bmp_tf_reads,
     describe_unknown,
     jpeg_frame_problem,
@@ -338,9 +339,11 @@ def _read(path: str) -> bytes:
                         if stat.S_ISDIR(st.st_mode)
                         else f"not a regular file ({kinds.get(stat.S_IFMT(st.st_mode), 'not a file')}): not read"
                     )
-                data = os.read(fd, st.st_size + 1)
-                while len(data) < st.st_size and (more := os.read(fd, st.st_size + 1 - len(data))):  # short reads (NFS)
-                    data += more
+                data = _read_upto(fd, min(st.st_size + 1, HEAD_BYTES))
+                if len(data) < st.st_size:  # more to read: only if the first bytes say it is an image
+                    if (why := not_an_image(data)) is not None:
+                        raise SkipImage(why)
+                    data = _read_upto(fd, st.st_size + 1, data)
             finally:
                 os.close(fd)
             if len(data) != st.st_size:
@@ -364,6 +367,38 @@ def _read(path: str) -> bytes:
     return data
 
 
+HEAD_BYTES = 64 * 1024  # read before knowing whether a file is an image (a 2 GB "photo.jpg" of zeros is not)
+
+
+def _read_upto(fd: int, size: int, data: bytes = b"") -> bytes:
+    """Read until `size` bytes or the end (short reads happen: NFS, FUSE)."""
+    parts = [data] if data else []
+    have = len(data)
+    while have < size and (more := os.read(fd, min(size - have, 1 << 30))):
+        parts.append(more)
+        have += len(more)
+    return b"".join(parts)
+
+
+def not_an_image(head: bytes) -> str | None:
+    """Why a file whose first bytes are `head` is not worth reading further; None if it may be an
+    image (a magic we know, or a header one of Pillow's readers accepts)."""
+    kind = sniff(head)
+    if kind in NOT_IMAGES:
+        return describe_unknown(head)
+    if kind is not None:
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            Image.open(io.BytesIO(head)).close()
+    except UnidentifiedImageError:
+        return describe_unknown(head)
+    except Exception:  # a reader took the header and wanted more bytes: read them
+        return None
+    return None
+
+
 def _open(data: bytes, kind: str | None) -> Image.Image:
     """Pillow's view of the file; a file it cannot read is named by its magic bytes and the
     error of that format's own reader (Pillow's "cannot identify image file" says neither)."""
@@ -373,7 +408,7 @@ def _open(data: bytes, kind: str | None) -> Image.Image:
         pass
     except Exception as e:
         raise SkipImage(f"{kind or 'image'}: unreadable header: {_describe(e)}") from None
-    if kind is None:
+    if kind is None or kind in NOT_IMAGES:
         raise SkipImage(describe_unknown(data))
     plugin = _PLUGINS.get(kind)
     why = "not supported"

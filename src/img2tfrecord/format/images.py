@@ -54,18 +54,66 @@ def sniff(data: bytes) -> str | None:
     return None
 
 
+# Containers that are not images, by their magic (offset 0): named, never quoted.
+_NOT_IMAGE_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"%PDF", "a PDF document"),
+    (b"PK\x03\x04", "a ZIP archive"),
+    (b"PK\x05\x06", "a ZIP archive"),
+    (b"\x1f\x8b", "gzip data"),
+    (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive"),
+    (b"Rar!\x1a\x07", "a RAR archive"),
+    (b"BZh", "bzip2 data"),
+    (b"\xfd7zXZ\x00", "xz data"),
+    (b"\x28\xb5\x2f\xfd", "zstd data"),
+    (b"\x7fELF", "an ELF executable"),
+    (b"MZ", "a Windows executable"),
+    (b"SQLite format 3\x00", "an SQLite database"),
+    (b"\x93NUMPY", "a NumPy array"),
+    (b"\x89HDF\r\n\x1a\n", "an HDF5 file"),
+    (b"OggS", "Ogg media"),
+    (b"ID3", "MP3 audio"),
+    (b"\x1aE\xdf\xa3", "Matroska/WebM video"),
+)
+
+
+NOT_IMAGES = frozenset({"PDF", "ZIP archive", "gzip data"})  # kinds `sniff` names that no decoder reads
+
+
 def describe_unknown(data: bytes) -> str:
-    """What a file is that no decoder recognised: text/HTML only when it really is text."""
+    """What a file is that no decoder recognised, from its first bytes, without quoting them.
+
+    A skip reason goes to the terminal and into dataset.json, which travels with the dataset: a
+    `--file-list` row or a symlink pointing at `/etc/shadow` or a key file must not copy a byte
+    of it there. So the reason names a kind (text, HTML, XML, JSON, a ZIP archive, a PDF...),
+    never the content.
+    """
     head = data[:512]
+    for magic, name in _NOT_IMAGE_MAGIC:
+        if head.startswith(magic):
+            return f"not an image: content is {name}"
+    if head[257:262] == b"ustar":
+        return "not an image: content is a tar archive"
+    if head[4:8] == b"ftyp":
+        return "not an image: content is MP4/QuickTime media"
     try:
         text = head.decode("utf-8")
     except UnicodeDecodeError as e:  # a multi-byte character cut at the 512th byte is still text
         text = head[: e.start].decode("utf-8") if e.start >= len(head) - 3 else ""
-    printable = text and all(ch.isprintable() or ch in "\r\n\t\f" for ch in text)
-    if printable:
-        kind = "HTML" if re.match(r"\s*<(!doctype|html|head|body|\?xml)", text, re.I) else "text"
-        return f"not an image: content is {kind} (starts with {text.strip()[:24]!r})"
-    return f"not an image: unknown data (starts with {data[:8].hex(' ')})"
+    text = text.lstrip("\ufeff")
+    if text and all(ch.isprintable() or ch in "\r\n\t\f" for ch in text):
+        start = text.lstrip()[:256].lower()
+        if re.match(r"<(!doctype html|html|head|body)\b", start):
+            kind = "HTML"
+        elif "<svg" in start:
+            kind = "SVG (a vector image: not supported; rasterise it first)"
+        elif start.startswith("<?xml") or start.startswith("<"):
+            kind = "XML"
+        elif start[:1] in ("{", "["):
+            kind = "JSON or other text"
+        else:
+            kind = "text"
+        return f"not an image: content is {kind}"
+    return "not an image: unknown binary data"
 
 
 class PngHeader(NamedTuple):
