@@ -18,8 +18,14 @@ TensorFlow's decoder makes of the bytes, not by what Pillow says the image is
   loss, and encoded. 16-bit stays 16-bit in PNG; pixel values that fit no format TensorFlow
   decodes (float, 32-bit integers beyond 16 bits) are skipped with that reason.
 
-Anything wrong with a file raises `SkipImage` with a short, true reason: the format found from
-its magic bytes, the decoder's error, and what the C libraries printed (see `cstderr`).
+The rule: an image is skipped only when TensorFlow's decoder would fail on what would be stored,
+or give pixels that differ from the source's. So libjpeg's header-only warnings (junk before a
+table or APP segment, a bad ICC marker) and an unreadable EXIF block keep a JPEG as it is, while
+lost entropy-coded data skips it; a BMP TensorFlow refuses (bytes after the pixel rows) becomes a
+PNG. Anything wrong with a file raises `SkipImage` with a short, true reason about *that* file:
+the format found from its magic bytes, the decoder's error, and what the C libraries printed or
+Pillow logged while it was read (`cstderr.reading`); a non-image is named, never quoted. A file
+is read whole only when its first bytes say it may be an image (`HEAD_BYTES`, `not_an_image`).
 """
 
 from __future__ import annotations
