@@ -446,6 +446,9 @@ def bmp_v5(rgb: np.ndarray, profile: bytes = b"") -> bytes:
     return b"BM" + struct.pack("<IHHI", 14 + len(body), 0, 0, off) + body
 
 
+CLEAN_JPEG: dict[str, bytes] = {}  # name -> the JPEG before it was damaged (release_cases fills it)
+
+
 def release_cases() -> list[Case]:
     """Issue 19's real-world failures, one generated file each."""
     rgb = upright_rgb()
@@ -455,6 +458,9 @@ def release_cases() -> list[Case]:
     rst = restarts.index(b"\xff\xd0")
     icc = b"ICC_PROFILE\0" + bytes([0, 1]) + b"not a profile"  # sequence number 0: "bad ICC marker"
     header_only = {"must_keep"}  # libjpeg only warns; TensorFlow decodes the file's own bytes to the same pixels
+    for name in ("jpg_junk_before_dqt.jpg", "jpg_junk_before_dht.jpg", "jpg_bad_icc.jpg", "jpg_truncated_exif.jpg"):
+        CLEAN_JPEG[name] = plain
+    CLEAN_JPEG["jpg_junk_before_app1.jpg"] = with_exif
     return [
         Case("jpg_junk_before_dqt.jpg", _junk_before(plain, 0xDB), lossy_source=True, tags=header_only),
         Case("jpg_junk_before_dht.jpg", _junk_before(plain, 0xC4), lossy_source=True, tags=header_only),
