@@ -114,3 +114,32 @@ def test_skip_reasons_never_copy_a_non_image_file(tmp_path):
         "data.jpg": "not an image: content is a ZIP archive",
         "key.jpg": "not an image: unknown binary data",
     }
+
+
+CHILD_SCRIPT = """
+import multiprocessing, sys
+from img2tfrecord import cstderr
+
+def child():
+    cstderr.install()  # what a worker process does
+    print("said by a worker process", file=sys.stderr)
+
+if __name__ == "__main__":
+    with cstderr.quiet():  # convert's: fd 2 is a capture file while workers are spawned
+        cstderr.take()
+        p = multiprocessing.get_context("spawn").Process(target=child)
+        p.start()
+        p.join()
+        print("captured by the parent:", repr(cstderr.take()))
+"""
+
+
+def test_a_worker_process_does_not_write_into_its_parents_capture(tmp_path):
+    """Workers are spawned while the parent's fd 2 is its capture file, and inherit it: what a
+    worker wrote to its stderr became the skip reason of whatever image the parent read then."""
+    script = tmp_path / "spawn_child.py"
+    script.write_text(CHILD_SCRIPT)
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "captured by the parent: ''" in res.stdout, res.stdout
+    assert "said by a worker process" in res.stderr  # the worker's own stderr is the real terminal

@@ -63,7 +63,7 @@ def install() -> bool:
             fd = os.open(name, os.O_RDWR | os.O_APPEND)
             os.unlink(name)
         try:
-            saved = os.dup(2)
+            saved = _terminal()
         except OSError:  # no fd 2 at all (daemonised): there is nothing to keep clean
             os.close(fd)
             _depth -= 1
@@ -81,6 +81,7 @@ def install() -> bool:
             )
         os.dup2(fd, 2)
         _capture_fd, _saved_fd = fd, saved
+        _advertise(fd, saved)
         return True
 
 
@@ -96,11 +97,60 @@ def release() -> None:
         os.dup2(_saved_fd, 2)
         os.close(_saved_fd)
         os.close(_capture_fd)
+        _advertise(None, None)
         if _saved_stderr is not None:
             replaced, sys.stderr = sys.stderr, _saved_stderr
             with contextlib.suppress(OSError, ValueError):
                 replaced.close()
         _capture_fd = _saved_fd = _saved_stderr = None
+
+
+# A process spawned while fd 2 is captured inherits the capture file as its fd 2: its "terminal"
+# would be its parent's capture, and what it writes there would become the skip reason of the
+# image the parent reads at that moment. So the capture is advertised in the environment (which
+# spawned processes inherit), with a path that reopens the real terminal (Linux's /proc).
+_ENV_CAPTURE, _ENV_TERMINAL = "IMG2TFRECORD_STDERR_CAPTURE", "IMG2TFRECORD_STDERR_TERMINAL"
+_env_before: dict[str, str | None] = {}
+
+
+def _identity(fd: int) -> str:
+    st = os.fstat(fd)
+    return f"{st.st_dev}:{st.st_ino}"
+
+
+def _advertise(capture: int | None, terminal: int | None) -> None:
+    """Tell processes spawned from now on which file is our capture, and where the terminal is."""
+    if capture is None or terminal is None:  # released: what was there before
+        for key, value in _env_before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        _env_before.clear()
+        return
+    with contextlib.suppress(OSError):
+        values = {_ENV_CAPTURE: _identity(capture), _ENV_TERMINAL: f"/proc/{os.getpid()}/fd/{terminal}"}
+        for key, value in values.items():
+            _env_before.setdefault(key, os.environ.get(key))
+            os.environ[key] = value
+
+
+def _terminal() -> int:
+    """A descriptor of the real terminal: fd 2's duplicate, unless fd 2 is a parent's capture
+    (then the parent's terminal, reopened; /dev/null if that cannot be: never the capture)."""
+    fd = os.dup(2)
+    try:
+        inherited = os.environ.get(_ENV_CAPTURE) == _identity(fd)
+    except OSError:
+        inherited = False
+    if not inherited:
+        return fd
+    for path in (os.environ.get(_ENV_TERMINAL, ""), os.devnull):
+        with contextlib.suppress(OSError):
+            terminal = os.open(path, os.O_WRONLY | os.O_APPEND)
+            os.close(fd)
+            return terminal
+    return fd
 
 
 @contextlib.contextmanager
