@@ -20,7 +20,7 @@ from helpers import make_dataset, read_records, tree_with_broken
 
 needs_beam = pytest.mark.skipif(
     importlib.util.find_spec("apache_beam") is None,
-    reason="the beam extra is not installed: pip install -e '.[test,beam]'",
+    reason="the beam extra is not installed here: `make test` runs these in .venv-beam (make test-beam)",
 )
 
 BEAM_OPTIONS = "--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing"
