@@ -347,7 +347,9 @@ def _read(path: str) -> bytes:
                     )
                 data = _read_upto(fd, min(st.st_size + 1, HEAD_BYTES))
                 if len(data) < st.st_size:  # more to read: only if the first bytes say it is an image
-                    if (why := not_an_image(data)) is not None:
+                    with cstderr.reading():  # what Pillow's readers say while sniffing is said to no one
+                        why = not_an_image(data)
+                    if why is not None:
                         raise SkipImage(why)
                     data = _read_upto(fd, st.st_size + 1, data)
             finally:
