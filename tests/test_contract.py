@@ -56,7 +56,7 @@ def test_file_list_rows_outside_input_pass_verify(cli, tmp_path):
 
 
 def test_remote_rows_outside_input_are_valid_names():
-    from img2tfrecord.conversion.walk import _resolve_listed
+    from img2tfrecord.conversion.filelist import _resolve_listed
     from img2tfrecord.format.schema import filename_problem
 
     for given, name in [

@@ -28,7 +28,7 @@ from img2tfrecord.cli.inspect import inspect_command
 from img2tfrecord.format.framing import TFRecordFile, masked_crc
 from img2tfrecord.format.schema import FEATURE_TYPES
 from img2tfrecord.inspection import scan as inspector
-from img2tfrecord.inspection.sheet import GAP, LABEL_WIDTH, THUMB, contact_sheet_size
+from img2tfrecord.inspection.sheet import GAP, THUMB, contact_sheet_size
 from img2tfrecord.tf_import import tensorflow
 from inspect_helpers import (
     CLASS_COLORS,
@@ -638,10 +638,13 @@ def test_contact_sheet_rows_per_class_with_labels_and_orientation(ours: SimpleNa
     assert r.exit_code == 0, r.output
     im = Image.open(sheet)
     assert im.format == "PNG"
-    assert im.size == contact_sheet_size(4, 3)  # 4 classes (owl too, empty), 3 per row
+    width = json.loads(run(ours.out, "--contact-sheet", sheet, "-n", "3", "--json").stdout)["contact_sheet"][
+        "label_width"
+    ]
+    assert im.size == contact_sheet_size(4, 3, width)  # 4 classes (owl too, empty), 3 per row
     assert f"contact sheet: {sheet} ({im.width}x{im.height}, 4 rows)" in r.stdout
     arr = np.asarray(im.convert("RGB")).astype(int)
-    T, G, L = THUMB, GAP, LABEL_WIDTH
+    T, G, L = THUMB, GAP, width
     order = [it for items in ours.shard_items.values() for it in items]
     for row, cls in enumerate(CLASSES):
         y0 = G + row * (T + G)
@@ -712,3 +715,18 @@ def test_verify_shows_a_progress_bar_on_a_terminal(ours: SimpleNamespace, monkey
     monkeypatch.setattr(sys, "stderr", quiet)
     inspector.inspect([ours.out], progress=True)  # no bar without --verify
     assert quiet.getvalue() == ""
+
+
+def test_a_path_that_exists_but_is_no_file_says_what_it_is(tmp_path: Path) -> None:
+    import img2tfrecord
+    from img2tfrecord.errors import UsageError
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for path, kind in (("/dev/null", "a character device"), (str(fifo), "a named pipe")):
+        r = run(path)
+        assert (
+            r.exit_code == 2 and r.stderr == f"error: {path}: is {kind}, not a TFRecord file or a dataset directory\n"
+        )
+        with pytest.raises(UsageError, match=f"is {kind}"):
+            img2tfrecord.load(path)

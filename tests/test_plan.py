@@ -3,7 +3,7 @@
 Golden values for a fixed tree and options pin the plan so that restructuring the code cannot
 move an image without a test saying so (byte-identical output across versions of the tool depends
 on it). The tree's files are not images: planning never reads them, only their names and sizes.
-Unit tests below cover the pieces: shard bounds, shard counts, the stratified split.
+Unit tests below cover the pieces: shard bounds, shard counts, the stable hash split.
 """
 
 from __future__ import annotations
@@ -38,32 +38,27 @@ def plan_of(plan) -> list[tuple[str, list[tuple[str, int]]]]:
     return [(s.name, [(t[1], t[3]) for t in s.tasks]) for s in plan.shards]
 
 
+# Since stable splits (issue 22): an image's split and place are its seeded XXH3-64 path hash
+# (conversion.splits); before, a per-class reshuffle cut by rounding and a shuffle per split.
 GOLDEN_SPLIT_PLAN = [
     (
         "train-00000-of-00002",
         [
-            ("cat/cat2.jpg", 0),
-            ("dog/deep/dog3.png", 1),
-            ("dog/dog0.jpg", 1),
-            ("cat/cat1.png", 0),
             ("dog/dog4.jpg", 1),
-            ("dog/dog1.png", 1),
+            ("dog/deep/dog3.png", 1),
+            ("cat/cat6.jpg", 0),
+            ("owl/owl1.png", 2),
+            ("owl/owl2.jpg", 2),
+            ("owl/deep/owl3.png", 2),
         ],
     ),
     (
         "train-00001-of-00002",
-        [
-            ("owl/deep/owl3.png", 2),
-            ("cat/cat4.jpg", 0),
-            ("owl/owl0.jpg", 2),
-            ("cat/cat0.jpg", 0),
-            ("cat/cat5.png", 0),
-            ("owl/owl2.jpg", 2),
-        ],
+        [("cat/cat5.png", 0), ("cat/cat0.jpg", 0), ("cat/cat4.jpg", 0), ("dog/dog2.jpg", 1), ("dog/dog1.png", 1)],
     ),
     (
         "validation-00000-of-00001",
-        [("cat/cat6.jpg", 0), ("owl/owl1.png", 2), ("cat/deep/cat3.png", 0), ("dog/dog2.jpg", 1)],
+        [("cat/deep/cat3.png", 0), ("cat/cat1.png", 0), ("cat/cat2.jpg", 0), ("dog/dog0.jpg", 1), ("owl/owl0.jpg", 2)],
     ),
 ]
 
@@ -80,7 +75,7 @@ def test_golden_plan_and_fingerprint(tmp_path):
     assert header(plan)["fingerprint"] == GOLDEN_FINGERPRINT
 
 
-GOLDEN_FINGERPRINT = "821beb2160ff8cb41e8e0f0c9ff8132fa4b511e19024b27ed6ddb2c165c1fbfb"
+GOLDEN_FINGERPRINT = "fabe24a0de9e1d535e8025fed87988039b0331ec5d0e93ebebcec6460a3b6664"
 
 
 def test_the_plan_does_not_depend_on_the_walk_order(tmp_path):
@@ -115,17 +110,93 @@ def test_shard_counts_by_total_per_split_and_by_size():
         auto_shard_counts(sizes, items, {"test": 2})
 
 
-def test_stratified_split_keeps_every_class_in_proportion(tmp_path):
+def test_a_hash_split_follows_the_fractions_per_class_within_binomial_noise(tmp_path):
+    """3,000 names in three classes: each class's count in each split is within 4 standard
+    deviations of n * fraction (the split is a hash of the path, not a cut by rounding)."""
+    sizes = {"a": 2000, "b": 700, "c": 300}
+    fractions = {"train": 0.7, "validation": 0.2, "test": 0.1}
     src = tmp_path / "in"
-    for cls, n in (("a", 50), ("b", 20), ("c", 5)):
+    for cls, n in sizes.items():
         (src / cls).mkdir(parents=True)
         for i in range(n):
-            (src / cls / f"{i}.jpg").write_bytes(b"x")
-    found = discover(str(src), split={"train": 0.8, "validation": 0.2}, seed=0)
-    per = {s: {c: sum(1 for it in items if it.text == c) for c in "abc"} for s, items in found.splits.items()}
-    assert per["train"] == {"a": 40, "b": 16, "c": 4} and per["validation"] == {"a": 10, "b": 4, "c": 1}
-    again = discover(str(src), split={"train": 0.8, "validation": 0.2}, seed=0)
-    assert [it.rel for it in again.splits["train"]] == [it.rel for it in found.splits["train"]]
+            (src / cls / f"{i}.jpg").write_bytes(b"")
+    found = discover(str(src), split=fractions, seed=0)
+    for s, frac in fractions.items():
+        got = {c: sum(1 for t in found.splits[s] if t.text == c) for c in sizes}
+        for c, n in sizes.items():
+            assert abs(got[c] - n * frac) <= 4 * (n * frac * (1 - frac)) ** 0.5, (s, c, got[c])
+    assert sum(len(v) for v in found.splits.values()) == sum(sizes.values())
+    again = discover(str(src), split=fractions, seed=0)
+    assert [t.rel for t in again.splits["train"]] == [t.rel for t in found.splits["train"]]
+    other = discover(str(src), split=fractions, seed=1)
+    assert {t.rel for t in other.splits["test"]} != {t.rel for t in found.splits["test"]}  # the seed matters
+
+
+def test_adding_or_removing_images_never_moves_another_nor_reorders_survivors(tmp_path):
+    """The stable-split promise update builds on: for the images present in both trees, the split
+    is the same and, within a split, their relative order is the same."""
+    src = tmp_path / "in"
+    for cls in ("a", "b"):
+        (src / cls).mkdir(parents=True)
+        for i in range(400):
+            (src / cls / f"{i}.jpg").write_bytes(b"")
+    fractions = {"train": 0.8, "validation": 0.2}
+    before = discover(str(src), split=fractions, seed=7)
+    for i in range(0, 400, 9):
+        (src / "a" / f"{i}.jpg").unlink()  # removed
+    for i in range(400, 440):
+        (src / "b" / f"{i}.jpg").write_bytes(b"")  # added
+    (src / "c").mkdir()
+    for i in range(30):
+        (src / "c" / f"{i}.jpg").write_bytes(b"")  # a new class
+    after = discover(str(src), split=fractions, seed=7)
+    split_before = {t.rel: s for s, v in before.splits.items() for t in v}
+    split_after = {t.rel: s for s, v in after.splits.items() for t in v}
+    both = split_before.keys() & split_after.keys()
+    assert len(both) == 800 - 45 and all(split_before[r] == split_after[r] for r in both)
+    for s in fractions:
+        old = [t.rel for t in before.splits[s] if t.rel in both]
+        new = [t.rel for t in after.splits[s] if t.rel in both]
+        assert old == new and len(old) > 100
+
+
+def test_split_of_and_order_key_are_what_the_plan_uses(tmp_path):
+    """The functions exported for `update` give each planned image its split and its order."""
+    from img2tfrecord.conversion.splits import order_key, split_of
+
+    src = fixed_tree(tmp_path)
+    fractions = {"train": 0.5, "validation": 0.3, "test": 0.2}
+    plan = plan_job(str(src), str(tmp_path / "out"), split=fractions, seed=11, shards=1)
+    for shard in plan.shards:
+        rels = [t.rel for t in shard.tasks]
+        assert all(split_of(r, 11, fractions) == shard.split for r in rels)
+        assert rels == sorted(rels, key=lambda r: order_key(r, 11))
+    assert split_of("cat/cat0.jpg", 11, None) == "train"
+    assert order_key("cat/cat0.jpg", 11) == order_key(b"cat/cat0.jpg", 11) != order_key("cat/cat0.jpg", 12)
+    assert order_key("x", -1) == order_key("x", 2**64 - 1)  # any int seed: its low 64 bits
+    # XXH3-64 is a specified hash: these values hold on every Python, platform and release
+    assert order_key("cat/cat0.jpg", 0) == 18279557641206058534
+    assert order_key("日本の猫/x.png", 3) == 11279348842103637686
+    assert order_key("caf\udce9.jpg", 0) == order_key(b"caf\xe9.jpg", 0) == 16732789974497324232  # undecodable
+
+
+def test_a_class_that_gets_no_image_in_a_split_is_named(tmp_path):
+    src = tmp_path / "in"
+    for cls, n in (("big", 200), ("tiny", 3)):
+        (src / cls).mkdir(parents=True)
+        for i in range(n):
+            (src / cls / f"{i}.jpg").write_bytes(b"")
+    seed = next(
+        s
+        for s in range(200)
+        if not any(
+            t.text == "tiny"
+            for t in discover(str(src), split={"train": 0.6, "validation": 0.4}, seed=s).splits["validation"]
+        )
+    )
+    found = discover(str(src), split={"train": 0.6, "validation": 0.4}, seed=seed)
+    assert any("split validation has no image of 1 class ('tiny')" in w for w in found.warnings), found.warnings
+    assert not any("'big'" in w for w in found.warnings)
 
 
 def test_worker_count_never_exceeds_shards_and_scales_with_images():

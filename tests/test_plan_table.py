@@ -1,7 +1,8 @@
 """The columnar plan (conversion.table) is the plan a list of Tasks gave, and it stays small.
 
 A reference below rebuilds the plan the way the tool did before the table existed: an object per
-image, a string sort of image/filename per split, the seeded shuffle of that list. On trees with
+image, a string sort of image/filename per split, then the stable hash split and order written out
+plainly (u = XXH3-64(rel, seed) / 2^64 against the cumulative fractions; sort by the hash). On trees with
 names that sort differently as bytes and as text, nested folders, undecodable names, split folders
 and --labels, both must give the same Tasks in the same shards. Then: planning 50,000 files holds
 a bounded number of bytes per image, a shard sent to a worker carries its own Tasks only, and a
@@ -20,6 +21,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+import xxhash
 
 from img2tfrecord.conversion.plan import plan_job, shard_bounds
 from img2tfrecord.conversion.resume import header
@@ -29,15 +31,20 @@ EXTS = {".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"}
 SPLITS = {"train": "train", "validation": "validation", "val": "validation", "test": "test"}
 
 
-def _stratify(files: list, fractions: dict[str, float], rng: random.Random) -> dict[str, list]:
-    files = list(files)
-    rng.shuffle(files)
-    n, out, start, acc = len(files), {}, 0, 0.0
-    for name, frac in fractions.items():
-        acc += frac
-        end = round(n * acc)
-        out[name] = files[start:end]
-        start = end
+def _key(task: Task, seed: int) -> int:
+    """The stable split rule written out: XXH3-64 of the path's bytes, seeded."""
+    return xxhash.xxh3_64_intdigest(task.rel.encode("utf-8", "surrogateescape"), seed % 2**64)
+
+
+def _split_by_hash(files: list, fractions: dict[str, float], seed: int) -> dict[str, list]:
+    out: dict[str, list] = {s: [] for s in fractions}
+    for t in files:
+        u, acc = _key(t, seed) / 2**64, 0.0
+        for name, frac in fractions.items():
+            acc += frac
+            if u < acc or name == list(fractions)[-1]:
+                out[name].append(t)
+                break
     return out
 
 
@@ -61,28 +68,31 @@ def reference_plan(src: Path, counts: dict[str, int], *, split=None, seed=0, lab
                     if not f.startswith(".") and os.path.splitext(f)[1].lower() in EXTS:
                         path = os.path.join(dirpath, f)
                         r = os.path.relpath(path, os.path.join(base, c)).replace(os.sep, "/")
-                        found.append((path, r, os.path.getsize(path)))
+                        st = os.stat(path)
+                        found.append((path, r, st.st_size, st.st_mtime_ns))
             found.sort(key=lambda t: t[1])
             prefix = sdir + "/" if skey else ""
-            per_class.setdefault(c, {})[skey] = [(p, prefix + c + "/" + r, c + "/" + r, sz) for p, r, sz in found]
+            per_class.setdefault(c, {})[skey] = [
+                (p, prefix + c + "/" + r, c + "/" + r, sz, mt) for p, r, sz, mt in found
+            ]
     classes = list(labels) if labels is not None else sorted(per_class)
     label_of = {c: i + offset for i, c in enumerate(classes)}
     keys = list(roots) if presplit else (list(split) if split else ["train"])
     splits: dict[str, list[Task]] = {s: [] for s in keys}
     for c in classes:
         for skey, found in per_class.get(c, {}).items():
-            items = [Task(p, r, f, label_of[c], c, sz) for p, r, f, sz in found]
+            items = [Task(p, r, f, label_of[c], c, sz, mt) for p, r, f, sz, mt in found]
             if presplit:
                 splits[skey].extend(items)
             elif split:
-                for s, part in _stratify(items, split, random.Random(f"img2tfrecord:{seed}:stratify:{c}")).items():
+                for s, part in _split_by_hash(items, split, seed).items():
                     splits[s].extend(part)
             else:
                 splits["train"].extend(items)
     out = []
     for s, items in splits.items():
         items.sort(key=lambda t: t.filename)
-        random.Random(f"img2tfrecord:{seed}:shuffle:{s}").shuffle(items)
+        items.sort(key=lambda t: _key(t, seed))  # stable: equal hashes keep image/filename order
         for i, (a, b) in enumerate(shard_bounds(len(items), counts[s]) if items else []):
             out.append((f"{s}-{i:05d}-of-{counts[s]:05d}", items[a:b]))
     return out
@@ -325,3 +335,29 @@ def test_the_duplicate_report_groups_as_a_list_per_digest_did():
     only = dedupe.report("drop", (h for h in hexed if h[0] in twice), hex_dropped)
     assert [g["files"] for g in only["groups"]] == want and only["duplicate_files"] == got["duplicate_files"]
     assert got["dropped"] == [{"path": "c1/x.jpg", "split": "train", "duplicate_of": "c0/0.jpg"}]
+
+
+def test_every_walk_records_each_images_mtime_from_its_stat(tmp_path, monkeypatch):
+    """The bytes walk, the str walk and a --file-list give each Task the st_mtime_ns of its file
+    (what update and resume compare), held as a column of the table."""
+    from img2tfrecord.conversion import walk
+    from img2tfrecord.conversion.table import mtimes_of
+
+    src = tmp_path / "in"
+    for i, name in enumerate(("a/1.jpg", "a/deep/2.png", "b/3.jpg")):
+        write(src / name, 10 + i)
+        os.utime(src / name, ns=(1_000_000_007 * (i + 1), 1_700_000_000_123_456_789 + i))
+    want = {r: os.stat(src / r).st_mtime_ns for r in ("a/1.jpg", "a/deep/2.png", "b/3.jpg")}
+    (tmp_path / "list.csv").write_text("\n".join(want) + "\n")
+
+    def mtimes(plan) -> dict[str, int]:
+        got = {t.rel: t.mtime_ns for s in plan.shards for t in s.tasks}
+        assert [t.mtime_ns for s in plan.shards for t in s.tasks] == [
+            m for s in plan.shards for m in mtimes_of(s.tasks)
+        ]
+        return got
+
+    assert mtimes(plan_job(str(src), str(tmp_path / "o1"))) == want
+    assert mtimes(plan_job(str(src), str(tmp_path / "o2"), file_list=str(tmp_path / "list.csv"))) == want
+    monkeypatch.setattr(walk, "_BYTES_WALK", False)
+    assert mtimes(plan_job(str(src), str(tmp_path / "o3"))) == want

@@ -419,7 +419,7 @@ def test_contact_sheet_rows_are_capped_whatever_labels_a_file_invents(tmp_path: 
     c = json.loads(r.stdout)["contact_sheet"]
     rows = MAX_SHEET_CELLS // 20
     assert c["rows"] == rows and c["omitted"] == 3000 - rows and c["unreadable"] == 0
-    assert Image.open(sheet).size == contact_sheet_size(rows, 20)
+    assert Image.open(sheet).size == contact_sheet_size(rows, 20, c["label_width"])
 
 
 def test_extract_survives_names_the_file_system_refuses(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import hashlib
 import os
 import posixpath
 import shutil
-from typing import Any
+from typing import Any, NamedTuple
 
 import xxhash
 
@@ -163,6 +163,20 @@ def rename(src: str, dst: str) -> None:
 
 def getsize(path: str) -> int:
     return gfile(path).stat(path).length if is_remote(path) else os.path.getsize(path)
+
+
+class FileStat(NamedTuple):
+    size: int
+    mtime_ns: int
+
+
+def file_stat(path: str) -> FileStat:
+    """Size and modification time (ns) of a file: one `stat`, or one `gfile.stat` request remotely."""
+    if is_remote(path):
+        st = gfile(path).stat(path)
+        return FileStat(st.length, st.mtime_nsec)
+    local_st = os.stat(path)
+    return FileStat(local_st.st_size, local_st.st_mtime_ns)
 
 
 CHECKSUMS = ("xxh3_128", "sha256", "none")  # of whole shard files, recorded in dataset.json

@@ -25,6 +25,7 @@ from img2tfrecord.format.layout import (
     is_shard_candidate,
     read_manifest,
     shard_files_in,
+    special_kind,
 )
 from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME
 from img2tfrecord.format.schema import FEATURE_TYPES, FORMAT_RAW, feature_kinds
@@ -79,6 +80,8 @@ def _split_files(
         return [os.fspath(f) for f in found], None, None
     if p.is_file():
         return [text], None, None
+    if (kind := special_kind(p)) is not None:
+        raise UsageError(f"load: {text!r} is {kind}, not a TFRecord file or a dataset directory")
     files = [m for m in sorted(glob.glob(text)) if is_shard_candidate(Path(m))]
     if not files:
         raise UsageError(f"load: {text!r} is no directory, file or glob that matches shard files")
@@ -145,8 +148,11 @@ def image_decoder(
             img = tf.ensure_shape(raw(encoded, height, width, stored), [None, None, stored_channels])
             return _to_channels(tf, img, channels, stored_channels)
     elif kinds and FORMAT_RAW not in kinds:
-        op = (lambda b: widen(tf.io.decode_jpeg(b, channels=native))) if kinds == {"JPEG"} else (
-            lambda b: tf.io.decode_image(b, channels=native, dtype=out_dtype, expand_animations=False))  # fmt: skip
+        op = (
+            (lambda b: widen(tf.io.decode_jpeg(b, channels=native)))
+            if kinds == {"JPEG"}
+            else (lambda b: tf.io.decode_image(b, channels=native, dtype=out_dtype, expand_animations=False))
+        )
         have = 3 if native else stored_channels
 
         def decode(encoded: Any, image_format: Any, height: Any, width: Any, stored: Any) -> Any:
@@ -203,8 +209,19 @@ def _check_shards(files: list[str], comp: str, verify: str, man: Manifest | None
 _NOT_OURS = "is not a tf.train.Example with the img2tfrecord features"
 
 
-def _checked_records(tf: Any, files: list[str], counts: list[int], compression_type: str, spec: dict[str, Any], image_of: Any, out: Any,
-                     shuffle_files: bool, seed: int | None, cycle_length: int, deterministic: bool) -> Any:  # fmt: skip
+def _checked_records(
+    tf: Any,
+    files: list[str],
+    counts: list[int],
+    compression_type: str,
+    spec: dict[str, Any],
+    image_of: Any,
+    out: Any,
+    shuffle_files: bool,
+    seed: int | None,
+    cycle_length: int,
+    deterministic: bool,
+) -> Any:
     """`out(example, image)` of every record of `files`; one that cannot be read, parsed or decoded
     raises naming its shard, its index and, when it parses, its image/filename.
 
@@ -280,8 +297,10 @@ def _describe_short_shard(path: str, count: int, compression: str, spec: dict[st
                 name = ex["image/filename"].numpy().decode("utf-8", "backslashreplace")
                 fmt = ex["image/format"].numpy().decode("ascii", "replace")
                 why = (e.message or "").strip().splitlines()[0][:200]
-                return (f"{what}: image/filename {name} ({fmt}, {len(ex['image/encoded'].numpy()):,} bytes) does not decode: {why}; "
-                        "`img2tfrecord inspect --verify` shows more")  # fmt: skip
+                return (
+                    f"{what}: image/filename {name} ({fmt}, {len(ex['image/encoded'].numpy()):,} bytes) does not decode: {why}; "
+                    "`img2tfrecord inspect --verify` shows more"
+                )
             index += 1
     except FramingError as e:
         return f"{path}: record {e.index} cannot be read (at byte {e.offset:,}): {e.message}; `img2tfrecord inspect` shows why"
@@ -290,8 +309,18 @@ def _describe_short_shard(path: str, count: int, compression: str, spec: dict[st
     return f"{path}: record {index} cannot be read (cut short: it holds {index:,} of the {count:,} records {MANIFEST} lists)"
 
 
-def _plain_records(tf: Any, files: list[str], compression_type: str, spec: dict[str, Any], image_of: Any, out: Any, shuffle_files: bool,
-                   seed: int | None, cycle_length: int, deterministic: bool) -> Any:  # fmt: skip
+def _plain_records(
+    tf: Any,
+    files: list[str],
+    compression_type: str,
+    spec: dict[str, Any],
+    image_of: Any,
+    out: Any,
+    shuffle_files: bool,
+    seed: int | None,
+    cycle_length: int,
+    deterministic: bool,
+) -> Any:
     """`out(example, image)` of every record of `files`, unchecked: TensorFlow's own errors."""
     ds = tf.data.Dataset.from_tensor_slices(files)
     if shuffle_files:

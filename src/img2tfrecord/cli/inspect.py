@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import unicodedata
 from typing import Any
 
 import click
@@ -26,10 +27,31 @@ def _safe(text: str) -> str:
     return _UNSAFE.sub(lambda m: m[0].encode("unicode_escape").decode("ascii"), text)
 
 
+def _char_width(ch: str) -> int:
+    """Terminal columns of one character: 2 for East Asian wide/full-width, 0 for combining marks."""
+    if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf"):
+        return 0
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+def display_width(text: str) -> int:
+    """Terminal columns `text` takes (`len` counts 日本の猫 as 4, a terminal draws 8)."""
+    return sum(1 if " " <= ch < "\x7f" else _char_width(ch) for ch in text)
+
+
 def _cell(text: str | None, width: int = CELL_WIDTH) -> str:
-    """A table cell from record content: safe, and cut to `width` characters."""
+    """A table cell from record content: safe, and cut to `width` terminal columns."""
     t = _safe(text or "")
-    return t if len(t) <= width else t[: width - 3] + "..."
+    if display_width(t) <= width:
+        return t
+    out, used = [], 0
+    for ch in t:
+        w = _char_width(ch)
+        if used + w > width - 3:
+            break
+        out.append(ch)
+        used += w
+    return "".join(out) + "..."
 
 
 def _human(n: int) -> str:
@@ -47,8 +69,12 @@ def _bar_char() -> str:
 
 
 def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    """Rows as aligned columns, padded by display width (wide characters take two columns)."""
+    sizes = [[display_width(c) for c in r] for r in rows]
+    widths = [max(s[i] for s in sizes) for i in range(len(rows[0]))]
+    return [
+        indent + "  ".join(c + " " * (w - n) for c, n, w in zip(r, s, widths)).rstrip() for r, s in zip(rows, sizes)
+    ]
 
 
 def _count_values(f: dict[str, Any]) -> str:
@@ -58,6 +84,10 @@ def _count_values(f: dict[str, Any]) -> str:
 
 def _details(s: dict[str, Any], title: str) -> list[str]:
     """The detailed block: schema, labels, formats, sizes, first records."""
+    from img2tfrecord.inspection.records import MAX_RECORD_KEYS
+    from img2tfrecord.inspection.scan import REPORT_RECORD_BYTES
+    from img2tfrecord.inspection.stats import MAX_FEATURE_KEYS, MAX_LABELS
+
     out = [f"{title}: {s['records']:,} records, {_human(s['bytes'])}, compression {s['compression'] or 'unknown'}"]
     if s["non_examples"]:
         n = s["non_examples"]
@@ -69,6 +99,18 @@ def _details(s: dict[str, Any], title: str) -> list[str]:
             note = "" if f["records"] == s["examples"] else f"in {f['records']:,} of {s['examples']:,} records"
             rows.append([_cell(key), "|".join(f["types"]), _count_values(f), note])
         out += _table(rows, "    ")
+    if s["more_keys"]:
+        more = f"more than {s['more_keys']:,}" if s["more_keys_capped"] else f"{s['more_keys']:,}"
+        out.append(f"    ... and {more} more keys, not described (each file describes at most {MAX_FEATURE_KEYS})")
+    if s["more_key_entries"]:
+        out.append(
+            f"    ... and {s['more_key_entries']:,} keys in records holding more than {MAX_RECORD_KEYS} (not read past those)"
+        )
+    if s["unread"]:
+        n = s["unread"]
+        out.append(
+            f"  {plural(n, 'record')} over {REPORT_RECORD_BYTES >> 20} MiB: CRC checked, content not read (--verify reads {'it' if n == 1 else 'them'})"
+        )
     if s["labels"]:
         out.append("  labels:")
         top = max(x["count"] for x in s["labels"])
@@ -80,6 +122,10 @@ def _details(s: dict[str, Any], title: str) -> list[str]:
         out += _table(rows, "    ")
         if len(s["labels"]) > MAX_LABEL_ROWS:
             out.append(f"    ... and {len(s['labels']) - MAX_LABEL_ROWS} more labels (see --json)")
+        if s["labels_omitted"]:
+            out.append(
+                f"    ... and {plural(s['labels_omitted'], 'record')} of labels past the first {MAX_LABELS:,} (not counted)"
+            )
     if s["unlabelled"]:
         out.append(f"  records without a label: {s['unlabelled']:,}")
     if s["formats"]:
@@ -132,7 +178,13 @@ def format_report(rep: dict[str, Any], per_file: bool = False) -> str:
         lines += [
             "",
             f"extracted {e['images']:,} images to {e['dir']}"
-            + (f" ({e['skipped']} records had no usable image)" if e["skipped"] else ""),
+            + (" (a folder per split, then per class)" if e["by_split"] else "")
+            + (f" ({e['skipped']} records had no usable image)" if e["skipped"] else "")
+            + (
+                f"; {plural(e['renamed'], 'image')} renamed with ~N: another record had the same name"
+                if e["renamed"]
+                else ""
+            ),
         ]
     if rep["contact_sheet"]:
         c = rep["contact_sheet"]
@@ -141,6 +193,10 @@ def format_report(rep: dict[str, Any], per_file: bool = False) -> str:
             notes.append(f"{c['unreadable']} images not drawn (crossed out: undecodable or too large)")
         if c["omitted"]:
             notes.append(f"{c['omitted']} images of labels past the first {c['rows']} left out")
+        if c["names_escaped"]:
+            notes.append(
+                f"{plural(c['names_escaped'], 'class name')} drawn with \\uXXXX escapes: no installed font has their characters (e.g. install fonts-noto-cjk)"
+            )
         lines += ["", f"contact sheet: {c['file']} ({', '.join(notes)})"]
     n = len(rep["problems"]) + rep["problems_omitted"]
     if n:
@@ -195,8 +251,8 @@ def _problem(p: dict[str, Any], compressed: bool = False) -> str:
 @click.option(
     "--contact-sheet",
     type=click.Path(dir_okay=False),
-    metavar="FILE.png",
-    help="Write a PNG grid of thumbnails, a row per class (up to -n each).",
+    metavar="FILE",
+    help="Write a grid of thumbnails, a row per class (up to -n each), as FILE's extension says: .png, .jpg, .webp, .bmp, .tif.",
 )
 @click.option(
     "--split",

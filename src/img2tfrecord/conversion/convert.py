@@ -94,6 +94,7 @@ def convert(
             refused = str(e)  # shown with the plan
         for w in plan.warnings:
             emit("warning", w)
+        _walk_events(plan, emit)
         return _plan_summary(plan, timing, refused)
 
     check_output(output_dir, overwrite)
@@ -107,6 +108,7 @@ def convert(
         plan = plan_job(input_dir, output_dir, **options)
         for w in plan.warnings:
             emit("warning", w)
+        _walk_events(plan, emit)
         _check_space(plan, emit)
         started = True
         return _run(plan, engine, workers, overwrite, resume, beam_options, emit, progress, timing, lock)
@@ -114,6 +116,14 @@ def convert(
         lock.release()
         if not started and not existed:
             _cleanup(fs.join(output_dir, STAGING_DIR), output_dir)  # the folder the lock created
+
+
+def _walk_events(plan: Plan, emit: EventSink) -> None:
+    """What the walk ignored (said once) and could not read (skips, also in dataset.json)."""
+    for note in plan.notes:
+        emit("note", note)
+    for s in plan.skipped:
+        emit("skipped", f"{s['path']}: {s['reason']}")
 
 
 def _engine(

@@ -57,7 +57,7 @@ def finalize(
     plan: Plan, staging: str, outcomes: list[ShardOutcome], timing: Timing, emit: EventSink, engine: str = "local"
 ) -> dict[str, Any]:
     """Merge shard outcomes, rebalance after skips, publish, and build the summary."""
-    skipped = [s for o in outcomes for s in o.skipped]
+    skipped = plan.skipped + [s for o in outcomes for s in o.skipped]  # the walk's, then the images'
     if plan.settings.strict and skipped:  # engines that cannot stop early (Beam) end up here
         first = skipped[0]
         raise DataError(
@@ -205,6 +205,7 @@ def _plan_summary(plan: Plan, timing: Timing, refused: str | None = None) -> dic
         "splits": splits,
         "ignored_files": plan.ignored_files,
         "excluded_files": plan.excluded_files,
+        "skipped": plan.skipped,  # what the walk could not read (the images' own skips come when they are read)
         "warnings": plan.warnings,
         "refused": refused,  # why the real run would stop (output not empty, ...), or None
         "options": plan.options,

@@ -1,11 +1,12 @@
 """The plan: which images, in which order, in which shard. Made once, from the walk and the options only, so the output bytes depend on nothing else.
 
-A split's shuffled candidate list is cut at `round(n * i / k)` (as TFDS does), so every shard mixes classes.
+A split's candidate list, in the order of each image's seeded path hash (conversion.splits), is cut at
+`round(n * i / k)` (as TFDS does), so every shard mixes classes.
 
-A shard's images are a `TaskView` over the walk's `ImageTable` (columns, ~45 bytes an image; see
+A shard's images are a `TaskView` over the walk's `ImageTable` (columns, ~53 bytes an image; see
 conversion.table): the plan of a million images holds no Python object per image, and its
 `Task`s are made when a shard is handed to a worker. Measured by `bench/plan.py` on 1 M files
-(2 cores): the planning process peaks at ~75 bytes an image (target 150: 100 M images in < 15 GB),
+(2 cores): the planning process peaks at ~75 bytes an image (~91 with mtimes and hash order) (target 150: 100 M images in < 15 GB),
 where a `Task` per image took ~700. Cyclic garbage collection is paused while the plan is made
 (`_gc_paused`): with an object per image, every collection rescanned all earlier ones (measured
 in-process on 1 M files, one run each: 23.8 -> 18.9 s for the old plan); with columns there is
@@ -23,6 +24,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from img2tfrecord import fs
+from img2tfrecord.conversion.filelist import discover_file_list
+from img2tfrecord.conversion.labels import read_labels_file
 from img2tfrecord.conversion.options import (
     CHANNEL_CHOICES,
     DEDUPE_MODES,
@@ -34,14 +37,10 @@ from img2tfrecord.conversion.options import (
     parse_resize,
     parse_shards,
 )
+from img2tfrecord.conversion.splits import parse_split_spec
 from img2tfrecord.conversion.table import Task, sizes_of
-from img2tfrecord.conversion.walk import (
-    discover,
-    discover_file_list,
-    parse_split_spec,
-    read_labels_file,
-)
-from img2tfrecord.errors import UsageError
+from img2tfrecord.conversion.walk import discover
+from img2tfrecord.errors import DataError, UsageError, plural
 from img2tfrecord.format.naming import shard_name
 from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
 
@@ -166,6 +165,8 @@ class Plan:
     excluded_files: int = 0  # images of classes not in --labels
     estimated_bytes: int = 0  # output size estimate (exact-ish for --encoding keep)
     warnings: list[str] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)  # what the walk could not read: path, split, reason
+    notes: list[str] = field(default_factory=list)  # said once (junk folders ignored), not warnings
 
     @property
     def images(self) -> int:
@@ -281,6 +282,12 @@ def _plan(
         )
     else:
         found = discover(input_dir, split=fractions, seed=seed, label_offset=label_offset, labels=class_list)
+    if strict and found.skipped:
+        first = found.skipped[0]
+        raise DataError(
+            f"--strict: {plural(len(found.skipped), 'file or folder', 'files or folders')} cannot be read, e.g. "
+            f"{first['path']}: {first['reason']}; nothing was written"
+        )
     split_bytes = {s: _estimate_bytes(items, opts) for s, items in found.splits.items()}
     counts, shard_warnings = auto_shard_counts(
         split_bytes, {s: len(v) for s, v in found.splits.items()}, shard_request, min_shard_records(index)
@@ -314,6 +321,8 @@ def _plan(
         excluded_files=found.excluded_files,
         estimated_bytes=sum(split_bytes.values()),
         warnings=found.warnings + shard_warnings + empty,
+        skipped=found.skipped,
+        notes=found.notes,
     )
 
 

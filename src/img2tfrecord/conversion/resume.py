@@ -18,6 +18,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from img2tfrecord import fs
+from img2tfrecord.conversion.dedupe import DIGEST_HEX
 from img2tfrecord.conversion.table import fingerprint_items
 from img2tfrecord.conversion.write import ShardOutcome
 from img2tfrecord.errors import DataError, UsageError, plural
@@ -87,8 +88,8 @@ def _entries(staging: str) -> list[Any]:
     for line in fs.read_bytes(path).splitlines():
         try:
             entries.append(json.loads(line))
-        except ValueError:
-            break  # a line cut short by a crash: what follows it is not trusted
+        except (ValueError, RecursionError):
+            break  # a line cut short by a crash (or damaged): what follows it is not trusted
     return entries if entries and isinstance(entries[0], dict) else []
 
 
@@ -117,10 +118,12 @@ def load_done(plan: Plan, staging: str) -> tuple[dict[str, ShardOutcome], list[t
     planned = {s.name for s in plan.shards}
     done, redone = {}, []
     for d in entries[1:]:
-        try:
-            outcome = ShardOutcome.from_dict(d)
-        except (TypeError, KeyError):
-            continue  # written by another version
+        outcome = _journaled(d)
+        if outcome is None:  # edited, damaged or another version's: that shard is converted again
+            name = d.get("info", {}).get("file") if isinstance(d, dict) and isinstance(d.get("info"), dict) else None
+            if isinstance(name, str) and name in planned:
+                redone.append((name, "its journal line is damaged"))
+            continue
         name = outcome.info.file
         if name not in planned:
             continue
@@ -132,6 +135,37 @@ def load_done(plan: Plan, staging: str) -> tuple[dict[str, ShardOutcome], list[t
         else:
             redone.append((name, why))
     return done, redone
+
+
+def _journaled(d: Any) -> ShardOutcome | None:
+    """A journal line as the ShardOutcome it records, or None if it does not hold one: every field
+    of the type `--resume` and the manifest will use, so a hand-edited line cannot surface later
+    as a traceback (or as a bad dataset.json)."""
+    try:
+        o = ShardOutcome.from_dict(d)
+    except (TypeError, KeyError, AttributeError, ValueError, IndexError):
+        return None
+    i = o.info
+    whole = lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0  # noqa: E731
+    texts = lambda v: isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items())  # noqa: E731
+    counts = lambda v: isinstance(v, dict) and all(isinstance(k, str) and whole(x) for k, x in v.items())  # noqa: E731
+    rows = lambda v: isinstance(v, list) and all(texts(x) for x in v)  # noqa: E731
+    ok = (
+        isinstance(o.split, str)
+        and isinstance(i.file, str)
+        and whole(i.records)
+        and whole(i.bytes)
+        and texts(i.checksums)
+        and all(k in fs.CHECKSUMS and k != "none" for k in i.checksums)
+        and i.index in (None, i.file + ".idx")
+        and all(counts(v) for v in (o.class_counts, o.formats, o.transcoded, o.depths, o.reduced))
+        and rows(o.skipped)
+        and rows(o.dropped)
+        and all(whole(v) for v in (o.orientation_ignored, o.images, o.bytes_read))
+        and isinstance(o.digests, str)
+        and len(o.digests) % DIGEST_HEX == 0
+    )
+    return o if ok else None
 
 
 def _differences(then: dict[str, Any], now: dict[str, Any]) -> list[str]:

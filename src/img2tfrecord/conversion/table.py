@@ -6,20 +6,22 @@ tuple, its three path strings and its size int, ~500-700 bytes), one million cos
 
 * one bytes blob of names (each image's path below its group's prefix, e.g. ``img_0042.jpg``
   below ``train/cat/``), with an `array` of offsets;
-* integer arrays for the size and the group (split folder + class) of each image;
-* and, per split, an `array` of image numbers in plan order (the shuffle is run over it).
+* integer arrays for the size, the mtime (st_mtime_ns, from the same stat) and the group (split
+  folder + class) of each image;
+* and, per split, an `array` of image numbers in plan order (conversion.splits sorts it by hash).
 
-That is ~45 bytes an image (names ~17, offsets 8, size 8, group 4, order 8). `bench/plan.py`
+That is ~53 bytes an image (names ~17, offsets 8, size 8, mtime 8, group 4, order 8). `bench/plan.py`
 measures the whole `convert --dry-run` process on 1 M files at ~72 bytes an image at its peak RSS
-(walk, sort, shuffle and the summary included; target 150), where the old plan took ~705, and
+(~91 on 300 k files since the mtime column and the hash order, 74 before on the same run)
+(walk, sort, hash order and the summary included; target 150), where the old plan took ~705, and
 tests/test_plan_table.py traces ~99 at the peak and ~46 kept for 50,000 files. A shard's `Task`s are made when the shard is
 handed to a worker (`TaskView`: a sequence over the columns, pickled as a plain tuple), so a
 run holds the Python objects of the shards in flight only.
 
 Image numbers are given in `image/filename` order within a split (the walk lays class folders
 out in the order of their ``class/`` prefix and sorts each folder), so sorting a split is sorting
-integers, and shuffling it is the same `random.shuffle` over the same positions as before: the
-plan is exactly the one the list of tuples gave (`tests/test_plan.py` pins it; test_plan_table.py
+integers, and ordering it by the seeded path hash (conversion.splits) is a sort of integers too:
+the plan is exactly the one a list of Tasks gives (`tests/test_plan.py` pins it; test_plan_table.py
 compares it with a list-of-Tasks reference).
 
 Names are kept as the bytes of ``str.encode("utf-8", "surrogateescape")``, which on POSIX are the
@@ -49,6 +51,7 @@ class Task(NamedTuple):
     label: int
     text: str  # the class name (image/class/text)
     size: int  # bytes, from the walk (0 when a remote listing gave none)
+    mtime_ns: int = 0  # modification time, from the same stat as `size` (0 when unknown: remote walk)
 
 
 class Group(NamedTuple):
@@ -83,6 +86,7 @@ class ImageTable:
         self.names = bytearray()
         self.offsets = array("q", [0])
         self.sizes = array("q")
+        self.mtimes = array("q")  # st_mtime_ns of each image, 0 when unknown
         self.group_of = array("I")
         self.paths: dict[int, str] = {}
         self._sep = split_rel and not remote and os.sep != "/"  # a walk's paths join folder by folder
@@ -94,16 +98,23 @@ class ImageTable:
         self.groups.append(Group(encode_name(prefix), cls, strip))
         return len(self.groups) - 1
 
-    def extend(self, group: int | Iterable[int], names: Sequence[bytes], sizes: Iterable[int]) -> range:
+    def extend(
+        self,
+        group: int | Iterable[int],
+        names: Sequence[bytes],
+        sizes: Iterable[int],
+        mtimes: Iterable[int] | None = None,
+    ) -> range:
         """Append images (names below their group's prefix, in order); returns their image numbers.
-        `group` is one group for all of them, or one per image."""
+        `group` is one group for all of them, or one per image; `mtimes` None means unknown (0)."""
         start = len(self.sizes)
         self.names += b"".join(names)
         self.offsets.extend(itertools.islice(itertools.accumulate(map(len, names), initial=self.offsets[-1]), 1, None))
         self.sizes.extend(sizes)
+        self.mtimes.extend(itertools.repeat(0, len(names)) if mtimes is None else mtimes)
         self.group_of.extend(itertools.repeat(group, len(names)) if isinstance(group, int) else group)
-        if not len(self.sizes) == len(self.group_of) == len(self.offsets) - 1 == start + len(names):
-            raise ValueError("one size and one group per name")
+        if not len(self.sizes) == len(self.mtimes) == len(self.group_of) == len(self.offsets) - 1 == start + len(names):
+            raise ValueError("one size, one mtime and one group per name")
         return range(start, len(self.sizes))
 
     def default_path(self, rel: str) -> str:
@@ -124,7 +135,15 @@ class ImageTable:
         path = self.paths.get(i) if self.paths else None
         if path is None:
             path = self.default_path(rel)
-        return Task(path, rel, rel[group.strip :], self.labels[group.cls], self.classes[group.cls], self.sizes[i])
+        return Task(
+            path,
+            rel,
+            rel[group.strip :],
+            self.labels[group.cls],
+            self.classes[group.cls],
+            self.sizes[i],
+            self.mtimes[i],
+        )
 
 
 class TaskView(Sequence[Task]):
@@ -174,6 +193,13 @@ def sizes_of(tasks: Sequence[Task]) -> array:
     if isinstance(tasks, TaskView):
         return array("q", map(tasks.table.sizes.__getitem__, tasks.order))
     return array("q", (t.size for t in tasks))
+
+
+def mtimes_of(tasks: Sequence[Task]) -> array:
+    """The st_mtime_ns of `tasks`, in order (0 where unknown), without making the Tasks of a view."""
+    if isinstance(tasks, TaskView):
+        return array("q", map(tasks.table.mtimes.__getitem__, tasks.order))
+    return array("q", (t.mtime_ns for t in tasks))
 
 
 def class_counts(tasks: Sequence[Task]) -> Counter[str]:

@@ -1,4 +1,4 @@
-"""Discovery: find the images, give them labels, shuffle them, cut them into splits.
+"""The folder walk: find the image candidates below INPUT's class folders, into an `ImageTable`.
 
 Layouts (as Keras' `image_dataset_from_directory` and TFDS' ImageFolder understand them):
 
@@ -6,33 +6,30 @@ Layouts (as Keras' `image_dataset_from_directory` and TFDS' ImageFolder understa
 * ``INPUT/SPLIT/CLASS/.../image`` when every immediate subfolder is a split name (train,
   validation or val, test): the splits are used as they are, with one class list for all.
 
-Labels are the index of the class name in sorted order (or in ``--labels`` order) plus an offset,
-so they are stable: an empty class folder keeps its label. The real image format is read from the
-content later (encoder); here a file is a candidate when its extension looks like an image.
+This module only lists files; labels come from conversion.labels, split assignment and order from
+conversion.splits (shared with --file-list, conversion.filelist), so the same files give the same
+plan (and bytes) whichever way they were found. The real image format is read from the content
+later (encoder); here a file is a candidate when its extension looks like an image.
 
 Inputs with a scheme (``gs://bucket/data``) are listed through ``tf.io.gfile``, one class folder
-per thread, so a bucket with thousands of classes is listed in parallel. ``--file-list`` replaces
-the walk by a CSV/TSV of ``path[,label_name]`` rows; both give the same `Discovery`, and the same
-files give the same plan (and bytes) whichever way they were found.
+per thread, so a bucket with thousands of classes is listed in parallel.
 
 Scale (issue 13: 100 M images must plan on one Beam driver): what is found goes straight into an
 `ImageTable` (conversion.table), never into an object per image. A local class folder is read with
-names as bytes and its files stat'ed relative to the open folder (`_walk_class_fast`), and laid
-out so that a split's image numbers are in image/filename order: sorting a split sorts integers.
-On 1 M files in 10 classes (`bench/plan.py`, 2 cores), `convert --dry-run` now takes about the
-time of a bare `os.scandir` walk that keeps (path, size) tuples, sorts and shuffles them (1.1x;
-it was 2.7x), and ~75 bytes an image at its peak RSS (the bare walk ~230; it was ~700). The stat
-of each file is most of both. A file list is parsed into the same table, a row held as one bytes
-object until it is in (~200 bytes a row at the peak for 1 M rows; it was ~680).
+names as bytes and its files stat'ed relative to the open folder (`_walk_class_fast`; the one stat
+gives size and mtime), and laid out so that a split's image numbers are in image/filename order:
+sorting a split sorts integers. On 1 M files in 10 classes (`bench/plan.py`, 2 cores),
+`convert --dry-run` takes about the time of a bare `os.scandir` walk that keeps (path, size)
+tuples, sorts and shuffles them (1.1x; it was 2.7x), and ~75 bytes an image at its peak RSS (~91 with
+the mtime column and the hash order; the
+bare walk ~230; it was ~700). The stat of each file is most of both.
 """
 
 from __future__ import annotations
 
-import csv
+import errno
 import os
 import posixpath
-import random
-import stat
 import sys
 from array import array
 from collections.abc import Iterator, Sequence
@@ -42,14 +39,15 @@ from itertools import chain
 from typing import NamedTuple
 
 from img2tfrecord import fs
-from img2tfrecord.conversion.table import ImageTable, Task, TaskView, encode_name
-from img2tfrecord.errors import UsageError, plural
-from img2tfrecord.format.schema import filename_problem, utf8_text
+from img2tfrecord.conversion.labels import class_list
+from img2tfrecord.conversion.splits import SPLIT_DIR_NAMES, Discovery, Missing, assemble, split_of
+from img2tfrecord.conversion.table import ImageTable, Task, encode_name
+from img2tfrecord.errors import DataError, UsageError, plural
+from img2tfrecord.format.manifest import class_name_problem, shown
+from img2tfrecord.format.schema import utf8_text
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"})
-SPLIT_DIR_NAMES = {"train": "train", "validation": "validation", "val": "validation", "test": "test"}
 LIST_THREADS = 32  # concurrent gfile listings of a remote input (each is one or a few HTTP requests)
-FILE_LIST_HEADERS = {"path", "filename", "file"}
 
 IMAGE_EXTENSIONS_B = frozenset(e.encode() for e in IMAGE_EXTENSIONS)
 ImageItem = Task  # one candidate image: where it is, what it will be labelled
@@ -64,22 +62,67 @@ _BYTES_WALK = (
 )
 
 
-@dataclass
-class Discovery:
-    """What the walk found: classes, candidate images per split (views over one `ImageTable`, in
-    plan order), and what it ignored."""
-
-    classes: list[str]
-    splits: dict[str, TaskView]
-    ignored_files: int = 0  # files that are no image candidates (notes.txt)
-    warnings: list[str] = field(default_factory=list)
-    presplit: bool = False
-    excluded_files: int = 0  # images of classes --labels leaves out
+# Folders that never hold a class or data: archive and NAS metadata, notebook checkpoints, trash
+# and file system bookkeeping; and every hidden (dot) folder. Ignored wherever they are, said once.
+NEVER_DATA_DIRS = frozenset({"__MACOSX", "@eaDir", "$RECYCLE.BIN", "System Volume Information", "lost+found"})
+# Files that operating systems leave beside images (and every hidden file: .DS_Store, ._IMG.jpg).
+OS_JUNK_FILES = frozenset({"thumbs.db", "ehthumbs.db", "desktop.ini"})  # compared in lower case
+_NEVER_DATA_DIRS_B = frozenset(n.encode() for n in NEVER_DATA_DIRS)
+_OS_JUNK_FILES_B = frozenset(n.encode() for n in OS_JUNK_FILES)
 
 
 def is_hidden(name: str) -> bool:
     """Dot files (.DS_Store, .git) and AppleDouble `._*` files are never data."""
     return name.startswith(".")
+
+
+def never_data_dir(name: str) -> bool:
+    """A folder that is never a class nor holds images (`__MACOSX`, `@eaDir`, `.ipynb_checkpoints`)."""
+    return name.startswith(".") or name in NEVER_DATA_DIRS
+
+
+def os_junk_file(name: str) -> bool:
+    """A file the OS leaves beside images (`Thumbs.db`, `desktop.ini`, `.DS_Store`, `._*`)."""
+    return name.startswith(".") or name.lower() in OS_JUNK_FILES
+
+
+@dataclass
+class WalkReport:
+    """What one walk could not read or left out on purpose, besides the images it found.
+
+    `skipped` holds (path below the walked folder, '/'-ended for a folder, the OS's reason);
+    `error` is set when the walked folder itself cannot be listed."""
+
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    junk_dirs: set[str] = field(default_factory=set)
+    junk_files: int = 0
+    error: str | None = None
+
+    def failed(self, rel: str, e: BaseException, what: str = "cannot list folder") -> None:
+        why = _reason(e)
+        if rel in ("", "/"):
+            self.error = why
+        else:
+            self.skipped.append((rel, f"{what}: {why}"))
+
+    def merge(self, other: WalkReport) -> None:
+        self.skipped += other.skipped
+        self.junk_dirs |= other.junk_dirs
+        self.junk_files += other.junk_files
+
+
+def _reason(e: BaseException) -> str:
+    """The OS's words for `e` (`Permission denied`), with the limit named for a path too long."""
+    if isinstance(e, OSError) and e.strerror:
+        said = e.strerror[:1].lower() + e.strerror[1:]  # as the encoder's reasons: "permission denied"
+        if e.errno == errno.ENAMETOOLONG and e.filename is not None:
+            n = len(os.fsencode(e.filename))
+            return f"{said} (its path is {n:,} bytes; the OS takes at most {PATH_MAX:,})"
+        return said
+    return getattr(e, "message", None) or str(e) or type(e).__name__  # tf.errors.* on remote paths
+
+
+PATH_MAX = os.pathconf("/", "PC_PATH_MAX") if hasattr(os, "pathconf") else 4096
 
 
 def _list_dir(path: str) -> list[os.DirEntry]:
@@ -88,15 +131,22 @@ def _list_dir(path: str) -> list[os.DirEntry]:
 
 
 class _Entry(NamedTuple):
-    """A folder entry, local or remote."""
+    """A folder entry, local or remote; `error` when the OS cannot tell whether it is a folder."""
 
     name: str
     path: str
     is_dir: bool
+    error: OSError | None = None
 
 
 def _local_entries(path: str) -> list[_Entry]:
-    return [_Entry(e.name, e.path, _is_dir(e)) for e in _list_dir(path)]
+    out = []
+    for e in _list_dir(path):
+        try:
+            out.append(_Entry(e.name, e.path, e.is_dir(follow_symlinks=True)))
+        except OSError as err:  # a symlink loop (ELOOP), a name too long...
+            out.append(_Entry(e.name, e.path, False, err))
+    return out
 
 
 def _remote_entries(path: str, pool: ThreadPoolExecutor | None = None) -> list[_Entry]:
@@ -120,39 +170,48 @@ def _remote_entries(path: str, pool: ThreadPoolExecutor | None = None) -> list[_
     return [_Entry(n, p, d) for (n, _), p, d in zip(listed, paths, dirs)]
 
 
-def _walk_class_remote(root: str, rel_prefix: str) -> tuple[list[tuple[str, str, int]], int]:
-    """`_walk_class` for a remote folder (object stores have no symlinks; sizes are unknown: 0)."""
-    found: list[tuple[str, str, int]] = []
+def _walk_class_remote(root: str, rel_prefix: str) -> tuple[list[tuple[str, str, int, int]], int, WalkReport]:
+    """`_walk_class` for a remote folder (object stores have no symlinks; sizes and mtimes are
+    unknown: 0, since a listing gives names only and a stat per object is the request it avoids)."""
+    found: list[tuple[str, str, int, int]] = []
     ignored = 0
+    report = WalkReport()
     stack: list[tuple[str, str]] = [(root, "")]
     while stack:
         path, rel = stack.pop()
         try:
             entries = _remote_entries(path)
-        except Exception:  # tf.errors.NotFoundError & co. are not OSErrors
+        except Exception as err:  # tf.errors.NotFoundError & co. are not OSErrors
+            report.failed(rel, err)
             continue
         subdirs = []
         for e in entries:
-            if is_hidden(e.name):
-                continue
             if e.is_dir:
-                subdirs.append((e.path, f"{rel}{e.name}/"))
+                if never_data_dir(e.name):
+                    report.junk_dirs.add(e.name)
+                else:
+                    subdirs.append((e.path, f"{rel}{e.name}/"))
+            elif os_junk_file(e.name):
+                report.junk_files += 1
             elif os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS:
-                found.append((e.path, f"{rel}{e.name}", 0))
+                found.append((e.path, f"{rel}{e.name}", 0, 0))
             else:
                 ignored += 1
         stack.extend(reversed(subdirs))
     found.sort(key=lambda t: t[1])
-    return found, ignored
+    return found, ignored, report
 
 
 class ClassFiles(NamedTuple):
     """The image candidates below one class folder: names relative to it ('/'-separated, as
-    `encode_name` gives them), sorted as the names' str sort; their sizes; non-images ignored."""
+    `encode_name` gives them), sorted as the names' str sort; their sizes and st_mtime_ns (one
+    stat gives both); non-images ignored; what could not be read."""
 
     names: list[bytes]
     sizes: array
+    mtimes: array
     ignored: int
+    report: WalkReport
 
 
 def _walk_classes(walks: list[tuple[str, str, str]], remote: bool) -> Iterator[ClassFiles]:
@@ -166,8 +225,14 @@ def _walk_classes(walks: list[tuple[str, str, str]], remote: bool) -> Iterator[C
         yield from pool.map(lambda w: _as_class_files(*_walk_class_remote(w[2], w[0] + "/")), walks)
 
 
-def _as_class_files(found: list[tuple[str, str, int]], ignored: int) -> ClassFiles:
-    return ClassFiles([encode_name(r) for _, r, _ in found], array("q", (sz for _, _, sz in found)), ignored)
+def _as_class_files(found: list[tuple[str, str, int, int]], ignored: int, report: WalkReport) -> ClassFiles:
+    return ClassFiles(
+        [encode_name(r) for _, r, _, _ in found],
+        array("q", (sz for _, _, sz, _ in found)),
+        array("q", (mt for _, _, _, mt in found)),
+        ignored,
+        report,
+    )
 
 
 def _sort_names(names: list[bytes]) -> None:
@@ -180,39 +245,57 @@ def _sort_names(names: list[bytes]) -> None:
         names.sort(key=os.fsdecode)
 
 
-def _sizes(fd: int, names: list[bytes]) -> array:
-    """Each file's size, stat'ed relative to its open folder (following symlinks); 0 if it fails."""
+class _Stats(NamedTuple):
+    sizes: array
+    mtimes: array
+
+
+def _sizes(fd: int, names: list[bytes]) -> _Stats:
+    """Each file's size and st_mtime_ns from one stat relative to its open folder (following
+    symlinks); 0 and 0 if it fails."""
     stat = os.stat
-    try:
-        return array("q", [stat(n, dir_fd=fd).st_size for n in names])
-    except OSError:
-        pass
-    out = array("q")
-    for n in names:
+    sizes, mtimes = array("q"), array("q")
+    for k in range(0, len(names), STAT_BATCH):  # a batch of stat results at a time, not a folder's
+        batch = names[k : k + STAT_BATCH]
+        got: list[os.stat_result | None]
         try:
-            out.append(stat(n, dir_fd=fd).st_size)
+            got = [stat(n, dir_fd=fd) for n in batch]
         except OSError:
-            out.append(0)  # broken symlink or vanished: the encoder reports it as skipped
-    return out
+            got = [_stat_or_none(n, fd) for n in batch]
+        sizes.extend([st.st_size if st else 0 for st in got])
+        mtimes.extend([st.st_mtime_ns if st else 0 for st in got])
+    return _Stats(sizes, mtimes)
+
+
+STAT_BATCH = 4096
+
+
+def _stat_or_none(name: bytes, fd: int) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=fd)
+    except OSError:
+        return None  # broken symlink, vanished, no search permission: the encoder says why
 
 
 def _walk_class_fast(root: str) -> ClassFiles:
-    """`_walk_class` for a local folder on POSIX: the same files, order, and symlink rules, with
-    names as bytes (no decoding, one small object each) and stats relative to the folder.
+    """`_walk_class` for a local folder on POSIX: the same files, order, symlink rules and report,
+    with names as bytes (no decoding, one small object each) and stats relative to the folder.
 
     This loop is most of a million-file dry run: per entry, one `is_dir` (the directory entry's
     type, no system call), an extension test and, for an image, one `fstatat`.
     """
-    exts = IMAGE_EXTENSIONS_B
-    chunks: list[tuple[bytes, list[bytes], array]] = []
+    exts, junk_dirs, junk_files = IMAGE_EXTENSIONS_B, _NEVER_DATA_DIRS_B, _OS_JUNK_FILES_B
+    chunks: list[tuple[bytes, list[bytes], _Stats]] = []
     ignored = 0
+    report = WalkReport()
     visited: set[tuple[int, int]] = set()
     stack: list[tuple[bytes, bytes]] = [(os.fsencode(root), b"")]
     while stack:
         path, rel = stack.pop()
         try:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-        except OSError:
+        except OSError as err:
+            report.failed(os.fsdecode(rel), err)
             continue
         try:
             st = os.fstat(fd)
@@ -226,21 +309,27 @@ def _walk_class_fast(root: str) -> ClassFiles:
                 with os.scandir(path) as it:  # a bytes path: bytes names (a folder's fd would give str)
                     for e in it:
                         name = e.name
-                        if name[:1] == b".":  # hidden
-                            continue
                         try:
                             is_dir = e.is_dir()
-                        except OSError:
-                            is_dir = False
+                        except OSError as err:
+                            report.failed(os.fsdecode(rel + name), err, "cannot tell whether it is a folder")
+                            continue
                         if is_dir:
-                            subdirs.append(name)
+                            if name[:1] == b"." or name in junk_dirs:
+                                report.junk_dirs.add(os.fsdecode(name))
+                            else:
+                                subdirs.append(name)
+                            continue
+                        if name[:1] == b"." or name.lower() in junk_files:
+                            report.junk_files += 1
                             continue
                         dot = name.rfind(b".")
                         if dot > 0 and name[dot:].lower() in exts:
                             files.append(name)
                         else:
                             ignored += 1
-            except OSError:
+            except OSError as err:
+                report.failed(os.fsdecode(rel), err)
                 continue
             _sort_names(files)
             chunks.append((rel, files, _sizes(fd, files)))
@@ -248,115 +337,76 @@ def _walk_class_fast(root: str) -> ClassFiles:
             os.close(fd)
         _sort_names(subdirs)
         stack.extend((os.path.join(path, n), rel + n + b"/") for n in reversed(subdirs))
-    if len(chunks) == 1 and not chunks[0][0]:
-        return ClassFiles(chunks[0][1], chunks[0][2], ignored)  # a flat class folder: sorted already
+    if len(chunks) == 1 and not chunks[0][0]:  # a flat class folder: sorted already
+        return ClassFiles(chunks[0][1], chunks[0][2].sizes, chunks[0][2].mtimes, ignored, report)
     names = [rel + n for rel, files, _ in chunks for n in files]
-    sizes = array("q", chain.from_iterable(sz for _, _, sz in chunks))
+    sizes = array("q", chain.from_iterable(st.sizes for _, _, st in chunks))
+    mtimes = array("q", chain.from_iterable(st.mtimes for _, _, st in chunks))
     by_name = list(range(len(names)))
     try:
         b"/".join(names).decode("utf-8")
         by_name.sort(key=names.__getitem__)
     except UnicodeDecodeError:
         by_name.sort(key=lambda i: os.fsdecode(names[i]))
-    return ClassFiles([names[i] for i in by_name], array("q", (sizes[i] for i in by_name)), ignored)
+    return ClassFiles(
+        [names[i] for i in by_name],
+        array("q", (sizes[i] for i in by_name)),
+        array("q", (mtimes[i] for i in by_name)),
+        ignored,
+        report,
+    )
 
 
-def _is_dir(entry: os.DirEntry) -> bool:
-    try:
-        return entry.is_dir(follow_symlinks=True)
-    except OSError:
-        return False
-
-
-def _walk_class(root: str, rel_prefix: str) -> tuple[list[tuple[str, str, int]], int]:
+def _walk_class(root: str, rel_prefix: str) -> tuple[list[tuple[str, str, int, int]], int, WalkReport]:
     """All image candidates below one class folder, sorted; follows symlinks without looping.
 
-    Returns ([(path, rel_to_class_root, size)], ignored_non_image_count).
+    Returns ([(path, rel_to_class_root, size, mtime_ns)], ignored_non_image_count, report).
     """
-    found: list[tuple[str, str, int]] = []
+    found: list[tuple[str, str, int, int]] = []
     ignored = 0
+    report = WalkReport()
     visited: set[tuple[int, int]] = set()
     stack: list[tuple[str, str]] = [(root, "")]
     while stack:
         path, rel = stack.pop()
         try:
             st = os.stat(path)
-        except OSError:
+        except OSError as err:
+            report.failed(rel, err)
             continue
         key = (st.st_dev, st.st_ino)
         if key in visited:  # a symlink loop or a second link to a folder already walked
             continue
         visited.add(key)
         try:
-            entries = _list_dir(path)
-        except OSError:
+            entries = _local_entries(path)
+        except OSError as err:
+            report.failed(rel, err)
             continue
         subdirs = []
         for e in entries:
-            if is_hidden(e.name):
-                continue
             child_rel = f"{rel}{e.name}"
-            if _is_dir(e):
-                subdirs.append((e.path, child_rel + "/"))
+            if e.error is not None:
+                report.failed(child_rel, e.error, "cannot tell whether it is a folder")
+            elif e.is_dir:
+                if never_data_dir(e.name):
+                    report.junk_dirs.add(e.name)
+                else:
+                    subdirs.append((e.path, child_rel + "/"))
+            elif os_junk_file(e.name):
+                report.junk_files += 1
             elif os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS:
                 try:
-                    size = e.stat(follow_symlinks=True).st_size
+                    st = os.stat(e.path)
+                    size, mtime = st.st_size, st.st_mtime_ns
                 except OSError:
-                    size = 0  # broken symlink or vanished: the encoder reports it as skipped
-                found.append((e.path, child_rel, size))
+                    size = mtime = 0  # broken symlink, vanished, no search permission: the encoder says why
+                found.append((e.path, child_rel, size, mtime))
             else:
                 ignored += 1
         stack.extend(reversed(subdirs))
     found.sort(key=lambda t: t[1])
-    return found, ignored
-
-
-def read_labels_file(path: str) -> list[str]:
-    """One class name per line; blank lines and surrounding whitespace ignored; no duplicates."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            names = [line.strip() for line in f if line.strip()]
-    except OSError as e:
-        raise UsageError(f"cannot read --labels file {path}: {e.strerror}") from None
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise UsageError(f"--labels file {path} lists {', '.join(dupes)} more than once")
-    if not names:
-        raise UsageError(f"--labels file {path} is empty")
-    return names
-
-
-def parse_split_spec(spec: str) -> dict[str, float]:
-    """'train=0.8,validation=0.2' -> {'train': 0.8, 'validation': 0.2}; fractions must sum to 1."""
-    fractions: dict[str, float] = {}
-    for part in spec.split(","):
-        name, sep, value = part.strip().partition("=")
-        name = SPLIT_DIR_NAMES.get(name.strip().lower(), name.strip())
-        try:
-            frac = float(value)
-        except ValueError:
-            frac = -1.0
-        if not sep or not name or not name.replace("_", "").isalnum() or not 0 <= frac <= 1:
-            raise UsageError(f"bad --split {spec!r}: expected e.g. train=0.8,validation=0.2")
-        if name in fractions:
-            raise UsageError(f"bad --split {spec!r}: {name} given twice")
-        fractions[name] = frac
-    if abs(sum(fractions.values()) - 1.0) > 1e-6:
-        raise UsageError(f"bad --split {spec!r}: the fractions add up to {sum(fractions.values()):g}, not 1")
-    return fractions
-
-
-def _stratify(files: Sequence[int], fractions: dict[str, float], rng: random.Random) -> dict[str, list[int]]:
-    """Cut one class's files into splits by cumulative rounding, after a seeded shuffle."""
-    files = list(files)
-    rng.shuffle(files)
-    n, out, start, acc = len(files), {}, 0, 0.0
-    for name, frac in fractions.items():
-        acc += frac
-        end = round(n * acc)
-        out[name] = files[start:end]
-        start = end
-    return out
+    return found, ignored, report
 
 
 def discover(
@@ -367,7 +417,7 @@ def discover(
     label_offset: int = 0,
     labels: list[str] | None = None,
 ) -> Discovery:
-    """Walk `input_dir` and return the shuffled candidate list of every split.
+    """Walk `input_dir` and return the candidate list of every split, in plan order (conversion.splits).
 
     Deterministic: the same tree, seed and options give the same lists on any machine.
     """
@@ -379,11 +429,8 @@ def discover(
             else "is not a directory"
         )
         raise UsageError(f"input {input_dir} {what}: give the folder that holds one subfolder per class")
-    if remote:
-        with ThreadPoolExecutor(LIST_THREADS, thread_name_prefix="list") as pool:
-            top = [e for e in _remote_entries(input_dir, pool) if not is_hidden(e.name)]
-    else:
-        top = [e for e in _local_entries(input_dir) if not is_hidden(e.name)]
+    report = WalkReport()  # what the walk cannot read or leaves out, below INPUT
+    top = _entries(input_dir, remote, report, "", "input")
     top_dirs = [e for e in top if e.is_dir]
     warnings: list[str] = []
     loose = [e for e in top if not e.is_dir and os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS]
@@ -410,11 +457,7 @@ def discover(
 
     walks: list[tuple[str, str, str]] = []  # (class name, split key, folder)
     for skey, sroot in split_roots.items():
-        entries = (
-            [e for e in (_remote_entries if remote else _local_entries)(sroot) if not is_hidden(e.name)]
-            if skey
-            else top
-        )
+        entries = _entries(sroot, remote, report, os.path.basename(sroot) + "/", "split folder") if skey else top
         for e in entries:
             if not e.is_dir:
                 if skey:
@@ -429,11 +472,15 @@ def discover(
             "put them in INPUT/CLASS/"
         )
     images = f"(images: {', '.join(sorted(IMAGE_EXTENSIONS))})"
-    classes = _class_list(
+    classes = class_list(
         {c for c, _, _ in walks},
         labels,
         f"no class folders found in {input_dir}: expected {input_dir}/CLASS_NAME/image.jpg {images}",
     )
+    folders = {c for c, _, _ in walks}
+    for c in classes:
+        if c in folders and (problem := class_name_problem(c)):
+            raise UsageError(f"the class folder {shown(fs.join(input_dir, c))} {problem}: rename it")
     table = ImageTable(input_dir, remote, classes, [i + label_offset for i in range(len(classes))], split_rel=True)
     index = {c: i for i, c in enumerate(classes)}
     # Laid out split folder by split folder, class folders in the order of their "class/" prefix:
@@ -442,16 +489,29 @@ def discover(
     walks.sort(key=lambda w: (rank[w[1]], w[0] + "/"))
     per_class: dict[str, dict[str, Sequence[int]]] = {}  # class name -> split key -> image numbers
     excluded: dict[str, int] = {}
-    for (c, skey, _), found in zip(walks, _walk_classes(walks, remote)):
+    skipped: list[dict[str, str]] = [
+        {"path": utf8_text(rel), "split": "", "reason": why} for rel, why in report.skipped
+    ]  # listing INPUT and its split folders
+    for (c, skey, path), found in zip(walks, _walk_classes(walks, remote)):
         ignored += found.ignored
         if c not in index:
             excluded[c] = excluded.get(c, 0) + len(found.names)
             continue
+        if found.report.error is not None:
+            raise DataError(
+                f"cannot list class folder {path}: {found.report.error}; its images would be missing: "
+                "fix its permissions, or leave the class out with --labels"
+            )
+        report.merge(found.report)
         split_dir = f"{os.path.basename(split_roots[skey])}/" if skey else ""
-        group = table.new_group(split_dir + c + "/", index[c], len(split_dir))
-        per_class.setdefault(c, {})[skey] = table.extend(group, found.names, found.sizes)
+        prefix = split_dir + c + "/"
+        for rel, why in found.report.skipped:
+            whose = skey or ("" if rel.endswith("/") else split_of(prefix + rel, seed, split))
+            skipped.append({"path": utf8_text(prefix + rel), "split": whose, "reason": why})
+        group = table.new_group(prefix, index[c], len(split_dir))
+        per_class.setdefault(c, {})[skey] = table.extend(group, found.names, found.sizes, found.mtimes)
     split_keys = list(split_roots) if presplit else (list(split) if split else ["train"])
-    return _assemble(
+    found_all = assemble(
         table,
         per_class,
         excluded,
@@ -464,351 +524,73 @@ def discover(
         what="class folder",
         whats="class folders",
         no_images=f"no images found in {input_dir}: expected {input_dir}/CLASS_NAME/image.jpg {images}",
+        missing=Missing(
+            set(classes) - folders,
+            (lambda c: f"no split folder of {input_dir} holds a folder {c}")
+            if presplit
+            else (lambda c: f"its folder {fs.join(input_dir, c)} is missing"),
+            f"no split folder of {input_dir} holds their folders"
+            if presplit
+            else f"their folders in {input_dir} are missing",
+        ),
     )
+    found_all.skipped = sorted(skipped, key=lambda s: s["path"])
+    if note := _junk_note(report):
+        found_all.notes.append(note)
+    return found_all
 
 
-def _class_list(found: set[str], labels: list[str] | None, no_classes: str) -> list[str]:
-    """The classes, in label order: --labels as given, else the names found, sorted."""
-    classes = list(labels) if labels is not None else sorted(found)
-    if not classes:
-        raise UsageError(no_classes)
-    return classes
-
-
-def _in_order(parts: list[Sequence[int]]) -> array:
-    """One split's image numbers, sorted (= image/filename order); whole groups need no sort."""
-    if all(isinstance(p, range) for p in parts):
-        return array("q", chain.from_iterable(sorted(parts, key=lambda r: r.start)))  # type: ignore[attr-defined]
-    return array("q", sorted(chain.from_iterable(parts)))
-
-
-def _assemble(
-    table: ImageTable,
-    per_class: dict[str, dict[str, Sequence[int]]],
-    excluded: dict[str, int],
-    split_keys: list[str],
-    *,
-    presplit: bool,
-    split: dict[str, float] | None,
-    seed: int,
-    ignored: int,
-    warnings: list[str],
-    what: str,
-    whats: str,
-    no_images: str,
-) -> Discovery:
-    """Stratified splits and the seeded shuffle over the table's image numbers: shared by the folder
-    walk and --file-list. `per_class` holds the image numbers of each class in image/filename order."""
-    classes = table.classes
-    if excluded:
-        unlisted = sorted(excluded)
-        n = sum(excluded.values())
-        warnings.append(
-            f"{plural(len(unlisted), what, whats)} not in --labels {'is' if len(unlisted) == 1 else 'are'} left out "
-            f"({plural(n, 'image')}): " + ", ".join(unlisted[:5]) + ("..." if len(unlisted) > 5 else "")
-        )
-    for c in classes:
-        if not any(len(v) for v in per_class.get(c, {}).values()):
-            warnings.append(f"class {c!r} has no images; its label is kept")
-
-    parts: dict[str, list[Sequence[int]]] = {s: [] for s in split_keys}
-    for c in classes:
-        for skey, numbers in per_class.get(c, {}).items():
-            if presplit:
-                parts[skey].append(numbers)
-            elif split:
-                for s, part in _stratify(numbers, split, random.Random(f"img2tfrecord:{seed}:stratify:{c}")).items():
-                    parts[s].append(part)
-            else:
-                parts["train"].append(numbers)
-    undecodable = [n for n in classes if not n.isascii() and utf8_text(n) != n]
-    if not table.names.isascii() or not all(g.prefix.isascii() for g in table.groups):  # else none can be
-        undecodable += [
-            name
-            for pieces in parts.values()
-            for piece in pieces
-            for i in piece
-            if not (name := table.task(i).filename).isascii() and utf8_text(name) != name
-        ]
-    if undecodable:
-        warnings.append(
-            f"{plural(len(undecodable), 'name')} {'is' if len(undecodable) == 1 else 'are'} not valid UTF-8 (e.g. '{utf8_text(undecodable[0])}'): records, "
-            "labels.txt and dataset.json hold the undecodable bytes as \\xNN escapes; rename the files to keep their names exact"
-        )
-    splits: dict[str, TaskView] = {}
-    for s, pieces in parts.items():
-        order = _in_order(pieces)
-        random.Random(f"img2tfrecord:{seed}:shuffle:{s}").shuffle(order)
-        splits[s] = TaskView(table, order)
-    if not any(splits.values()):
-        raise UsageError(no_images)
-    return Discovery(
-        classes=classes,
-        splits=splits,
-        ignored_files=ignored,
-        warnings=warnings,
-        presplit=presplit,
-        excluded_files=sum(excluded.values()),
-    )
-
-
-def discover_file_list(
-    input_dir: str,
-    file_list: str,
-    *,
-    split: dict[str, float] | None = None,
-    seed: int = 0,
-    label_offset: int = 0,
-    labels: list[str] | None = None,
-) -> Discovery:
-    """The images named by a CSV/TSV file instead of a walk (how big datasets are described in buckets).
-
-    Rows are ``path,label_name`` or just ``path`` (the class is then the first folder of the path
-    below INPUT). Relative paths are joined to INPUT; absolute and scheme:// paths are used as
-    given. A first row whose path column reads path/filename/file is a header. Rows are sorted
-    per class, so the order of the list does not matter, and listing exactly the files of a
-    folder tree gives the same dataset as walking it. Local files are checked (and sized) here;
-    remote ones are not (one request per object is the cost a file list avoids): a missing one
-    is reported as skipped.
-    """
-    listed = _read_file_list(input_dir, file_list)
-    classes = _class_list(set(listed.labels), labels, f"--file-list {file_list} lists no images")
-    root = fs.local(input_dir)
-    table = ImageTable(root, fs.is_remote(root), classes, [i + label_offset for i in range(len(classes))])
-    index = {c: i for i, c in enumerate(classes)}
-    groups = {c: table.new_group("", i) for c, i in index.items()}
-    per_class: dict[str, dict[str, Sequence[int]]] = {c: {"": array("q")} for c in classes}
-    excluded: dict[str, int] = {}
-    chunk = 1 << 16  # rows moved into the table at a time (image/filename order: list order is irrelevant)
-    for start in range(0, len(listed.rows), chunk):
-        names: list[bytes] = []
-        group_of, sizes = array("I"), array("q")
-        for row in listed.rows[start : start + chunk]:
-            n = _row_number(row)
-            label = listed.labels[listed.label_of[n]]
-            if label not in index:
-                excluded[label] = excluded.get(label, 0) + 1
-                continue
-            if n in listed.paths:
-                table.paths[len(table) + len(names)] = listed.paths[n]
-            per_class[label][""].append(len(table) + len(names))  # type: ignore[attr-defined]
-            names.append(row[: -ROW_NUMBER - 1])
-            group_of.append(groups[label])
-            sizes.append(listed.sizes[n])
-        table.extend(group_of, names, sizes)
-    del listed
-    return _assemble(
-        table,
-        per_class,
-        excluded,
-        list(split) if split else ["train"],
-        presplit=False,
-        split=split,
-        seed=seed,
-        ignored=0,
-        warnings=[],
-        what="class",
-        whats="classes",
-        no_images=f"--file-list {file_list}: none of the listed images belongs to a class in --labels",
-    )
-
-
-class _Listed(NamedTuple):
-    """A file list's rows, compactly: `rows` sorted by image/filename, each the name's bytes, a NUL
-    and its row number (8 bytes); then by row number its label (into `labels`) and size, and the
-    path to read where it is not INPUT joined with the name."""
-
-    rows: list[bytes]
-    labels: list[str]
-    label_of: array
-    sizes: array
-    paths: dict[int, str]
-
-
-ROW_NUMBER = 8  # bytes of the row number after a listed name's NUL
-
-
-def _lines(text: str) -> Iterator[str]:
-    """`text`'s lines, ends kept, as `io.StringIO(text)` gives them, without a second copy of the text."""
-    start, n = 0, len(text)
-    while start < n:
-        end = text.find("\n", start)
-        end = n if end < 0 else end + 1
-        yield text[start:end]
-        start = end
-
-
-def _first_line(text: str) -> str:
-    """The first non-blank of `text.splitlines()`, reading only as far as needed."""
-    chunk = 1 << 16
-    while True:
-        lines = text[:chunk].splitlines()
-        for k, line in enumerate(lines):
-            if line.strip() and (k < len(lines) - 1 or chunk >= len(text)):
-                return line
-            if line.strip():
-                break  # may be cut at the chunk's end: read more
-        if chunk >= len(text):
-            return ""
-        chunk *= 4
-
-
-def _read_file_list(input_dir: str, file_list: str) -> _Listed:
-    """Parse and check every row; UsageError naming the line for anything wrong (the first wrong
-    line, as a reading that stopped there would say).
-
-    A million rows are held as one bytes object and three array entries each, not as tuples of
-    strings, and a name listed twice is found by sorting, not in a dict of every name."""
-    where = f"--file-list {file_list}"
+def _entries(path: str, remote: bool, report: WalkReport, rel: str, what: str) -> list[_Entry]:
+    """The entries of INPUT or a split folder that may hold data, sorted; junk counted in `report`,
+    entries the OS cannot tell the kind of are skips. A folder that cannot be listed is a DataError."""
     try:
-        raw = fs.read_bytes(file_list)
-    except FileNotFoundError:
-        raise UsageError(f"{where} does not exist") from None
-    except OSError as e:
-        raise UsageError(f"cannot read {where}: {e.strerror or e}") from None
-    except Exception as e:  # tf.errors.NotFoundError on gs:// & co.
-        raise UsageError(f"cannot read {where}: {getattr(e, 'message', None) or e}") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise UsageError(f"{where} is not UTF-8 text (byte {e.start})") from None
-    del raw
-    first = _first_line(text)
-    delimiter = "\t" if file_list.lower().endswith((".tsv", ".tab")) or "\t" in first else ","
-    reader = csv.reader(_lines(text), delimiter=delimiter, strict=True)
-    root = fs.local(input_dir)
-    rows: list[bytes] = []  # name + NUL + row number
-    lines = array("q")  # by row number: the line it was on
-    label_of, sizes = array("I"), array("q")
-    label_index: dict[str, int] = {}
-    paths: dict[int, str] = {}
-    missing: list[tuple[int, str]] = []
-    columns = 0
-
-    def fail(line: int, message: str) -> UsageError:
-        """The error at `line`, unless a name listed twice on an earlier line came first."""
-        twice = _listed_twice(rows, lines, text, delimiter, where, before=line)
-        return twice or UsageError(f"{where} line {line}: {message}")
-
-    try:
-        for row in reader:
-            line = reader.line_num
-            cells = [c.strip() for c in row]
-            if not any(cells):
-                continue
-            if not columns and cells[0].lower() in FILE_LIST_HEADERS:
-                columns = len(cells)  # header row: fixes the column count, holds no image
-                continue
-            if len(cells) not in (1, 2) or (columns and len(cells) != columns):
-                want = {1: "path", 2: "path,label_name"}.get(columns, "path,label_name (or only path)")
-                raise fail(line, f"expected {want}, got {len(cells)} column(s): {delimiter.join(row)!r}")
-            columns = len(cells)
-            given = cells[0]
-            if not given:
-                raise fail(line, "empty path")
-            path, rel, below = _resolve_listed(input_dir, given)
-            if len(cells) == 2:
-                label = cells[1]
-                if not label:
-                    raise fail(line, f"empty label for {given}")
-            elif below and "/" in rel:
-                label = rel.split("/", 1)[0]
-            else:
-                raise fail(
-                    line,
-                    f"cannot tell the class of {given}: it is not in a CLASS folder "
-                    f"below {input_dir}; add a label column (path,label_name)",
-                )
-            if problem := filename_problem(utf8_text(rel)):
-                raise fail(line, f"{given} cannot be an image/filename: it {problem}")
-            size = 0
-            if not fs.is_remote(path):
-                try:
-                    st = os.stat(path)
-                except OSError:
-                    missing.append((line, path))
-                    st = None
-                if st is not None and stat.S_ISDIR(st.st_mode):
-                    raise fail(line, f"{path} is a folder, not an image")
-                size = st.st_size if st is not None else 0
-            number = len(rows)
-            rows.append(encode_name(rel) + b"\0" + number.to_bytes(ROW_NUMBER, "big"))
-            lines.append(line)
-            label_of.append(label_index.setdefault(label, len(label_index)))
-            sizes.append(size)
-            if path != fs.join(root, rel):
-                paths[number] = path
-    except csv.Error as e:
-        raise fail(reader.line_num, str(e)) from None
-    twice = _listed_twice(rows, lines, text, delimiter, where)  # sorts `rows`
-    if twice:
-        raise twice
-    if missing:
-        line, path = missing[0]
-        more = f" ({len(missing) - 1} more listed file(s) are missing too)" if len(missing) > 1 else ""
-        raise UsageError(f"{where} line {line}: {path} does not exist{more}")
-    return _Listed(rows, list(label_index), label_of, sizes, paths)
+        if remote:
+            with ThreadPoolExecutor(LIST_THREADS, thread_name_prefix="list") as pool:
+                entries = _remote_entries(path, pool)
+        else:
+            entries = _local_entries(path)
+    except Exception as err:  # OSError, or tf.errors.* for a remote folder
+        raise DataError(f"cannot list {what} {path}: {_reason(err)}") from None
+    out = []
+    for e in entries:
+        if e.error is not None:
+            report.failed(rel + e.name, e.error, "cannot tell whether it is a folder")
+        elif e.is_dir and never_data_dir(e.name):
+            report.junk_dirs.add(e.name)
+        elif not e.is_dir and os_junk_file(e.name):
+            report.junk_files += 1
+        else:
+            out.append(e)
+    return out
 
 
-def _listed_twice(
-    rows: list[bytes], lines: array, text: str, delimiter: str, where: str, before: int | None = None
-) -> UsageError | None:
-    """The error for the first line that lists a name again (earlier than `before`), or None.
-    Sorts `rows` by name (then row number), so that equal names are neighbours."""
-    rows.sort(key=_row_key) if _has_nul(rows) else rows.sort()
-    again: tuple[int, int] | None = None  # (line listing a name again, the line it was first on)
-    for a, b in zip(rows, rows[1:]):
-        if a[: -ROW_NUMBER - 1] == b[: -ROW_NUMBER - 1]:
-            line, first = lines[_row_number(b)], lines[_row_number(a)]
-            if (again is None or line < again[0]) and (before is None or line < before):
-                again = (line, first)
-    if again is None:
+def _junk_note(report: WalkReport) -> str | None:
+    """The one line that says which folders were ignored as never being data (hidden and OS
+    metadata files are not said: a Mac leaves a .DS_Store in every folder it opened)."""
+    if not report.junk_dirs:
         return None
-    line, first = again
-    # the name as written on that line (the rows hold it normalized)
-    reader = csv.reader(_lines(text), delimiter=delimiter, strict=True)
-    given = next(row[0].strip() for row in reader if reader.line_num == line)
-    return UsageError(f"{where} line {line}: {given} is listed twice (first on line {first})")
+    names = sorted(report.junk_dirs)
+    shown_names = ", ".join(utf8_text(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
+    return f"ignored folders that are never classes or images: {shown_names}"
 
 
-def _row_number(row: bytes) -> int:
-    return int.from_bytes(row[-ROW_NUMBER:], "big")
+def stat_remote(table: ImageTable, threads: int = LIST_THREADS) -> int:
+    """Fill in the size and mtime_ns that a remote listing leaves at 0, one `gfile.stat` per image
+    in `threads` threads; returns how many could not be stat'ed (left at 0). A request per object:
+    what `update` pays to tell changed images from unchanged ones, not what `convert`'s walk does."""
+    todo = [i for i in range(len(table)) if table.sizes[i] == 0 and table.mtimes[i] == 0]
 
+    def one(i: int) -> fs.FileStat | None:
+        try:
+            return fs.file_stat(table.task(i).path)
+        except Exception:  # tf.errors.NotFoundError & co.: the encoder reports the file later
+            return None
 
-def _row_key(row: bytes) -> tuple[bytes, int]:
-    return row[: -ROW_NUMBER - 1], _row_number(row)
-
-
-def _has_nul(rows: list[bytes]) -> bool:
-    """Whether a name holds a NUL, which would make name + NUL + number sort apart from the name."""
-    return any(row.find(b"\0") < len(row) - ROW_NUMBER - 1 for row in rows)
-
-
-def _resolve_listed(input_dir: str, given: str) -> tuple[str, str, bool]:
-    """(path to read, image/filename, whether it lies below INPUT).
-
-    The name is the path relative to INPUT when the file lies below it, else the path as
-    written (a relative one normalized: `../x.jpg`); `schema.filename_problem` accepts both.
-    """
-    if fs.is_remote(given) or "://" in given:
-        base = input_dir.rstrip("/") + "/"
-        rel = given[len(base) :]
-        if (
-            given.startswith(base)
-            and rel not in ("", "..")
-            and posixpath.normpath(rel) == rel
-            and not rel.startswith("../")
-        ):
-            return given, rel, True
-        return given, given, False  # another bucket, or an object key no folder walk would name so
-    if os.path.isabs(given):
-        if fs.is_remote(input_dir):
-            return given, given, False
-        base, full = os.path.abspath(fs.local(input_dir)), os.path.abspath(given)
-        if full.startswith(base.rstrip(os.sep) + os.sep):
-            return given, full[len(base.rstrip(os.sep)) + 1 :].replace(os.sep, "/"), True
-        return given, given, False
-    rel = posixpath.normpath(given.replace(os.sep, "/"))
-    if rel == ".." or rel.startswith("../"):
-        return fs.join(input_dir, given), rel, False
-    return fs.join(fs.local(input_dir), rel), rel, True
+    failed = 0
+    with ThreadPoolExecutor(max(1, min(threads, len(todo))), thread_name_prefix="stat") as pool:
+        for i, st in zip(todo, pool.map(one, todo)):
+            if st is None:
+                failed += 1
+            else:
+                table.sizes[i], table.mtimes[i] = st
+    return failed

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import glob
-import json
 import os
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.format.images import MAX_PIXELS
 from img2tfrecord.format.manifest import MANIFEST_NAME as MANIFEST
+from img2tfrecord.format.manifest import MAX_MANIFEST_BYTES, ManifestError, parse_manifest
 from img2tfrecord.format.naming import _AUX_SUFFIXES, SHARD_RE, shard_split
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -86,16 +87,19 @@ class ShardRef:
 
 
 def read_manifest(directory: str | os.PathLike[str]) -> Manifest | None:
-    """The directory's dataset.json, None if it has none; a broken one is a DataError."""
+    """The directory's dataset.json, None if it has none; a broken one is a DataError whose one
+    line names the field (`manifest.parse_manifest`, the one validation every reader shares)."""
     path = Path(directory) / MANIFEST
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DataError(f"{path}: cannot read the manifest: {e}") from e
-    if not isinstance(data, dict) or not isinstance(data.get("splits", {}), dict):
-        raise DataError(f"{path}: not an img2tfrecord manifest (no 'splits' object)")
+        with open(path, "rb") as f:  # read no more than a manifest can be, whatever the file holds
+            data = parse_manifest(f.read(MAX_MANIFEST_BYTES + 1))
+    except OSError as e:
+        raise DataError(f"{path}: cannot read the manifest: {e.strerror or e}") from e
+    except ManifestError as e:
+        hint = "; the file was edited or damaged (convert again to rebuild it)" if e.damaged else ""
+        raise DataError(f"{path}: {e}{hint}") from None
     return Manifest(Path(directory), data)
 
 
@@ -129,6 +133,24 @@ def _manifest_for_file(
             if entry.get("file") == path.name:
                 return man, name, entry
     return man, None, None
+
+
+def special_kind(path: Path) -> str | None:
+    """What a path that exists but is neither a file nor a directory is (/dev/null: a character
+    device), or None (it does not exist, or is a file or directory)."""
+    try:
+        mode = path.stat().st_mode
+    except (OSError, ValueError):
+        return None
+    for test, name in (
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return None
 
 
 def _list_names(paths: Sequence[Path], limit: int = 8) -> str:
@@ -165,6 +187,8 @@ def resolve_paths(paths: Iterable[str | os.PathLike[str]], split: str | None = N
             continue
         if p.is_file():
             matches = [p]
+        elif (kind := special_kind(p)) is not None:
+            raise UsageError(f"{text}: is {kind}, not a TFRecord file or a dataset directory")
         elif glob.has_magic(text):
             matches = [Path(m) for m in sorted(glob.glob(text))]
             matches = [m for m in matches if is_shard_candidate(m)]

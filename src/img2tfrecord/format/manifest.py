@@ -10,6 +10,7 @@ from typing import Any
 
 from img2tfrecord._version import __version__
 from img2tfrecord.format.schema import FEATURE_TYPES
+from img2tfrecord.fs import CHECKSUMS
 
 MANIFEST_NAME = "dataset.json"
 LABELS_NAME = "labels.txt"
@@ -61,9 +62,218 @@ def manifest_text(manifest: dict[str, Any]) -> str:
 
 
 def labels_text(classes: list[str]) -> str:
+    """labels.txt: one class name per line, which `class_name_problem` makes sure each can be."""
     return "".join(c + "\n" for c in classes)
 
 
-def read_manifest(path: str) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+# What labels.txt cannot hold in a line, as every reader of it splits lines (`str.splitlines`: \n,
+# \r, \x0b, \x0c, \x1c-\x1e, \x85, U+2028, U+2029) or as a terminal shows them: every control
+# character (C0, DEL, C1) and the two Unicode line separators. Refused, not escaped: an escaped
+# name would no longer be the folder's name, so `--labels labels.txt` would not find it again.
+_NOT_IN_A_LINE = frozenset([*map(chr, range(0x20)), *map(chr, range(0x7F, 0xA0)), "\u2028", "\u2029"])
+
+
+def class_name_problem(name: str) -> str | None:
+    """Why `name` cannot be a class (a line of labels.txt), or None."""
+    if not name.strip():
+        return "is empty" if not name else "is only white space"
+    bad = next((c for c in name if c in _NOT_IN_A_LINE), None)
+    if bad is not None:
+        what = "a line break" if bad in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029" else "a control character"
+        return f"holds {what} (U+{ord(bad):04X}), which labels.txt (one name per line) cannot hold"
+    return None
+
+
+def shown(name: str) -> str:
+    """`name` quoted with its control characters escaped, as dataset.json writes them."""
+    return json.dumps(name, ensure_ascii=False)
+
+
+# --------------------------------------------------------------------------- reading it back
+#
+# Every reader (inspect, inspect --verify, load()) takes dataset.json through `parse_manifest`,
+# so a hand-edited or damaged manifest is refused in one place, in one line that names the field,
+# instead of surfacing as a TypeError wherever a reader first trips on it. Hand-written rather
+# than a JSON Schema validator: the schema is small, it is checked with no new dependency, and
+# the message is ours ("splits.train.shards[0].bytes is "x": expected a whole number >= 0").
+# Fields readers do not use are checked only for their JSON type; unknown fields are allowed
+# (a later version 1 may add some).
+
+MAX_MANIFEST_BYTES = 1 << 30  # a manifest is kilobytes to megabytes; past this it is not one
+_INT64 = 1 << 63
+
+
+class ManifestError(ValueError):
+    """dataset.json does not hold what its format says; the message names the field. `damaged`
+    is False when the file is sound but not for this version (a newer format_version)."""
+
+    def __init__(self, message: str, damaged: bool = True) -> None:
+        super().__init__(message)
+        self.damaged = damaged
+
+
+def _kind(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true/false"
+    return {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number"}.get(
+        type(v), type(v).__name__
+    )
+
+
+def _shown(v: Any) -> str:
+    text = json.dumps(v, ensure_ascii=False) if isinstance(v, (str, int, float, bool, type(None))) else _kind(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _fail(where: str, v: Any, want: str) -> ManifestError:
+    return ManifestError(f"{where} is {_shown(v)}: expected {want}")
+
+
+def _obj(v: Any, where: str) -> dict[str, Any]:
+    if not isinstance(v, dict):
+        raise _fail(where, v, "an object")
+    return v
+
+
+def _list(v: Any, where: str) -> list[Any]:
+    if not isinstance(v, list):
+        raise _fail(where, v, "a list")
+    return v
+
+
+def _str(v: Any, where: str) -> str:
+    if not isinstance(v, str):
+        raise _fail(where, v, "a string")
+    return v
+
+
+def _whole(v: Any, where: str, lo: int = 0) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v < _INT64:
+        raise _fail(where, v, f"a whole number >= {lo}" if lo > -_INT64 else "a whole number (int64)")
+    return v
+
+
+def _file_name(v: Any, where: str) -> str:
+    """A file beside dataset.json: a plain name, so no entry can point a reader elsewhere."""
+    name = _str(v, where)
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\x00" in name:
+        raise _fail(where, v, "a file name in the dataset's folder (no '/')")
+    return name
+
+
+def _counts(v: Any, where: str) -> None:
+    for k, n in _obj(v, where).items():
+        _whole(n, f"{where}.{k}")
+
+
+def _optional(d: dict[str, Any], key: str, where: str, check: Any) -> None:
+    if key in d:
+        check(d[key], f"{where}{key}")
+
+
+def _nullable(check: Any) -> Any:
+    return lambda v, where: None if v is None else check(v, where)
+
+
+def _one_of(*values: Any) -> Any:
+    def check(v: Any, where: str) -> None:
+        if v not in values or isinstance(v, bool) != any(isinstance(x, bool) for x in values if x == v):
+            raise _fail(where, v, " or ".join(_shown(x) for x in values))
+
+    return check
+
+
+def _options(v: Any, where: str) -> None:
+    o = _obj(v, where)
+    _optional(o, "compression", f"{where}.", _one_of(None, "none", "gzip", "zlib"))
+    _optional(o, "max_pixels", f"{where}.", _nullable(lambda x, w: _whole(x, w, 1)))
+    _optional(o, "index", f"{where}.", _one_of(None, True, False))
+    _optional(o, "label_offset", f"{where}.", lambda x, w: _whole(x, w, -_INT64))
+    _optional(o, "channels", f"{where}.", _one_of(None, "keep", 1, 2, 3, 4, "1", "2", "3", "4"))
+
+
+def _shard(v: Any, where: str, checksums: tuple[str, ...]) -> None:
+    s = _obj(v, where)
+    if "file" not in s:
+        raise ManifestError(f"{where} has no 'file'")
+    _file_name(s["file"], f"{where}.file")
+    _optional(s, "records", f"{where}.", _whole)
+    _optional(s, "bytes", f"{where}.", _whole)
+    _optional(s, "index", f"{where}.", _nullable(_file_name))
+    for algorithm in checksums:
+        if algorithm in s:
+            digest = _str(s[algorithm], f"{where}.{algorithm}")
+            if not digest or any(c not in "0123456789abcdef" for c in digest):
+                raise _fail(f"{where}.{algorithm}", digest, "a lower-case hex digest")
+
+
+def _split(v: Any, where: str, checksums: tuple[str, ...]) -> None:
+    s = _obj(v, where)
+    _optional(s, "records", f"{where}.", _whole)
+    _optional(s, "class_counts", f"{where}.", _counts)
+    if "shards" not in s:
+        raise ManifestError(f"{where} has no 'shards' list")
+    files = set()
+    for i, entry in enumerate(_list(s["shards"], f"{where}.shards")):
+        _shard(entry, f"{where}.shards[{i}]", checksums)
+        if entry["file"] in files:
+            raise ManifestError(f"{where}.shards[{i}].file {_shown(entry['file'])} is listed twice")
+        files.add(entry["file"])
+
+
+_DIGESTS = tuple(c for c in CHECKSUMS if c != "none")
+
+
+def validate_manifest(data: Any, checksums: tuple[str, ...] = _DIGESTS) -> dict[str, Any]:
+    """`data` (parsed dataset.json) if it holds what FORMAT_VERSION promises; else ManifestError
+    naming the first field that is wrong. `checksums`: the digest fields a shard entry may hold."""
+    m = _obj(data, "the manifest")
+    if "format_version" not in m:
+        raise ManifestError("no 'format_version': not an img2tfrecord dataset.json")
+    version = m["format_version"]
+    if isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
+        raise ManifestError(
+            f"format_version is {version}: written by a newer img2tfrecord (this one reads {FORMAT_VERSION}); upgrade to read it",
+            damaged=False,
+        )
+    if version != FORMAT_VERSION or isinstance(version, bool):
+        raise _fail("format_version", version, str(FORMAT_VERSION))
+    _optional(m, "tool", "", _obj)
+    if "classes" in m:
+        for i, name in enumerate(_list(m["classes"], "classes")):
+            _str(name, f"classes[{i}]")
+    _optional(m, "label_offset", "", lambda x, w: _whole(x, w, -_INT64))
+    _optional(m, "options", "", _options)
+    offset, opts = m.get("label_offset", 0), m.get("options") or {}
+    if "label_offset" in opts and opts["label_offset"] != offset:  # readers name classes by the top-level one
+        raise ManifestError(
+            f"label_offset is {offset} but options.label_offset is {opts['label_offset']}: they must agree"
+        )
+    _optional(m, "features", "", lambda x, w: [_str(t, f"{w}.{k}") for k, t in _obj(x, w).items()])
+    if "splits" not in m:
+        raise ManifestError("no 'splits' object")
+    for name, split in _obj(m["splits"], "splits").items():
+        _split(split, f"splits.{name}", checksums)
+    _optional(m, "skipped", "", _list)
+    for key in ("transcoded", "formats", "depths", "reduced_depth"):
+        _optional(m, key, "", _counts)
+    _optional(m, "dtype", "", _one_of("uint8", "uint16"))
+    _optional(m, "ignored_files", "", _whole)
+    _optional(m, "excluded_files", "", _whole)
+    _optional(m, "duplicates", "", _obj)
+    return m
+
+
+def parse_manifest(text: bytes | str) -> dict[str, Any]:
+    """dataset.json's text, parsed and validated; ManifestError (one line) if it is not one."""
+    if len(text) > MAX_MANIFEST_BYTES:
+        raise ManifestError(f"more than {MAX_MANIFEST_BYTES:,} bytes: too large to be a manifest")
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise ManifestError("nested too deeply to be a manifest") from None
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ManifestError(f"not valid JSON: {e}") from None
+    return validate_manifest(data)

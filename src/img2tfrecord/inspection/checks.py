@@ -240,7 +240,9 @@ def _check_dataset(
         if m and p.is_file() and p.name not in listed_files and (split is None or m["split"] == split):
             sink.append(Problem(str(p), None, None, f"a shard file that {MANIFEST} does not list"))
     labels = man.dir / LABELS
-    if split is None and labels.is_file() and man.classes:
+    if split is None and man.classes and not labels.is_file():  # convert always writes it beside dataset.json
+        sink.append(Problem(str(labels), None, None, f"missing ({MANIFEST} lists {len(man.classes)} classes)"))
+    elif split is None and man.classes:
         try:
             lines = labels.read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as e:

@@ -43,33 +43,41 @@ def _safe_name(name: str) -> str:
 
 
 class Extractor:
-    """Writes images back to `DIR/<class>/<image/filename>` so `convert DIR` rebuilds them.
+    """Writes images back to `DIR/<class>/<image/filename>` so `convert DIR` rebuilds them; with
+    `by_split` (the records come from more than one split) to `DIR/<split>/<class>/...`, the
+    layout `convert` reads as a pre-split input (train, validation, test), so the splits stay
+    apart instead of merging (and clashing) in one tree.
 
     Original bytes are written unchanged; RAW records become PNG. When the content's format does
     not match the file's extension (re-encoded or RAW records), the right extension is appended
     (`dog/a.jpg` -> `dog/a.jpg.png`), which keeps names unique and recognisable.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], limit: int | None) -> None:
+    def __init__(self, directory: str | os.PathLike[str], limit: int | None, by_split: bool = False) -> None:
         self.dir = Path(directory)
         if self.dir.exists() and (not self.dir.is_dir() or any(self.dir.iterdir())):
             raise UsageError(f"{self.dir}: exists and is not an empty directory; --extract needs a new or empty one")
         self.limit = limit
+        self.by_split = by_split
         self.written = 0
         self.skipped = 0
+        self.renamed = 0  # images written under another name than their image/filename (a clash)
         self._used: set[str] = set()
         self.dir.mkdir(parents=True, exist_ok=True)
+
+    def _split_dir(self, split: str | None) -> str:
+        return _safe_name(split or "unsplit") + "/" if self.by_split else ""
 
     @property
     def done(self) -> bool:
         return self.limit is not None and self.written >= self.limit
 
-    def add_classes(self, names: Iterable[str]) -> None:
+    def add_classes(self, names: Iterable[str], split: str | None = None) -> None:
         """Create every class folder, even empty ones, so labels come out the same on re-convert."""
         for name in names:
-            (self.dir / _safe_name(name)).mkdir(exist_ok=True)
+            (self.dir / (self._split_dir(split) + _safe_name(name))).mkdir(parents=True, exist_ok=True)
 
-    def add(self, info: RecordInfo, class_name: str | None) -> None:
+    def add(self, info: RecordInfo, class_name: str | None, split: str | None = None) -> None:
         if self.done:
             return
         if info.image is None:
@@ -90,13 +98,16 @@ class Extractor:
                 return
             data, content = png, "PNG"
         ext = _EXTENSIONS[content][0] if content in _EXTENSIONS else ""
-        rel = "/".join(parts)
+        top = self._split_dir(split)
+        rel = top + "/".join(parts)
         if ext and content is not None and not rel.lower().endswith(_EXTENSIONS[content]):
             rel += ext
         try:
-            self._write(self._unique(rel), data)
+            unique = self._unique(rel)
+            self.renamed += unique != rel
+            self._write(unique, data)
         except OSError:  # a name the file system refuses (too long, a file where a folder must go)
-            fallback = self._unique(f"{folder}/record-{info.index:08d}{ext}")
+            fallback = self._unique(f"{top}{folder}/record-{info.index:08d}{ext}")
             try:
                 self._write(fallback, data)
             except OSError as e:

@@ -7,11 +7,10 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf.message import DecodeError
-
 from img2tfrecord.format.framing import RawRecord
 from img2tfrecord.format.images import MODE_CHANNELS, sniff_image_format
-from img2tfrecord.format.schema import FORMAT_RAW, Example
+from img2tfrecord.format.schema import FORMAT_RAW
+from img2tfrecord.inspection.wire import WireError, parse_example
 
 OUR_FORMATS = ("JPEG", "PNG", "BMP", FORMAT_RAW)
 
@@ -51,15 +50,16 @@ class RecordInfo:
     label: int | None = None
     text: str | None = None
     filename: str | None = None
+    more_keys: int = 0  # feature keys past MAX_RECORD_KEYS, not in `features`
 
     def row(self) -> dict[str, Any]:
         """The record's line of the report's table."""
         return {
             "index": self.index,
             "offset": self.offset,
-            "filename": self.filename,
+            "filename": _clip(self.filename),
             "label": self.label,
-            "text": self.text,
+            "text": _clip(self.text),
             "height": self.height,
             "width": self.width,
             "channels": self.channels,
@@ -68,43 +68,58 @@ class RecordInfo:
         }
 
 
+# Every key a role can come from: always kept, whatever else a record holds.
+ALL_ROLE_KEYS = frozenset(k for keys in ROLE_KEYS.values() for k in keys)
+
+MAX_RECORD_KEYS = 256  # other keys kept per record (in wire order); the rest are counted in `more_keys`
+
+MAX_TEXT = 1000  # characters of a filename or class text shown in a report row
+
+
+def _clip(text: str | None, limit: int = MAX_TEXT) -> str | None:
+    """A value from a record, short enough for a report: the first `limit` characters and "…"."""
+    return text if text is None or len(text) <= limit else text[:limit] + "…"
+
+
 def parse_record(rec: RawRecord) -> RecordInfo:
-    """Parse a record as a tf.train.Example and pick out the image facts; raises NotExample."""
-    ex = Example()
+    """Parse a record as a tf.train.Example and pick out the image facts; raises NotExample.
+
+    The walk is `wire.parse_example`'s: memory is the record plus its kept keys, whatever
+    values it holds.
+    """
     try:
-        ex.ParseFromString(rec.data)
-    except DecodeError as e:
-        raise NotExample(
-            f"not a tf.train.Example ({str(e).replace('img2tfrecord_pb.', 'tensorflow.')})"
-        ) from e  # our private pool's name
-    if rec.data and not ex.HasField("features"):
+        ex = parse_example(rec.data, ALL_ROLE_KEYS, MAX_RECORD_KEYS)
+    except WireError as e:
+        raise NotExample(f"not a tf.train.Example ({e})") from None
+    if rec.data and not ex.has_features:
         raise NotExample("not a tf.train.Example (protobuf without a features field)")
-    fm = ex.features.feature
-    features: dict[str, tuple[str | None, int]] = {}
-    for key, feat in fm.items():
-        kind = feat.WhichOneof("kind")
-        features[key] = (kind[:-5], len(getattr(feat, kind).value)) if kind else (None, 0)
+    fm = ex.features
+    features: dict[str, tuple[str | None, int]] = {key: (f.kind, f.count) for key, f in fm.items()}
 
     def first(role: str, kind: str) -> Any:
         for key in ROLE_KEYS[role]:
-            got = features.get(key)
-            if got and got[0] == kind and got[1]:
-                return getattr(fm[key], kind + "_list").value[0]
+            f = fm.get(key)
+            if f is not None and f.kind == kind and f.count:
+                return bytes(f.first) if isinstance(f.first, memoryview) else f.first
         return None
 
     def text(role: str) -> str | None:
         v = first(role, "bytes")
         return v.decode("utf-8", "replace") if v is not None else None
 
-    info = RecordInfo(rec.index, rec.offset, features)
+    info = RecordInfo(rec.index, rec.offset, features, more_keys=ex.more_keys)
     info.image = first("image", "bytes")
     if info.image is None:  # a foreign key name: take the first bytes feature that is an image
-        for key, (kind, n) in sorted(features.items()):
-            if kind == "bytes" and n:
-                v = fm[key].bytes_list.value[0]
-                if sniff_image_format(v[:16]):
-                    info.image = v
-                    break
+        for key in sorted(fm):
+            f = fm[key]
+            if (
+                f.kind == "bytes"
+                and f.count
+                and isinstance(f.first, memoryview)
+                and sniff_image_format(bytes(f.first[:16]))
+            ):
+                info.image = bytes(f.first)
+                break
     info.format = text("format")
     if info.format is not None:
         info.format = info.format[:64].upper()  # a name; a longer value is garbage, keep it small

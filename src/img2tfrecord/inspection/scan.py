@@ -21,6 +21,7 @@ from typing import Any
 
 from img2tfrecord import cstderr
 from img2tfrecord.errors import DataError, UsageError
+from img2tfrecord.format import framing
 from img2tfrecord.format.framing import FramingError, TFRecordFile
 from img2tfrecord.format.layout import Manifest, ShardRef, pixel_limit, resolve_paths
 from img2tfrecord.fs import CHECKSUMS
@@ -39,6 +40,12 @@ from img2tfrecord.inspection.sheet import ContactSheet
 from img2tfrecord.inspection.stats import Stats
 
 JSON_FORMAT_VERSION = 1
+
+# Without --verify or --extract, a record longer than this is CRC-checked while streaming past it
+# and counted as not read, not held: a report needs no record of tens of megabytes, and a gzip
+# file of a few hundred kilobytes can hold one. --verify and --extract read records up to
+# framing.MAX_RECORD_BYTES, since every image must be decoded or written.
+REPORT_RECORD_BYTES = 64 << 20
 
 # --------------------------------------------------------------------------- framing
 
@@ -164,7 +171,8 @@ def inspect(
     number. Usage errors (bad paths, non-empty extract dir) raise before any reading.
     """
     refs = resolve_paths(paths, split)
-    extractor = Extractor(extract_dir, None if extract_all else records) if extract_dir is not None else None
+    by_split = len({r.split for r in refs}) > 1  # extract into SPLIT/CLASS/ so the splits stay apart
+    extractor = Extractor(extract_dir, None if extract_all else records, by_split) if extract_dir is not None else None
     sheet = ContactSheet(contact_sheet, records) if contact_sheet is not None else None
     if workers is not None and workers < 1:
         raise UsageError(f"bad --workers {workers}: must be >= 1")
@@ -172,7 +180,8 @@ def inspect(
     manifests = {id(r.manifest): r.manifest for r in refs if r.manifest is not None}
     for man in manifests.values():
         if extractor:
-            extractor.add_classes(man.classes)
+            for sp in dict.fromkeys(r.split for r in refs if r.manifest is man):
+                extractor.add_classes(man.classes, sp)
         if sheet:
             sheet.add_classes(man)
 
@@ -203,7 +212,9 @@ def inspect(
         for ref in refs:
             sink: list[Problem] = []
             counts: dict[tuple[int, str], Counter[str]] = {}
-            fr, probs = _scan_file(ref, records, verify, decoder, extractor, sheet, counts, sink, bar)
+            fr, probs = _scan_file(
+                ref, records, verify, decoder, extractor, sheet, counts, sink, bar, _read_limit(verify, extractor)
+            )
             read.append((fr, probs, sink, counts))
             complete(wait=False)
         if decoder is not None:
@@ -218,10 +229,21 @@ def inspect(
             _check_dataset(man, refs, class_counts, split, problems)
     report = Report([os.fspath(p) for p in paths], files, total, problems, omitted, verify)
     if extractor:
-        report.extracted = {"dir": str(extractor.dir), "images": extractor.written, "skipped": extractor.skipped}
+        report.extracted = {
+            "dir": str(extractor.dir),
+            "images": extractor.written,
+            "skipped": extractor.skipped,
+            "by_split": extractor.by_split,
+            "renamed": extractor.renamed,
+        }
     if sheet:
         report.contact_sheet = sheet.render()
     return report
+
+
+def _read_limit(verify: bool, extractor: Extractor | None) -> int:
+    """The longest record read whole (see REPORT_RECORD_BYTES)."""
+    return framing.MAX_RECORD_BYTES if verify or extractor else min(REPORT_RECORD_BYTES, framing.MAX_RECORD_BYTES)
 
 
 def _class_name(info: RecordInfo, man: Manifest | None) -> str | None:
@@ -243,6 +265,7 @@ def _scan_file(
     class_counts: dict[tuple[int, str], Counter[str]],
     sink: list[Problem],
     bar: _Progress,
+    read_limit: int,
 ) -> tuple[FileReport, _Problems]:
     """One pass over one file feeding stats, checks, extraction and the contact sheet."""
     stats = Stats(keep_first)
@@ -261,7 +284,7 @@ def _scan_file(
         algorithm = next(
             (a for a in CHECKSUMS if verify and ref.entry and ref.entry.get(a)), None
         )  # the one dataset.json recorded
-        f = TFRecordFile(ref.path, checksum=algorithm)
+        f = TFRecordFile(ref.path, checksum=algorithm, max_record_bytes=read_limit)
     except DataError as e:
         probs.add(None, None, str(e).removeprefix(f"{ref.path}: "))
         stats.bytes = ref.path.stat().st_size
@@ -289,6 +312,9 @@ def _scan_file(
             if not rec.crc_ok:
                 probs.add(rec.index, rec.offset, "data CRC mismatch: the record's bytes are corrupt")
                 continue
+            if rec.oversize and read_limit < framing.MAX_RECORD_BYTES:
+                stats.unread += 1  # a report does without it; --verify reads it
+                continue
             if rec.oversize:
                 probs.add(
                     rec.index,
@@ -313,7 +339,7 @@ def _scan_file(
                 for msg in _schema_problems(info, man):
                     probs.add(rec.index, rec.offset, msg)
             if extractor is not None:
-                extractor.add(info, name)
+                extractor.add(info, name, ref.split)
             if sheet is not None:
                 sheet.add(info, name, max_pixels)
     except FramingError as e:

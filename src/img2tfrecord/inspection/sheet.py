@@ -1,4 +1,9 @@
-"""`inspect --contact-sheet`: a PNG with a row of thumbnails per class, for eyeballing a dataset."""
+"""`inspect --contact-sheet`: a picture with a row of thumbnails per class, for eyeballing a dataset.
+
+Written in the format its file name's extension names (PNG, JPEG, WebP, BMP, TIFF); any other
+extension is a usage error before anything is read. Class names are drawn with a font that has
+their characters (`fonts.label`), in a column as wide as the longest name (within bounds).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from img2tfrecord.errors import UsageError
 from img2tfrecord.format.images import MAX_PIXELS, image_problem
 from img2tfrecord.format.layout import Manifest
 from img2tfrecord.format.schema import FORMAT_RAW
+from img2tfrecord.inspection import fonts
 from img2tfrecord.inspection.extract import _raw_to_png
 from img2tfrecord.inspection.records import RecordInfo
 
@@ -21,12 +27,25 @@ THUMB = 96  # thumbnail cell, pixels square
 GAP = 6  # between cells and around the sheet
 
 
-LABEL_WIDTH = 220  # the text column on the left of each row
+LABEL_WIDTH = 220  # the text column on the left of each row: the default, and what names are cut to fit past
+MIN_LABEL_WIDTH, MAX_LABEL_WIDTH = 120, 480  # the column is sized to the names within these
+
+# extension -> Pillow format name, and the save options of each
+FORMATS = {
+    ".png": "PNG",
+    ".jpg": "JPEG",
+    ".jpeg": "JPEG",
+    ".webp": "WEBP",
+    ".bmp": "BMP",
+    ".tif": "TIFF",
+    ".tiff": "TIFF",
+}
+_SAVE_OPTIONS: dict[str, dict[str, Any]] = {"JPEG": {"quality": 90}, "WEBP": {"quality": 90}}
 
 
-def contact_sheet_size(rows: int, per_row: int) -> tuple[int, int]:
+def contact_sheet_size(rows: int, per_row: int, label_width: int = LABEL_WIDTH) -> tuple[int, int]:
     """(width, height) of a contact sheet with `rows` classes and `per_row` thumbnails each."""
-    return LABEL_WIDTH + per_row * (THUMB + GAP) + GAP, max(1, rows) * (THUMB + GAP) + GAP
+    return label_width + per_row * (THUMB + GAP) + GAP, max(1, rows) * (THUMB + GAP) + GAP
 
 
 def _thumbnail(info: RecordInfo, max_pixels: int = MAX_PIXELS) -> Any:
@@ -97,6 +116,12 @@ class ContactSheet:
             raise UsageError(f"{self.path}: its directory does not exist")
         if self.path.is_dir():
             raise UsageError(f"{self.path}: is a directory; give a .png file name")
+        fmt = FORMATS.get(self.path.suffix.lower())
+        if fmt is None:
+            raise UsageError(
+                f"--contact-sheet {self.path}: unknown picture extension {self.path.suffix or '(none)'!r}; name a .png, .jpg, .webp, .bmp or .tif file"
+            )
+        self.format: str = fmt
         self.per_class = min(per_class, MAX_SHEET_CELLS)
         self.max_rows = max(1, min(MAX_SHEET_ROWS, MAX_SHEET_CELLS // self.per_class))
         self.rows: dict[int | None, list[Any]] = {}
@@ -134,41 +159,54 @@ class ContactSheet:
             self.broken += 1
         cells.append(thumb)
 
-    def render(self) -> dict[str, Any]:
-        from PIL import Image, ImageDraw, ImageFont
-
+    def row_labels(self) -> list[tuple[int | None, str]]:
+        """(label, text) of each row, top to bottom: what the sheet writes beside its thumbnails."""
         keys = sorted(k for k in self.rows if k is not None) + ([None] if None in self.rows else [])
-        width, height = contact_sheet_size(len(keys), self.per_class)
+        out = []
+        for key in keys:
+            name = self.names.get(key)
+            out.append((key, _label_text(("no label" if key is None else f"{key}") + (f"  {name}" if name else ""))))
+        return out
+
+    def render(self) -> dict[str, Any]:
+        from PIL import Image, ImageDraw
+
+        rows = self.row_labels()
+        labels = [fonts.label(text) for _, text in rows]
+        probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+        longest = max((probe.textlength(x.text, font=x.font) for x in labels), default=0)
+        label_width = int(min(MAX_LABEL_WIDTH, max(MIN_LABEL_WIDTH, longest + 3 * GAP)))
+        width, height = contact_sheet_size(len(rows), self.per_class, label_width)
         sheet = Image.new("RGB", (width, height), (255, 255, 255))
         draw = ImageDraw.Draw(sheet)
-        try:
-            font = ImageFont.load_default(size=14)
-        except TypeError:  # Pillow < 10.1
-            font = ImageFont.load_default()
-        for r, key in enumerate(keys):
+        plain = fonts.default_font()
+        for r, ((key, _), lab) in enumerate(zip(rows, labels)):
             y = GAP + r * (THUMB + GAP)
-            name = self.names.get(key)
-            label = _label_text(("no label" if key is None else f"{key}") + (f"  {name}" if name else ""))
-            while draw.textlength(label, font=font) > LABEL_WIDTH - 2 * GAP and len(label) > 2:
-                label = label[:-2] + "…"
-            draw.text((GAP, y + THUMB // 2), label, fill=(0, 0, 0), font=font, anchor="lm")
+            text = lab.text
+            while draw.textlength(text, font=lab.font) > label_width - 2 * GAP and len(text) > 2:
+                text = text[:-2] + "…"
+            draw.text((GAP, y + THUMB // 2), text, fill=(0, 0, 0), font=lab.font, anchor="lm")
             if not self.rows[key]:
-                draw.text((LABEL_WIDTH, y + THUMB // 2), "(no images)", fill=(150, 150, 150), font=font, anchor="lm")
+                draw.text((label_width, y + THUMB // 2), "(no images)", fill=(150, 150, 150), font=plain, anchor="lm")
             for i, thumb in enumerate(self.rows[key]):
-                x = LABEL_WIDTH + i * (THUMB + GAP)
+                x = label_width + i * (THUMB + GAP)
                 draw.rectangle([x, y, x + THUMB - 1, y + THUMB - 1], fill=(235, 235, 235))
                 if thumb is None:
                     draw.line([x, y, x + THUMB - 1, y + THUMB - 1], fill=(200, 0, 0), width=3)
                     draw.line([x, y + THUMB - 1, x + THUMB - 1, y], fill=(200, 0, 0), width=3)
                     continue
                 sheet.paste(thumb, (x + (THUMB - thumb.width) // 2, y + (THUMB - thumb.height) // 2))
-        sheet.save(self.path, "PNG")
+        sheet.save(self.path, self.format, **_SAVE_OPTIONS.get(self.format, {}))
         return {
             "file": str(self.path),
+            "format": self.format,
             "width": width,
             "height": height,
-            "rows": len(keys),
+            "label_width": label_width,
+            "rows": len(rows),
+            "row_names": [text for _, text in rows],
             "per_row": self.per_class,
             "unreadable": self.broken,
             "omitted": self.omitted,
+            "names_escaped": sum(x.escaped for x in labels),  # no installed font has their characters
         }

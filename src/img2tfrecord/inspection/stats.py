@@ -6,7 +6,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from img2tfrecord.inspection.records import RecordInfo
+from img2tfrecord.inspection.records import ALL_ROLE_KEYS, RecordInfo, _clip
+
+# Keys described per file and in the total (besides the role keys, always described): a file whose
+# records invent keys would otherwise cost memory and report lines per distinct key. Keys past it
+# are counted as distinct up to MAX_COUNTED_KEYS (a set of their hashes), then only as "more than".
+MAX_FEATURE_KEYS = 64
+MAX_COUNTED_KEYS = 100_000
+MAX_LABELS = 100_000  # distinct labels counted; records of other labels are counted in labels_omitted
 
 
 def _median(c: Counter) -> int | None:
@@ -57,7 +64,13 @@ class Stats:
         self.compressions: set[str] = set()
         self.examples = 0
         self.non_examples = 0
+        self.unread = 0  # records longer than a report reads (CRC-checked, not parsed)
         self.features: dict[str, _FeatureStat] = {}
+        self._other_keys = 0  # how many non-role keys `features` holds
+        self.more_keys: set[int] = set()  # hashes of the keys past MAX_FEATURE_KEYS (at most MAX_COUNTED_KEYS)
+        self.more_keys_capped = False  # True when more distinct keys were seen than `more_keys` holds
+        self.more_key_entries = 0  # records' keys that no record kept (past records.MAX_RECORD_KEYS)
+        self.labels_omitted = 0
         self.labels: Counter[int] = Counter()
         self.label_names: dict[int, str | None] = {}
         self.unlabelled = 0
@@ -67,16 +80,45 @@ class Stats:
         self.channels: Counter[int] = Counter()
         self.first: list[dict[str, Any]] = []
 
+    def _feature(self, key: str) -> _FeatureStat | None:
+        """The key's stats, made if the caps allow; None (and counted) past them."""
+        fs = self.features.get(key)
+        if fs is None:
+            if key not in ALL_ROLE_KEYS:
+                if self._other_keys >= MAX_FEATURE_KEYS:
+                    self._more_key(hash(key))
+                    return None
+                self._other_keys += 1
+            fs = self.features[key] = _FeatureStat()
+        return fs
+
+    def _more_key(self, h: int) -> None:
+        if h in self.more_keys:
+            return
+        if len(self.more_keys) < MAX_COUNTED_KEYS:
+            self.more_keys.add(h)
+        else:
+            self.more_keys_capped = True
+
+    def _label(self, label: int, n: int, name: str | None) -> None:
+        if label not in self.labels and len(self.labels) >= MAX_LABELS:
+            self.labels_omitted += n
+            return
+        self.labels[label] += n
+        if self.label_names.get(label) is None:
+            self.label_names[label] = _clip(name)
+
     def add(self, info: RecordInfo, label_name: str | None) -> None:
         self.examples += 1
         for key, (kind, n) in info.features.items():
-            self.features.setdefault(key, _FeatureStat()).add(kind, n)
+            fs = self._feature(key)
+            if fs is not None:
+                fs.add(kind, n)
+        self.more_key_entries += info.more_keys
         if info.label is None:
             self.unlabelled += 1
         else:
-            self.labels[info.label] += 1
-            if self.label_names.get(info.label) is None:
-                self.label_names[info.label] = label_name
+            self._label(info.label, 1, label_name)
         if info.image is not None:
             fmt = info.format or "unknown"
             if fmt == "PNG" and info.image[24:25] == b"\x10" and info.image[12:16] == b"IHDR":  # IHDR bit depth 16
@@ -97,12 +139,18 @@ class Stats:
         self.compressions |= o.compressions
         self.examples += o.examples
         self.non_examples += o.non_examples
+        self.unread += o.unread
         for key, fs in o.features.items():
-            self.features.setdefault(key, _FeatureStat()).merge(fs)
-        self.labels.update(o.labels)
-        for label, name in o.label_names.items():
-            if self.label_names.get(label) is None:
-                self.label_names[label] = name
+            mine = self._feature(key)
+            if mine is not None:
+                mine.merge(fs)
+        for h in o.more_keys:
+            self._more_key(h)
+        self.more_keys_capped |= o.more_keys_capped
+        self.more_key_entries += o.more_key_entries
+        for label, n in o.labels.items():
+            self._label(label, n, o.label_names.get(label))
+        self.labels_omitted += o.labels_omitted
         self.unlabelled += o.unlabelled
         self.formats.update(o.formats)
         self.heights.update(o.heights)
@@ -119,6 +167,7 @@ class Stats:
             "compression": comp[0] if len(comp) == 1 else ("mixed" if comp else None),
             "examples": self.examples,
             "non_examples": self.non_examples,
+            "unread": self.unread,
             "features": {
                 k: {
                     "types": sorted(f.types),
@@ -128,9 +177,15 @@ class Stats:
                 }
                 for k, f in sorted(self.features.items())
             },
+            # keys not described above: distinct ones (a lower bound when *_capped), and entries past
+            # the keys each record keeps
+            "more_keys": len(self.more_keys),
+            "more_keys_capped": self.more_keys_capped,
+            "more_key_entries": self.more_key_entries,
             "labels": [
                 {"label": lab, "name": self.label_names.get(lab), "count": n} for lab, n in sorted(self.labels.items())
             ],
+            "labels_omitted": self.labels_omitted,
             "unlabelled": self.unlabelled,
             "formats": dict(sorted(self.formats.items(), key=lambda kv: (-kv[1], kv[0]))),
             "height": _range(self.heights),

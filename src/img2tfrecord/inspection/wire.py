@@ -1,0 +1,251 @@
+"""A bounded reader of serialized `tf.train.Example`s for `inspect`: the wire format walked in place.
+
+Why not protobuf's parser (as before): it makes every value, so memory follows the number of
+values, not the bytes. A packed int64 of one byte on the wire costs 8 in the parsed message, and a
+map entry ~100: one 20 M-value record took 464 MB, and a record of a million keys builds a map of
+a million entries before the first is looked at. Here the bytes are walked over a memoryview:
+each feature's kind and value count are counted, not made (a packed int64 list by counting its
+last-byte-of-varint bytes, a megabyte at a time), only each feature's first value is kept (a
+slice for bytes), and at most `limit` keys per record, plus the keys the caller always wants
+(`keep`), are kept at all; the rest are counted in `more_keys`. Memory: the record, plus its kept
+keys.
+
+What it accepts is what protobuf's proto3 parser accepts for `tensorflow.Example`
+(tests/test_inspect_bounds.py compares the two on random and damaged messages): unknown fields
+and fields of a known number with another wire type are skipped, a repeated message merges
+(a Feature's value lists concatenate; a later list of another kind replaces it, as a oneof does),
+a map key seen twice keeps its last value, a map entry with an unknown field is not in the map, a key must be UTF-8, and a truncated field, an
+invalid wire type, field number 0 or an unmatched end-group is an error (`WireError`).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Container, Iterator
+from dataclasses import dataclass
+
+_CHUNK = 1 << 20
+_LOW = bytes(range(128))  # deleting these leaves a varint's continuation bytes
+_TOO_LONG = re.compile(rb"[\x80-\xff]{10}")  # a varint is at most 10 bytes
+_KINDS = {1: "bytes", 2: "float", 3: "int64"}
+_MAX_FIELD = (1 << 29) - 1
+
+
+class WireError(ValueError):
+    """The bytes are not a well-formed protobuf message of this shape; the message says where."""
+
+
+@dataclass(slots=True)
+class WireFeature:
+    """One feature: its kind ("bytes", "float", "int64" or None: no list set), how many values,
+    and the first value (an int, a float, or a memoryview of the bytes)."""
+
+    kind: str | None = None
+    count: int = 0
+    first: int | float | memoryview | None = None
+
+
+@dataclass(slots=True)
+class WireExample:
+    """The kept features of one Example (key -> feature, in wire order), how many entries were
+    not kept, and whether a `features` field was there at all."""
+
+    features: dict[str, WireFeature]
+    more_keys: int
+    has_features: bool
+
+
+def _varint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= end:
+            raise WireError(f"truncated varint at byte {pos}")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result & 0xFFFFFFFFFFFFFFFF, pos
+        shift += 7
+        if shift >= 70:
+            raise WireError(f"varint longer than 10 bytes at byte {pos}")
+
+
+# A field: (number, wire type, a, b): a varint's value in `a`; for the others the span [a, b).
+_Field = tuple[int, int, int, int]
+
+
+def _fields(buf: memoryview, pos: int, end: int) -> Iterator[_Field]:
+    """The fields of the message in buf[pos:end]; groups (an obsolete encoding) are skipped."""
+    while pos < end:
+        at = pos
+        tag, pos = _varint(buf, pos, end)
+        num, wt = tag >> 3, tag & 7
+        if num == 0 or num > _MAX_FIELD:
+            raise WireError(f"invalid field number {num} at byte {at}")
+        if wt == 0:
+            value, pos = _varint(buf, pos, end)
+            yield num, 0, value, pos
+            continue
+        if wt == 2:
+            n, pos = _varint(buf, pos, end)
+            size = n
+        elif wt == 1:
+            size = 8
+        elif wt == 5:
+            size = 4
+        elif wt == 3:
+            pos = _skip_group(buf, pos, end, num)
+            continue
+        elif wt == 4:
+            raise WireError(f"end-group without a start at byte {at}")
+        else:
+            raise WireError(f"invalid wire type {wt} at byte {at}")
+        if size > end - pos:
+            raise WireError(f"truncated field {num} at byte {at}: {size:,} bytes claimed, {end - pos:,} left")
+        yield num, wt, pos, pos + size
+        pos += size
+
+
+def _skip_group(buf: memoryview, pos: int, end: int, num: int) -> int:
+    """Skip to past the end-group tag of group `num` (nested groups too); return that position."""
+    open_groups = [num]
+    while open_groups:
+        if pos >= end:
+            raise WireError(f"group {open_groups[-1]} is not closed")
+        at = pos
+        tag, pos = _varint(buf, pos, end)
+        n, wt = tag >> 3, tag & 7
+        if n == 0 or n > _MAX_FIELD:
+            raise WireError(f"invalid field number {n} at byte {at}")
+        if wt == 0:
+            _, pos = _varint(buf, pos, end)
+        elif wt in (1, 2, 5):
+            if wt == 2:
+                size, pos = _varint(buf, pos, end)
+            else:
+                size = 8 if wt == 1 else 4
+            if size > end - pos:
+                raise WireError(f"truncated field {n} at byte {at}")
+            pos += size
+        elif wt == 3:
+            open_groups.append(n)
+        elif wt == 4:
+            if open_groups.pop() != n:
+                raise WireError(f"end-group {n} does not match its start at byte {at}")
+        else:
+            raise WireError(f"invalid wire type {wt} at byte {at}")
+    return pos
+
+
+def _signed(v: int) -> int:
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def _packed_varints(buf: memoryview, a: int, b: int) -> int:
+    """How many varints buf[a:b] holds (its bytes below 0x80), a megabyte at a time."""
+    if a == b:
+        return 0
+    if buf[b - 1] >= 0x80:
+        raise WireError(f"truncated varint at byte {b}")
+    if (m := _TOO_LONG.search(buf, a, b)) is not None:
+        raise WireError(f"varint longer than 10 bytes at byte {m.start()}")
+    cont = 0
+    for i in range(a, b, _CHUNK):
+        cont += len(bytes(buf[i : min(b, i + _CHUNK)]).translate(None, _LOW))
+    return (b - a) - cont
+
+
+def _value_list(buf: memoryview, kind: str, a: int, b: int) -> tuple[int, int | float | memoryview | None]:
+    """(number of values, first value) of a BytesList/FloatList/Int64List message in buf[a:b]."""
+    count = 0
+    first: int | float | memoryview | None = None
+    for num, wt, x, y in _fields(buf, a, b):
+        if num != 1:
+            continue
+        if kind == "bytes":
+            if wt == 2:
+                count += 1
+                if first is None:
+                    first = buf[x:y]
+        elif kind == "int64":
+            if wt == 0:
+                count += 1
+                if first is None:
+                    first = _signed(x)
+            elif wt == 2:
+                n = _packed_varints(buf, x, y)
+                if n and first is None:
+                    first = _signed(_varint(buf, x, y)[0])
+                count += n
+        elif wt == 5:
+            count += 1
+            if first is None:
+                first = struct.unpack_from("<f", buf, x)[0]
+        elif wt == 2:
+            if (y - x) % 4:
+                raise WireError(f"packed floats of {y - x} bytes at byte {x}, not a multiple of 4")
+            if y > x and first is None:
+                first = struct.unpack_from("<f", buf, x)[0]
+            count += (y - x) // 4
+    return count, first
+
+
+def _feature(buf: memoryview, a: int, b: int, prev: WireFeature | None) -> WireFeature:
+    """A Feature message merged into `prev` (a repeated message field merges, as protobuf does)."""
+    f = prev if prev is not None else WireFeature()
+    for num, wt, x, y in _fields(buf, a, b):
+        kind = _KINDS.get(num)
+        if kind is None or wt != 2:
+            continue
+        count, first = _value_list(buf, kind, x, y)
+        if f.kind == kind:
+            f.count += count
+            if f.first is None:
+                f.first = first
+        else:  # a oneof: another kind replaces what was set
+            f = WireFeature(kind, count, first)
+    return f
+
+
+def parse_example(data: bytes, keep: Container[str] = (), limit: int = 1 << 62) -> WireExample:
+    """Walk a serialized Example; raises WireError where protobuf's parser raises DecodeError.
+
+    Keeps the features whose key is in `keep` and the first `limit` other keys (in wire order).
+    """
+    buf = memoryview(data)
+    features: dict[str, WireFeature] = {}
+    others = more = 0
+    has = False
+    for num, wt, a, b in _fields(buf, 0, len(buf)):
+        if num != 1 or wt != 2:
+            continue
+        has = True
+        for n2, w2, x, y in _fields(buf, a, b):
+            if n2 != 1 or w2 != 2:
+                continue
+            key_span: tuple[int, int] | None = None
+            value: WireFeature | None = None
+            unknown = False
+            for n3, w3, p, q in _fields(buf, x, y):
+                if w3 != 2 or n3 not in (1, 2):
+                    unknown = True
+                elif n3 == 1:
+                    key_span = (p, q)
+                    try:
+                        bytes(buf[p:q]).decode("utf-8")
+                    except UnicodeDecodeError:
+                        raise WireError(f"a feature key that is not UTF-8 at byte {p}") from None
+                elif n3 == 2:
+                    value = _feature(buf, p, q, value)
+            if unknown:  # protobuf keeps such an entry among the unknown fields, not in the map
+                continue
+            key = bytes(buf[key_span[0] : key_span[1]]).decode("utf-8") if key_span else ""
+            if key in features or key in keep:
+                features[key] = value or WireFeature()
+            elif others < limit:
+                others += 1
+                features[key] = value or WireFeature()
+            else:
+                more += 1
+    return WireExample(features, more, has)
