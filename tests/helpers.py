@@ -127,3 +127,17 @@ def png_bytes(im: Image.Image) -> bytes:
     buf = io.BytesIO()
     im.save(buf, "PNG")
     return buf.getvalue()
+
+
+def build_dir(out: Path) -> Path:
+    """Where a run into `out` builds its dataset (beside it: conversion.publish's workspace)."""
+    from img2tfrecord.conversion.publish import workspace
+
+    return Path(workspace(str(out)).build)
+
+
+def journal_file(out: Path) -> Path:
+    """The --resume journal of a run into `out`."""
+    from img2tfrecord.conversion.publish import JOURNAL, workspace
+
+    return Path(workspace(str(out)).journal_dir) / JOURNAL

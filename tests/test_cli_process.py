@@ -6,18 +6,23 @@ in-process with CliRunner.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
+import re
+import select
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
 import pytest
 
-from helpers import make_dataset, read_records
+from helpers import build_dir, journal_file, make_dataset, read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 NOISE = (
@@ -127,14 +132,14 @@ def _wait_for(predicate, proc: subprocess.Popen, timeout: float = 120) -> None:
 
 def _finished_shards(out: Path) -> int:
     try:
-        return len(_journaled(out / ".img2tfrecord-staging"))
+        return len(_journaled(journal_file(out)))
     except (OSError, ValueError):
         return 0
 
 
-def _journaled(staging: Path) -> set[str]:
+def _journaled(journal: Path) -> set[str]:
     """Shards the resume journal lists as finished (its first line is the job's fingerprint)."""
-    lines = (staging / "journal.jsonl").read_text().splitlines()
+    lines = journal.read_text().splitlines()
     return {json.loads(line)["info"]["file"] for line in lines[1:]}
 
 
@@ -148,9 +153,8 @@ def test_interrupt_publishes_nothing_and_says_how_to_resume(slow_input, tmp_path
     assert proc.returncode == code, err
     assert "interrupted" in err and "--resume" in err and "Traceback" not in err
     assert shard_names(out) == [] and not (out / "dataset.json").exists()
-    staging = out / ".img2tfrecord-staging"
-    leftovers = {p.name for p in staging.iterdir()} - {"journal.jsonl"}
-    assert leftovers == _journaled(staging)  # finished shards only: partial files are gone
+    leftovers = {p.name for p in build_dir(out).iterdir()}
+    assert leftovers == _journaled(journal_file(out))  # finished shards only: partial files are gone
 
 
 def test_resume_after_sigkill_is_byte_identical(slow_input, tmp_path, cli):
@@ -168,7 +172,7 @@ def test_resume_after_sigkill_is_byte_identical(slow_input, tmp_path, cli):
     assert res.exit_code == 0, res.output
     assert f"resuming: {done_before} of 8" in res.stderr or f"resuming: {done_before + 1} of 8" in res.stderr
     assert digest(out) == digest(reference)
-    assert not (out / ".img2tfrecord-staging").exists()
+    assert not build_dir(out).exists() and not journal_file(out).parent.exists()  # the workspace is gone
     assert len(read_records(out)) == 240
 
 
@@ -242,3 +246,71 @@ def test_library_convert_with_workers_needs_no_main_guard(tmp_path):
     res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.split() == ["2", "12"]
+
+
+def run_in_terminal(*args: str, interrupt_when: bytes | None = None) -> tuple[int, bytes]:
+    """Run `img2tfrecord ARGS` with stdin/stdout/stderr on a pseudo-terminal of 40x120 (a 0-column
+    one makes tqdm draw nothing) and return its exit code and every byte the terminal received.
+    `interrupt_when`: a regex; SIGINT once the output matches it."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "img2tfrecord", *map(str, args)], stdin=slave, stdout=slave, stderr=slave, env=env
+    )
+    os.close(slave)
+    out, sent, deadline = b"", False, time.time() + 300
+    try:
+        while time.time() < deadline:
+            if interrupt_when is not None and not sent and re.search(interrupt_when, out):
+                proc.send_signal(signal.SIGINT)
+                sent = True
+            if not select.select([master], [], [], 1)[0]:
+                continue
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: every process holding the terminal has ended
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        os.close(master)
+    return proc.wait(timeout=60), out
+
+
+def test_progress_bar_ends_at_100_percent_on_its_own_line(slow_input, tmp_path):
+    """The bar's last frame says 100% and ends its line: the summary starts a line of its own."""
+    rc, out = run_in_terminal("convert", slow_input, tmp_path / "out", "--shards", "4")
+    assert rc == 0, out[-2000:]
+    assert not any(n.encode() in out for n in NOISE)
+    bar, summary = out.split(b"Wrote 240 images", 1)
+    assert bar.endswith(b"\r\n"), bar[-300:]  # the terminal's "\n"
+    last_frame = bar[:-2].rsplit(b"\r", 1)[-1]
+    assert last_frame.startswith(b"100%|") and b"| 240/240 [" in last_frame, last_frame
+    assert summary.count(b"\n") == 1 and summary.endswith(b"\r\n")
+
+
+def test_interruption_message_starts_on_its_own_line(slow_input, tmp_path):
+    rc, out = run_in_terminal(
+        "convert", slow_input, tmp_path / "out", "--encoding", "png", "--shards", "8", "--workers", "2",
+        interrupt_when=rb"\| +[1-9]\d*/240 \[",
+    )  # fmt: skip
+    assert rc == 130, out[-2000:]
+    bar, message = out.split(b"interrupted: ", 1)
+    assert bar.endswith(b"\r\n") and b"/240 [" in bar.rsplit(b"\r\n", 2)[-2], bar[-300:]
+    assert b"--resume" in message and message.count(b"\n") == 1 and b"Traceback" not in out
+
+
+def test_verify_shows_tensorflow_start_up_as_its_own_step(slow_input, tmp_path, cli):
+    """The bar used to sit frozen for ~5 s while the first batch imported TensorFlow: the start-up
+    is now said before the bar starts, on the line the bar then draws over."""
+    out = tmp_path / "out"
+    assert cli("convert", slow_input, out, "--shards", "2").exit_code == 0
+    rc, term = run_in_terminal("inspect", out, "--verify")
+    assert rc == 0, term[-2000:]
+    step = b"verify: starting TensorFlow (a few seconds, once)..."
+    assert term.startswith(step), term[:300]
+    frames = term[len(step) :].split(str(out).encode(), 1)[0]  # up to the report's first line
+    assert frames.startswith(b"\rverify:   0%|") and frames.endswith(b"\r"), frames[-400:]  # then cleared
+    assert not any(n.encode() in term for n in NOISE)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 
-from helpers import make_dataset, natural_image, read_records, save
+from helpers import build_dir, journal_file, make_dataset, natural_image, read_records, save
 
 
 def verify(cli, out: Path) -> None:
@@ -112,7 +113,7 @@ def interrupted_run(src: Path, out: Path, **options) -> list[str]:
 
     with pytest.raises(Interrupted):
         img2tfrecord.convert(str(src), str(out), workers=1, shards=8, progress=stop, **options)
-    lines = (out / ".img2tfrecord-staging" / "journal.jsonl").read_text().splitlines()
+    lines = journal_file(out).read_text().splitlines()
     finished = [json.loads(line)["info"]["file"] for line in lines[1:]]
     assert finished, "no shard finished before the interrupt"
     return finished
@@ -128,7 +129,7 @@ def test_resume_redoes_a_damaged_staged_shard_and_says_so(cli, eight_shards, tmp
     assert cli("convert", eight_shards, reference, "--shards", "8", "--checksum", checksum).exit_code == 0
     out = tmp_path / "out"
     finished = interrupted_run(eight_shards, out, checksum=checksum)
-    damaged = out / ".img2tfrecord-staging" / finished[0]
+    damaged = build_dir(out) / finished[0]
     data = bytearray(damaged.read_bytes())
     data[len(data) // 2] ^= 0x01  # one flipped bit inside an image, same size
     damaged.write_bytes(bytes(data))
@@ -137,6 +138,33 @@ def test_resume_redoes_a_damaged_staged_shard_and_says_so(cli, eight_shards, tmp
     assert f"resuming: {finished[0]} is converted again: " in res.stderr and why in res.stderr
     assert f"resuming: {len(finished) - 1} of 8 shards" in res.stderr
     assert published(out) == published(reference)
+
+
+def test_resume_rebuilds_a_shard_whose_source_was_edited_in_place(cli, eight_shards, tmp_path):
+    """Same name, same size, other bytes (an in-place edit): the shard that holds it is converted
+    again, so the result equals a fresh conversion of today's files."""
+    import shutil
+
+    from img2tfrecord.conversion.plan import plan_job
+
+    src = tmp_path / "in"
+    shutil.copytree(eight_shards, src)
+    out = tmp_path / "out"
+    finished = interrupted_run(src, out)
+    shard = next(s for s in plan_job(str(src), str(out), shards=8).shards if s.name == finished[0])
+    victim = Path(shard.tasks[0].path)
+    before = victim.stat()
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    os.utime(victim, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))  # as an editor would, a later time
+    assert victim.stat().st_size == before.st_size
+    res = cli("convert", src, out, "--shards", "8", "--resume")
+    assert res.exit_code == 0, res.output
+    assert f"resuming: {finished[0]} is converted again: its source images were modified" in res.stderr
+    fresh = tmp_path / "fresh"
+    assert cli("convert", src, fresh, "--shards", "8").exit_code == 0
+    assert published(out) == published(fresh)
 
 
 def test_resume_refusal_says_what_differs(cli, eight_shards, tmp_path):
@@ -160,24 +188,24 @@ def test_resume_refusal_says_what_differs(cli, eight_shards, tmp_path):
 def test_finished_shards_are_not_thrown_away_unasked(cli, eight_shards, tmp_path):
     out = tmp_path / "out"
     finished = interrupted_run(eight_shards, out)
-    staged = sorted(p.name for p in (out / ".img2tfrecord-staging").iterdir())
+    staged = sorted(p.name for p in build_dir(out).iterdir())
     res = cli("convert", eight_shards, out, "--shards", "8")
     n = len(finished)
     assert res.exit_code == 2, res.output
     assert f"holds an unfinished run with {n} finished shard{'s' if n > 1 else ''}" in res.stderr
     assert "--resume" in res.stderr and "--overwrite" in res.stderr
-    assert sorted(p.name for p in (out / ".img2tfrecord-staging").iterdir()) == staged  # nothing lost
+    assert sorted(p.name for p in build_dir(out).iterdir()) == staged  # nothing lost
     res = cli("convert", eight_shards, out, "--shards", "8", "--overwrite")
     assert res.exit_code == 0 and f"discarding the unfinished run in {out} and its {n} finished shard" in res.stderr
 
 
 def test_a_locked_output_is_refused_before_any_other_message(cli, eight_shards, tmp_path):
-    from img2tfrecord.conversion.output import OutputLock
+    from img2tfrecord.conversion.publish import OutputLock, workspace
 
     out = tmp_path / "out"
     interrupted_run(eight_shards, out)
-    staged = sorted(p.name for p in (out / ".img2tfrecord-staging").iterdir())
-    lock = OutputLock(str(out))
+    staged = sorted(p.name for p in build_dir(out).iterdir())
+    lock = OutputLock(workspace(str(out)))
     lock.acquire()  # another run is writing here
     try:
         res = cli("convert", eight_shards, out, "--shards", "8", "--overwrite")
@@ -185,7 +213,7 @@ def test_a_locked_output_is_refused_before_any_other_message(cli, eight_shards, 
         lock.release()
     assert res.exit_code == 2 and "another img2tfrecord run" in res.stderr
     assert "discarding" not in res.stderr and res.stderr.count("\n") == 1
-    assert sorted(p.name for p in (out / ".img2tfrecord-staging").iterdir()) == staged
+    assert sorted(p.name for p in build_dir(out).iterdir()) == staged
 
 
 # ---- 5. a FIFO named like an image ----
@@ -347,7 +375,7 @@ def test_dry_run_plans_on_stdout_and_says_the_output_is_not_empty(cli, tmp_path)
     assert (
         res.stdout.startswith("Plan for ")
         and "1 class: a" in res.stdout
-        and "train: 3 images in 1 shard of 3-3 images" in res.stdout
+        and "train: 3 images in 1 shard of 3 images" in res.stdout
     )
     assert f"the real run would stop here (exit 2): output {out} is not empty (1 entry)" in res.stdout
     assert "Plan for" not in res.stderr
@@ -399,11 +427,34 @@ def test_summary_rates_are_labelled(cli, tmp_path):
     assert " images/s including start-up, " in res.stderr and " images/s after it; " in res.stderr
 
 
+def test_rates_count_the_converted_images_and_say_which_bytes(cli, tmp_path):
+    """Skipped images are not in the rates; each byte count says whose bytes it counts, in a unit
+    that shows a number (a tiny run is not "0.0 MB/s")."""
+    files = make_dataset(tmp_path / "in", {"a": 3, "b": 3}, size=(16, 12))
+    for i in range(30):
+        (tmp_path / "in" / "a" / f"broken_{i}.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated" + bytes(i))
+    res = cli("convert", tmp_path / "in", tmp_path / "out", "--json")
+    s = json.loads(res.stdout)
+    assert (s["records"], s["skipped_count"], s["images"]) == (6, 30, 36)
+    assert s["converted_images"] == 6 and s["converted_bytes"] == sum(
+        p.stat().st_size for ps in files.values() for p in ps
+    )
+    rel = 0.01 + 0.001 / s["elapsed_seconds"]  # elapsed_seconds is rounded to the millisecond
+    assert s["images_per_second"] == pytest.approx(6 / s["elapsed_seconds"], rel=rel, abs=0.2)
+    assert s["mb_per_second"] == pytest.approx(s["converted_bytes"] / 1e6 / s["elapsed_seconds"], rel=rel, abs=0.01)
+    res = cli("convert", tmp_path / "in", tmp_path / "out2")
+    wrote = res.stderr.splitlines()[-1]
+    shards = sum(p.stat().st_size for p in (tmp_path / "out2").glob("train-*"))
+    assert f": {shards / 1e3:.1f} KB of shards from " in wrote and " of source images, in " in wrote, wrote
+    assert re.search(r"; [1-9][\d,.]* (bytes|KB|MB)/s of source images\)", wrote), wrote
+    assert " 0.0 " not in wrote and "Skipped 30 unusable images" in wrote
+
+
 def test_resumed_run_reports_what_it_converted_apart_from_what_it_reused(cli, eight_shards, tmp_path):
     """After --resume the rates are this run's: converted = the images outside the finished shards."""
     out = tmp_path / "out"
     finished = interrupted_run(eight_shards, out)
-    journal = (out / ".img2tfrecord-staging" / "journal.jsonl").read_text().splitlines()[1:]
+    journal = journal_file(out).read_text().splitlines()[1:]
     in_finished = sum(json.loads(line)["info"]["records"] for line in journal)
     res = cli("convert", eight_shards, out, "--shards", "8", "--resume", "--json")
     assert res.exit_code == 0, res.output
@@ -425,7 +476,7 @@ def test_resumed_run_reports_what_it_converted_apart_from_what_it_reused(cli, ei
     assert res.exit_code == 0, res.output
     n = len(finished)
     assert "Wrote 40 images (train: 40 in 8 shards)" in res.stderr
-    assert f"This run converted {40 - in_finished} images in " in res.stderr
+    assert f"This run converted {40 - in_finished} images (" in res.stderr
     assert (
         f"; {in_finished} came from the {n} finished shard{'s' if n > 1 else ''} of the interrupted run." in res.stderr
     )

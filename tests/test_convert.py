@@ -483,13 +483,15 @@ def test_default_shard_counts_aim_at_100_to_200_mb():
 def test_with_index_no_shard_holds_a_single_record():
     """A one-line .idx crashes the `tfrecord` package's reader (its issue #9): at least 2 records per shard."""
     from img2tfrecord.conversion.plan import auto_shard_counts, shard_bounds
+    from img2tfrecord.errors import wording
 
     for n in range(2, 40):
         for k in range(1, n + 3):
             counts, _ = auto_shard_counts({"train": n}, {"train": n}, k, min_records=2)
             assert min(b - a for a, b in shard_bounds(n, counts["train"])) >= 2, (n, k)
     counts, warnings = auto_shard_counts({"train": 1000}, {"train": 5}, 4, min_records=2)
-    assert counts == {"train": 2} and "using 2 (with --index" in warnings[0]
+    assert counts == {"train": 2} and "using 2 (with --index" in wording(warnings[0], cli=True)
+    assert "using 2 (with index=True" in wording(warnings[0])  # for Python callers
     counts, warnings = auto_shard_counts(
         {"train": 10, "validation": 1}, {"train": 10, "validation": 1}, 4, min_records=2
     )
@@ -505,7 +507,7 @@ def test_skips_that_would_leave_one_record_shards_make_fewer_shards(cli, tmp_pat
     out = tmp_path / "out"
     res = cli("convert", tmp_path / "in", out, "--shards", "4", "--index")
     assert res.exit_code == 0, res.output
-    assert "train: 3 shard(s) instead of 4" in res.stderr
+    assert "train: 3 shards instead of 4" in res.stderr
     shards = json.loads((out / "dataset.json").read_text())["splits"]["train"]["shards"]
     assert [(sh["file"], sh["records"]) for sh in shards] == [(f"train-0000{i}-of-00003", 2) for i in range(3)]
     assert sorted(p.name for p in shard_files(out)) == [sh["file"] for sh in shards]  # the -of-00004 names are gone

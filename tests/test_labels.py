@@ -15,6 +15,7 @@ import pytest
 from helpers import make_dataset
 from img2tfrecord.conversion import labels as labels_mod
 from img2tfrecord.conversion.plan import plan_job
+from img2tfrecord.errors import wording
 
 N = 50_000  # more than ImageNet-21k's 21,841 classes
 
@@ -63,7 +64,8 @@ def test_fifty_thousand_labels_plan_with_linear_work(tmp_path):
     assert scans < 10, f"{scans} list scans for {N:,} labels"
     assert plan.classes == names and plan.images == 4
     assert {t.label for s in plan.shards for t in s.tasks} == {7, 40000}
-    (missing,) = [w for w in plan.warnings if "of --labels have no images" in w]  # one line, not 49,998
+    warnings = [wording(w, cli=True) for w in plan.warnings]  # as the CLI says them (errors.option)
+    (missing,) = [w for w in warnings if "of --labels have no images" in w]  # one line, not 49,998
     assert missing.startswith(f"{N - 2:,} classes of --labels have no images ('c00000', 'c00001',")
     CountingStr.eq_calls = 0
     plan = plan_job(str(tmp_path / "in"), str(tmp_path / "out"), labels=[CountingStr(n) for n in names])

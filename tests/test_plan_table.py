@@ -211,7 +211,10 @@ def test_a_file_list_of_the_tree_plans_as_its_walk(tmp_path):
         ),
         (["a/1.jpg", "a/1.jpg,a,x", "a/2.jpg", "a/1.jpg"], "line 2: expected path, got 3 column(s)"),
         (["a/2.jpg", "a/nope.jpg", "a/1.jpg", "a/2.jpg"], "line 4: a/2.jpg is listed twice (first on line 1)"),
-        (["a/1.jpg", "a/nope.jpg", "b/9.jpg"], "line 2: {src}/a/nope.jpg does not exist (1 more listed file(s)"),
+        (
+            ["a/1.jpg", "a/nope.jpg", "b/9.jpg"],
+            "line 2: {src}/a/nope.jpg does not exist (1 more listed file(s)",
+        ),
         (["a/2.jpg", "a/1.jpg", "a/2.jpg", "a/1.jpg"], "line 3: a/2.jpg is listed twice (first on line 1)"),
     ],
     ids=["twice before a bad row", "bad row before twice", "twice and missing", "missing", "first of two"],

@@ -198,11 +198,15 @@ def test_one_run_at_a_time_per_output(cli, tmp_path):
     import fcntl
 
     make_dataset(tmp_path / "in", {"a": 3, "b": 3})
+    from img2tfrecord.conversion.publish import workspace
+
     out = tmp_path / "out"
-    staging = out / ".img2tfrecord-staging"
+    ws = workspace(str(out))
+    staging = Path(ws.build)
     staging.mkdir(parents=True)
     (staging / "train-00000-of-00002").write_bytes(b"the other run's shard")
-    with open(out / ".img2tfrecord.lock", "w") as held:
+    assert ws.lock_path is not None
+    with open(ws.lock_path, "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # as a run in progress holds it
         held.write("4242\n")
         held.flush()

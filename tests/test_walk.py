@@ -113,7 +113,7 @@ def test_a_symlink_loop_is_a_skip_with_the_os_reason(tmp_path, either_walk):
     ]
     assert all(s["split"] in ("train", "validation") for s in plan.skipped)  # a file's split is its hash's
     assert plan.images == 2
-    with pytest.raises(DataError, match="--strict: 2 files or folders cannot be read, e.g. a/loop: "):
+    with pytest.raises(DataError, match="strict=True: 2 files or folders cannot be read, e.g. a/loop: "):
         plan_job(str(src), str(tmp_path / "out"), strict=True)
 
 

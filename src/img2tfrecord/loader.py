@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import DecodeError
 
-from img2tfrecord import cstderr
+from img2tfrecord import cstderr, fs
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.format.framing import COMPRESSIONS, check_framing, detect_compression
 from img2tfrecord.format.layout import (
     Manifest,
+    check_complete,
     is_shard_candidate,
     read_manifest,
     shard_files_in,
@@ -63,10 +64,13 @@ def _split_files(
             raise UsageError("load: the list of files is empty")
         return files, None, None
     text = os.fspath(path)
+    if fs.is_remote(text) and fs.isdir(text):
+        check_complete(text)
     p = Path(text)
     if p.is_file() and p.name == MANIFEST:
         p = p.parent
     if p.is_dir():
+        check_complete(str(p))
         man = read_manifest(p)
         if man is not None:
             refs = man.shards(split)

@@ -9,27 +9,56 @@ from typing import Any
 
 import click
 
+from img2tfrecord.cli.text import safe, safe_lines
 from img2tfrecord.conversion import options
 from img2tfrecord.errors import Img2TFRecordError, Interrupted, plural
 from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
 
 
 def _err(msg: str) -> None:
-    click.echo(msg, err=True)
+    click.echo(safe(msg), err=True)  # names in messages, escaped as inspect shows them
+
+
+class _Stderr:
+    """Whatever `sys.stderr` is at the moment of each write: the bar's stream.
+
+    The library points fd 2 at a capture file for the length of a run and gives `sys.stderr` a
+    duplicate of the terminal meanwhile (cstderr), closing it when the run returns. A bar made
+    during the run and holding that object could then not draw its last frame nor end its line
+    (tqdm gives up silently on a closed file): the summary started mid-line, and the bar stayed
+    at its last redraw (99%). Looking `sys.stderr` up at each write follows the swap.
+    """
+
+    def write(self, s: str) -> int:
+        return sys.stderr.write(s)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def fileno(self) -> int:  # tqdm asks the terminal's width through it
+        return sys.stderr.fileno()
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
 
 
 class _Progress:
-    """A tqdm bar on stderr (images/s and MB/s), only when stderr is a terminal."""
+    """A tqdm bar on stderr (images/s and MB/s), only when stderr is a terminal.
+
+    `close()` draws the last frame (100% after a finished run) and ends the bar's line, so that
+    what follows (summary, error, "interrupted") starts on a line of its own.
+    """
 
     def __init__(self, enabled: bool) -> None:
-        self.bar = None
+        self.bar: Any = None
         self.enabled = enabled
+        self.stream = _Stderr()
 
     def start(self, total: int) -> None:
         if self.enabled:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, unit="img", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+            self.bar = tqdm(total=total, unit="img", file=self.stream, dynamic_ncols=True, smoothing=0.1)
 
     def update(self, images: int, bytes_read: int) -> None:
         if self.bar is None:
@@ -37,12 +66,12 @@ class _Progress:
         # MB/s next to tqdm's images/s, on every update: workers report a few times a second, in
         # steps of any size, so a "now and then" rule (every 64th image) could leave it out
         elapsed = self.bar.format_dict["elapsed"] or 1e-9
-        self.bar.set_postfix_str(f"{bytes_read / 1e6 / elapsed:.1f} MB/s", refresh=False)
+        self.bar.set_postfix_str(f"{_rate(bytes_read, elapsed)} read", refresh=False)
         self.bar.update(images - self.bar.n)
 
     def write(self, msg: str) -> None:
         if self.bar is not None:
-            self.bar.write(msg, file=sys.stderr)
+            self.bar.write(safe(msg), file=self.stream)
         else:
             _err(msg)
 
@@ -50,6 +79,29 @@ class _Progress:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+def _span(counts: list[int], word: str) -> str:
+    """'240 images', '1 image', '60-61 images': a range only when it is one."""
+    lo, hi = min(counts), max(counts)
+    return plural(lo, word) if lo == hi else f"{lo:,}-{plural(hi, word)}"
+
+
+def _size(n: float, per: str = "") -> str:
+    """Bytes in a unit that shows a number ("850 KB", "120 bytes", not "0.0 MB"); MB at most, to
+    compare runs at a glance."""
+    for unit, size in (("MB", 1e6), ("KB", 1e3)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}{per}"
+    return f"{n:.0f} bytes{per}"
+
+
+def _rate(nbytes: float, seconds: float) -> str:
+    return _size(nbytes / max(seconds, 1e-9), "/s")
+
+
+def _seconds(t: float) -> str:
+    return f"{t:.1f} s" if t >= 0.1 else f"{t * 1000:.0f} ms"
 
 
 def _stderr_is_terminal() -> bool:
@@ -66,7 +118,7 @@ def _summary_text(s: dict[str, Any]) -> str:
         for name, sp in s["splits"].items():
             per = [sh["images"] for sh in sp["shards"]]
             lines.append(
-                f"  {name}: {plural(sp['images'], 'image')} in {plural(len(per), 'shard')} of {min(per)}-{max(per)} images; "
+                f"  {name}: {plural(sp['images'], 'image')} in {plural(len(per), 'shard')} of {_span(per, 'image')}; "
                 + ", ".join(f"{c}={n}" for c, n in list(sp["class_counts"].items())[:10])
             )
         if s["ignored_files"]:
@@ -77,21 +129,25 @@ def _summary_text(s: dict[str, Any]) -> str:
             lines.append(f"  the real run would stop here (exit 2): {s['refused']}")
         return "\n".join(lines)
     splits = ", ".join(f"{n}: {v['records']:,} in {plural(v['shards'], 'shard')}" for n, v in s["splits"].items())
+    # each number says what it counts: the shards' bytes, the source images' bytes; rates are
+    # over the images this run converted into records (not those skipped, dropped or reused)
     rate = f"{s['images_per_second']:,.0f} images/s"
     if s["steady_seconds"] < s["elapsed_seconds"]:  # the progress bar starts with the first image
         rate += f" including start-up, {s['steady_images_per_second']:,.0f} images/s after it"
+    rate += f"; {_rate(s['converted_bytes'], s['elapsed_seconds'])} of source images"
     wrote = (
         f"Wrote {plural(s['records'], 'image')} ({splits}) of {plural(len(classes), 'class', 'classes')} to {s['output']}: "
-        f"{s['bytes'] / 1e6:.1f} MB"
+        f"{_size(s['bytes'])} of shards"
     )
-    timed = f"in {s['elapsed_seconds']:.1f} s ({rate}; {s['mb_per_second']:.1f} MB/s)"
+    timed = f"in {_seconds(s['elapsed_seconds'])} ({rate})"
     if s.get("reused_shards"):  # --resume: the rates are this run's own conversions, the rest is said apart
         text = (
-            f"{wrote}. This run converted {plural(s['converted_images'], 'image')} {timed}; "
+            f"{wrote}. This run converted {plural(s['converted_images'], 'image')} "
+            f"({_size(s['converted_bytes'])} of source images) {timed}; "
             f"{s['reused_images']:,} came from the {plural(s['reused_shards'], 'finished shard')} of the interrupted run."
         )
     else:
-        text = f"{wrote} {timed}."
+        text = f"{wrote} from {_size(s['converted_bytes'])} of source images, {timed}."
     if s["skipped_count"]:
         text += f" Skipped {plural(s['skipped_count'], 'unusable image')} (listed in dataset.json)."
     if s["transcoded"]:
@@ -104,8 +160,9 @@ def _summary_text(s: dict[str, Any]) -> str:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.argument("input_dir", type=click.Path(file_okay=False, path_type=str))
-@click.argument("output_dir", type=click.Path(file_okay=False, path_type=str))
+# not click.Path(file_okay=False): the library says what is wrong with a path, in one line
+@click.argument("input_dir", type=click.Path(path_type=str))
+@click.argument("output_dir", type=click.Path(path_type=str))
 @click.option(
     "--shards",
     metavar="N|SPLIT=N,...",
@@ -184,7 +241,7 @@ def _summary_text(s: dict[str, Any]) -> str:
     type=click.Choice(options.DEDUPE_MODES),
     default="report",
     show_default=True,
-    help="Byte-identical images (within a class, across classes = conflicting labels, across splits = leakage): report them, drop all but the first copy, or don't look (saves ~50 bytes of memory per image).",
+    help="Byte-identical images (within a class, across classes = conflicting labels, across splits = leakage): report them, drop all but the first copy, or don't look (saves 32 bytes of memory per image during the run, ~100 at its end).",
 )
 @click.option(
     "--checksum",
@@ -238,7 +295,10 @@ def _summary_text(s: dict[str, Any]) -> str:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
 @click.option(
-    "--quiet", "-q", is_flag=True, help="No progress bar, no summary (warnings and skipped files still go to stderr)."
+    "--quiet",
+    "-q",
+    is_flag=True,
+    help="No progress bar, no summary, no notes (warnings and skipped files still go to stderr).",
 )
 def convert_command(
     input_dir: str, output_dir: str, labels_file: str | None, as_json: bool, quiet: bool, **kw: Any
@@ -258,6 +318,8 @@ def convert_command(
     progress = _Progress(enabled=not quiet and not as_json and _stderr_is_terminal() and not kw["dry_run"])
 
     def on_event(kind: str, msg: str) -> None:
+        if quiet and kind == "note":  # --quiet keeps what went wrong (warnings, skips), not the notes
+            return
         progress.write(f"{kind}: {msg}")
 
     def on_progress(images: int, nbytes: int, total: int) -> None:
@@ -282,9 +344,7 @@ def convert_command(
     except KeyboardInterrupt as e:
         progress.close()
         if isinstance(e, Interrupted):
-            _err(
-                f"interrupted: nothing was published ({e.done} of {e.total} shards finished; run the same command with --resume to continue)"
-            )
+            _err(e.describe(output_dir))
         else:
             _err("interrupted: nothing was published; run the same command again to convert")
         sys.exit(143 if _terminated else 130)
@@ -292,7 +352,8 @@ def convert_command(
     if as_json:
         click.echo(json.dumps(summary, ensure_ascii=False))
     elif not quiet:
-        click.echo(_summary_text(summary), err=not summary["dry_run"])  # a dry run's plan is its output: stdout
+        text = safe_lines(_summary_text(summary))
+        click.echo(text, err=not summary["dry_run"])  # a dry run's plan is its output: stdout
 
 
 _terminated = False

@@ -6,25 +6,18 @@ Nothing here imports TensorFlow (only `--verify` does, inside the library), so `
 from __future__ import annotations
 
 import json
-import re
 import sys
 import unicodedata
 from typing import Any
 
 import click
 
+from img2tfrecord.cli.text import safe as _safe
 from img2tfrecord.errors import Img2TFRecordError, UsageError, plural
 
 BAR_WIDTH = 40
 MAX_LABEL_ROWS = 50
 CELL_WIDTH = 60
-# Control characters (newlines, terminal escapes) and bidi overrides, from records: shown escaped.
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def _safe(text: str) -> str:
-    """Text from a record made harmless for a terminal: one line, no escape sequences."""
-    return _UNSAFE.sub(lambda m: m[0].encode("unicode_escape").decode("ascii"), text)
 
 
 def _char_width(ch: str) -> int:
@@ -139,7 +132,8 @@ def _details(s: dict[str, Any], title: str) -> list[str]:
     if s["first_records"]:
         sources = list(dict.fromkeys(r.get("file") for r in s["first_records"]))
         of = f" of {sources[0]}" if len(sources) == 1 and sources[0] else ""
-        out.append(f"  first {len(s['first_records'])} records{of}:")
+        n = len(s["first_records"])
+        out.append(f"  first {plural(n, 'record') if n > 1 else 'record'}{of}:")
         rows = [["#", "filename", "label", "text", "HxWxC", "format", "bytes"] + (["file"] if len(sources) > 1 else [])]
         for r in s["first_records"]:
             shape = "x".join("?" if r[k] is None else str(r[k]) for k in ("height", "width", "channels"))
@@ -306,7 +300,7 @@ def inspect_command(
             workers=workers,
         )
     except Img2TFRecordError as e:
-        click.echo(f"error: {e}", err=True)
+        click.echo(f"error: {_safe(str(e))}", err=True)
         sys.exit(e.exit_code)
     data = report.to_dict()
     if as_json:

@@ -10,8 +10,10 @@ skipped images, writes the manifest and publishes atomically.
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from img2tfrecord import cstderr, fs
@@ -19,16 +21,18 @@ from img2tfrecord.conversion.engines import Engine
 from img2tfrecord.conversion.events import EventSink, Timing
 from img2tfrecord.conversion.finalize import _plan_summary, finalize
 from img2tfrecord.conversion.options import ENGINES
-from img2tfrecord.conversion.output import (
+from img2tfrecord.conversion.output import _check_space, _describe_io, _space_note, check_output
+from img2tfrecord.conversion.plan import Plan, check_options, check_paths, plan_job
+from img2tfrecord.conversion.publish import (
     OutputLock,
-    _check_space,
-    _cleanup,
-    _describe_io,
-    _space_note,
-    check_output,
-    prepare_output,
+    Published,
+    Workspace,
+    discard,
+    has_unfinished,
+    prepare,
+    recover,
+    workspace,
 )
-from img2tfrecord.conversion.plan import Plan, check_paths, plan_job
 from img2tfrecord.conversion.resume import (
     Journal,
     finished_count,
@@ -36,14 +40,23 @@ from img2tfrecord.conversion.resume import (
     load_done,
     prune,
 )
-from img2tfrecord.errors import DataError, Interrupted, UsageError, WorkerDied, plural
-from img2tfrecord.format.naming import STAGING_DIR
+from img2tfrecord.errors import (
+    DataError,
+    Interrupted,
+    UsageError,
+    WorkerDied,
+    check_keywords,
+    option,
+    plural,
+    said,
+    wording,
+)
 
 
 @cstderr.quieted
 def convert(
-    input_dir: str,
-    output_dir: str,
+    input_dir: str | os.PathLike[str],
+    output_dir: str | os.PathLike[str],
     *,
     workers: int | None = None,
     overwrite: bool = False,
@@ -63,15 +76,22 @@ def convert(
     UsageError (bad options, no images, output exists) or DataError (--strict with bad images,
     I/O failure).
     """
+    check_keywords("convert", options, _PARAMETERS)
+    input_dir, output_dir = os.fspath(input_dir), os.fspath(output_dir)  # a pathlib.Path from Python
+    options |= {k: os.fspath(options[k]) for k in ("labels", "file_list") if isinstance(options.get(k), os.PathLike)}
     timing = Timing()
-    emit = on_event or (lambda kind, msg: None)
+    emit = _worded(on_event)
     if workers is not None and workers < 1:
-        raise UsageError(f"bad --workers {workers}: must be >= 1")
+        raise UsageError(f"bad {option('workers', workers)}: must be >= 1")
     if engine not in ENGINES:
-        raise UsageError(f"bad --engine {engine!r}: choose local or beam")
+        raise UsageError(f"bad {option('engine', engine)}: choose local or beam")
     if beam_options and engine != "beam":
-        raise UsageError("--beam-options configures the Beam engine: add --engine beam")
-    for path, what in ((input_dir, "input"), (output_dir, "output"), (options.get("file_list") or "", "--file-list")):
+        raise UsageError(f"{option('beam_options')} configures the Beam engine: add {option('engine', 'beam')}")
+    for path, what in (
+        (input_dir, "input"),
+        (output_dir, "output"),
+        (options.get("file_list") or "", option("file_list")),
+    ):
         fs.check_remote(path, what)  # a missing file system or an unreachable bucket: one line, before any work
     if engine == "beam":  # before a long listing: Beam installed, options parse, paths fit the runner
         from img2tfrecord.conversion.engines.beam import preflight
@@ -79,17 +99,21 @@ def convert(
         preflight(beam_options, input_dir, output_dir)
     if engine != "local" and options.get("dedupe") == "drop":
         raise UsageError(
-            "--dedupe drop needs the local engine (it decides in plan order); use --dedupe report with Beam"
+            f"{option('dedupe', 'drop')} needs the local engine (it decides in plan order); use {option('dedupe', 'report')} with Beam"
         )
     if resume and engine != "local":
-        raise UsageError("--resume works with the local engine; Beam runners retry failed work themselves")
+        raise UsageError(
+            f"{option('resume', True)} works with the local engine; Beam runners retry failed work themselves"
+        )
     check_paths(input_dir, output_dir)
+    check_options(**options)  # a wrong command is told so before "output is not empty"
+    ws = workspace(output_dir)
     if dry_run:
         plan = plan_job(input_dir, output_dir, **options)
         refused = None
         try:  # what the real run would refuse, said now
-            check_output(output_dir, overwrite)
-            _unfinished_run(output_dir, resume, overwrite)
+            check_output(ws, overwrite, resume)
+            _unfinished_run(ws, resume, overwrite)
         except UsageError as e:
             refused = str(e)  # shown with the plan
         for w in plan.warnings:
@@ -97,13 +121,20 @@ def convert(
         _walk_events(plan, emit)
         return _plan_summary(plan, timing, refused)
 
-    check_output(output_dir, overwrite)
+    check_output(ws, overwrite, resume)
     existed = fs.is_remote(output_dir) or os.path.exists(output_dir)
-    lock = OutputLock(output_dir)
+    lock = OutputLock(ws)
     lock.acquire()  # first: a second run is refused before it says or touches anything
     started = False
     try:
-        if discarding := _unfinished_run(output_dir, resume, overwrite):
+        if recover(ws):  # a killed run had switched its dataset in: OUTPUT is that dataset now
+            if resume:
+                raise UsageError(
+                    f"{option('resume', True)}: the interrupted run had already published its dataset in {ws.shown} (removing the "
+                    "old version was all that was left, done now): there is nothing to resume"
+                )
+            check_output(ws, overwrite, resume)
+        if discarding := _unfinished_run(ws, resume, overwrite):
             emit("warning", discarding)
         plan = plan_job(input_dir, output_dir, **options)
         for w in plan.warnings:
@@ -111,11 +142,19 @@ def convert(
         _walk_events(plan, emit)
         _check_space(plan, emit)
         started = True
-        return _run(plan, engine, workers, overwrite, resume, beam_options, emit, progress, timing, lock)
+        return _run(plan, ws, engine, workers, overwrite, resume, beam_options, emit, progress, timing)
     finally:
-        lock.release()
-        if not started and not existed:
-            _cleanup(fs.join(output_dir, STAGING_DIR), output_dir)  # the folder the lock created
+        if not started and not existed and not fs.is_remote(output_dir):
+            with contextlib.suppress(OSError):
+                os.rmdir(ws.output)  # a folder made for an in-place lock, still empty
+        lock.release(remove=not has_unfinished(ws))  # last: all cleanup happens under the lock
+
+
+def _worded(on_event: EventSink | None) -> EventSink:
+    """The caller's event sink, given messages worded for its audience (errors.option)."""
+    if on_event is None:
+        return lambda kind, msg: None
+    return lambda kind, msg: on_event(kind, wording(msg))
 
 
 def _walk_events(plan: Plan, emit: EventSink) -> None:
@@ -144,7 +183,7 @@ def _engine(
     return LocalEngine(journal, timing, workers, progress)
 
 
-def _unfinished_run(output_dir: str, resume: bool, overwrite: bool) -> str | None:
+def _unfinished_run(ws: Workspace, resume: bool, overwrite: bool) -> str | None:
     """The warning to give when a run discards an unfinished one in `output_dir`, or None.
 
     Finished shards of an interrupted run are not thrown away unasked: without --resume (which
@@ -152,13 +191,14 @@ def _unfinished_run(output_dir: str, resume: bool, overwrite: bool) -> str | Non
     """
     if resume:
         return None
-    done = finished_count(fs.join(output_dir, STAGING_DIR))
+    output_dir = ws.output
+    done = finished_count(ws.journal_dir)
     if done is None:
         return None
     if done and not overwrite:
         raise UsageError(
-            f"{output_dir} holds an unfinished run with {plural(done, 'finished shard')}: add --resume to reuse "
-            f"{'it' if done == 1 else 'them'} (same command), or --overwrite to discard {'it' if done == 1 else 'them'} and start over"
+            f"{output_dir} holds an unfinished run with {plural(done, 'finished shard')}: add {option('resume', True)} to reuse "
+            f"{'it' if done == 1 else 'them'} ({said('same command', 'same arguments')}), or {option('overwrite', True)} to discard {'it' if done == 1 else 'them'} and start over"
         )
     return f"discarding the unfinished run in {output_dir}" + (
         f" and its {plural(done, 'finished shard')}" if done else ""
@@ -167,6 +207,7 @@ def _unfinished_run(output_dir: str, resume: bool, overwrite: bool) -> str | Non
 
 def _run(
     plan: Plan,
+    ws: Workspace,
     engine: str,
     workers: int | None,
     overwrite: bool,
@@ -175,12 +216,12 @@ def _run(
     emit: EventSink,
     progress: Callable[[int, int, int], None] | None,
     timing: Timing,
-    lock: OutputLock,
 ) -> dict[str, Any]:
-    """Prepare the output, run an engine, publish; on failure, keep or remove what it wrote."""
+    """Prepare the workspace, run an engine, publish; on failure, keep finished shards for --resume
+    (or, when there is nothing to resume, remove what it wrote), all under the caller's lock."""
     output_dir = plan.output_dir
-    staging = prepare_output(output_dir, overwrite, keep_staging=resume)
-    done, redone = load_done(plan, staging) if resume else ({}, [])
+    prepare(ws, keep=resume)
+    done, redone = load_done(plan, ws.build, ws.journal_dir) if resume else ({}, [])
     for name, why in redone:
         emit("warning", f"resuming: {name} is converted again: {why}")
     if done:
@@ -189,26 +230,63 @@ def _run(
             f"resuming: {len(done)} of {plural(len(plan.shards), 'shard')} {'was' if len(done) == 1 else 'were'} already finished and {'is' if len(done) == 1 else 'are'} reused",
         )
     timing.reused = frozenset(done)  # the summary's rates count only what this run converts
-    journal = Journal(staging, header(plan), done)
-    runner = _engine(engine, workers, beam_options, progress, timing, journal)
+    state = Published()
+    publishing = False
+    kept: Collection[str] = set(done)
+    resumable = engine == "local"
     try:
-        outcomes = runner.run(plan, staging, plan.settings, emit)
-        return finalize(plan, staging, outcomes, timing, emit, engine=runner.name)
+        journal = Journal(ws.build, header(plan), done, journal_dir=ws.journal_dir)
+        kept = journal.done.keys()  # a live view: what the run has finished so far
+        runner = _engine(engine, workers, beam_options, progress, timing, journal)
+        outcomes = runner.run(plan, ws.build, plan.settings, emit)
+        publishing = True
+        return finalize(plan, ws, outcomes, timing, emit, engine=runner.name, state=state)
     except KeyboardInterrupt:
-        if not runner.resumable:  # Beam runners retry work themselves; there is nothing to resume
-            lock.release()
-            _cleanup(staging, output_dir)
+        if state.switched:  # the signal came once the dataset was in place
+            raise Interrupted(len(plan.shards), len(plan.shards), published=True) from None
+        if not resumable:  # Beam runners retry work themselves; there is nothing to resume
+            discard(ws)
             raise
-        prune(staging, set(journal.done))  # keep finished shards for --resume, drop partial ones
-        raise Interrupted(len(journal.done), len(plan.shards)) from None
+        prune(ws.build, set(kept))  # keep finished shards for --resume, drop partial ones
+        raise Interrupted(len(kept), len(plan.shards), publishing=publishing, in_place=ws.in_place) from None
     except WorkerDied:
-        prune(staging, set(journal.done))
+        prune(ws.build, set(kept))
         raise
     except BaseException as e:
-        lock.release()  # before _cleanup, which removes the output directory if it is empty
-        _cleanup(staging, output_dir)
-        if isinstance(e, OSError) or type(e).__module__.startswith("tensorflow"):  # the disk, not the data
+        disk = isinstance(e, OSError) or type(e).__module__.startswith("tensorflow")  # the disk, not the data
+        if state.switched:
             raise DataError(
-                f"writing the dataset in {output_dir} failed: {_describe_io(e)}; {_space_note(plan)}"
+                f"the dataset was published in {output_dir}, but removing the old version failed: {_describe_io(e)}"
             ) from None
-        raise
+        if not disk or not resumable:
+            discard(ws)
+            if disk:
+                raise DataError(
+                    f"writing the dataset in {output_dir} failed: {_describe_io(e)}; {_space_note(plan)}"
+                ) from None
+            raise
+        prune(ws.build, set(kept))  # finished shards are never deleted by a failure
+        raise DataError(_kept_message(plan, ws, e, len(kept), publishing)) from None
+
+
+def _kept_message(plan: Plan, ws: Workspace, e: BaseException, done: int, publishing: bool) -> str:
+    """What a failed run says: what failed, what is left where, and the command that finishes it."""
+    out, total = plan.output_dir, len(plan.shards)
+    if publishing and not ws.in_place:
+        state = f"{out} is unchanged and all {plural(total, 'shard')} are kept"
+    elif publishing:
+        state = f"{out} is incomplete (readers refuse it); the shards not yet moved are kept"
+    else:
+        state = f"{done} of {plural(total, 'shard')} finished and are kept; nothing was published"
+    what = "publishing" if publishing else "writing"
+    return (
+        f"{what} the dataset in {out} failed: {_describe_io(e)} ({_space_note(plan)}); {state}: "
+        f"{said('run the same command', 'call convert() again')} with {option('resume', True)} to finish it"
+    )
+
+
+# What convert() accepts: its own keywords and plan_job's (named in the error for any other).
+_PARAMETERS = [
+    *(p for p in inspect.signature(convert).parameters if p not in ("input_dir", "output_dir", "options")),
+    *(p for p in inspect.signature(plan_job).parameters if p not in ("input_dir", "output_dir")),
+]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from img2tfrecord.errors import plural
+from img2tfrecord.errors import option, plural
 
 DIGEST_HEX = 32  # xxh3-128 in hex digits
 NUMPY_FROM = 200_000  # records from which duplicated() sorts in numpy
@@ -112,5 +112,5 @@ def summary_line(rep: dict[str, Any]) -> str | None:
     if rep["dropped"]:
         line += f"; dropped {len(rep['dropped'])}, keeping the first copy of each"
     else:
-        line += "; listed in dataset.json under 'duplicates' (--dedupe drop keeps one copy)"
+        line += f"; listed in dataset.json under 'duplicates' ({option('dedupe', 'drop')} keeps one copy)"
     return line

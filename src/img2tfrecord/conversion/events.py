@@ -19,8 +19,10 @@ class Timing:
 
     start: float = field(default_factory=time.perf_counter)
     steady_from: float = 0.0
-    images_before: int = 0
-    bytes_before: int = 0
+    images_before: int = 0  # images done (skipped ones included) when steady state began
+    bytes_before: int = 0  # source bytes of the images written by then
+    skipped: int = 0  # images skipped so far (shown live: a skip is reported before its progress)
+    skipped_before: int = 0
     workers: int | None = None  # worker processes actually used (local engine)
     # shards of an interrupted run that `--resume` reuses: not converted by this run, so not in its rates
     reused: frozenset[str] = frozenset()
@@ -28,3 +30,4 @@ class Timing:
     def image_done(self, images: int, nbytes: int, total: int) -> None:
         if not self.steady_from and images >= total // 2 and images < total:
             self.steady_from, self.images_before, self.bytes_before = time.perf_counter(), images, nbytes
+            self.skipped_before = self.skipped

@@ -19,7 +19,7 @@ from img2tfrecord import fs
 from img2tfrecord.conversion.labels import check_class_names, class_list, read_text_input
 from img2tfrecord.conversion.splits import Discovery, Missing, assemble
 from img2tfrecord.conversion.table import ImageTable, encode_name
-from img2tfrecord.errors import UsageError
+from img2tfrecord.errors import UsageError, option
 from img2tfrecord.format.schema import filename_problem, utf8_text
 
 FILE_LIST_HEADERS = {"path", "filename", "file"}
@@ -47,8 +47,8 @@ def discover_file_list(
     """
     listed = _read_file_list(input_dir, file_list)
     found = set(listed.labels)
-    classes = class_list(found, labels, f"--file-list {file_list} lists no images")
-    check_class_names((c for c in classes if c in found), f"--file-list {file_list}: the label", "change it")
+    classes = class_list(found, labels, f"{option('file_list', file_list)} lists no images")
+    check_class_names((c for c in classes if c in found), f"{option('file_list', file_list)}: the label", "change it")
     root = fs.local(input_dir)
     table = ImageTable(root, fs.is_remote(root), classes, [i + label_offset for i in range(len(classes))])
     index = {c: i for i, c in enumerate(classes)}
@@ -86,11 +86,11 @@ def discover_file_list(
         warnings=[],
         what="class",
         whats="classes",
-        no_images=f"--file-list {file_list}: none of the listed images belongs to a class in --labels",
+        no_images=f"{option('file_list', file_list)}: none of the listed images belongs to a class in {option('labels')}",
         missing=Missing(
             set(classes) - found,
-            lambda c: f"no row of --file-list {file_list} is of that class",
-            f"no row of --file-list {file_list} is of those classes",
+            lambda c: f"no row of {option('file_list', file_list)} is of that class",
+            f"no row of {option('file_list', file_list)} is of those classes",
         ),
     )
 
@@ -142,7 +142,7 @@ def _read_file_list(input_dir: str, file_list: str) -> _Listed:
 
     A million rows are held as one bytes object and three array entries each, not as tuples of
     strings, and a name listed twice is found by sorting, not in a dict of every name."""
-    where = f"--file-list {file_list}"
+    where = option("file_list", file_list)
     text = read_text_input(file_list, where, MAX_FILE_LIST_BYTES)
     first = _first_line(text)
     delimiter = "\t" if file_list.lower().endswith((".tsv", ".tab")) or "\t" in first else ","

@@ -10,11 +10,11 @@ from img2tfrecord.conversion import dedupe
 from img2tfrecord.conversion import write as writer
 from img2tfrecord.conversion.dedupe import DIGEST_HEX
 from img2tfrecord.conversion.events import EventSink, Timing
-from img2tfrecord.conversion.output import publish
 from img2tfrecord.conversion.plan import Plan, one_record_warning
+from img2tfrecord.conversion.publish import Published, Workspace, publish
 from img2tfrecord.conversion.table import class_counts
 from img2tfrecord.conversion.write import ShardOutcome
-from img2tfrecord.errors import DataError, plural
+from img2tfrecord.errors import DataError, option, plural, wording
 from img2tfrecord.format import tfds as tfds_metadata
 from img2tfrecord.format.manifest import (
     LABELS_NAME,
@@ -54,14 +54,21 @@ def written(plan: Plan, outcomes: list[ShardOutcome], only: set[str]) -> Iterato
 
 
 def finalize(
-    plan: Plan, staging: str, outcomes: list[ShardOutcome], timing: Timing, emit: EventSink, engine: str = "local"
+    plan: Plan,
+    ws: Workspace,
+    outcomes: list[ShardOutcome],
+    timing: Timing,
+    emit: EventSink,
+    engine: str = "local",
+    state: Published | None = None,
 ) -> dict[str, Any]:
-    """Merge shard outcomes, rebalance after skips, publish, and build the summary."""
+    """Merge shard outcomes, rebalance after skips, publish (`publish.publish`: raises OSError), and build the summary."""
+    staging = ws.build
     skipped = plan.skipped + [s for o in outcomes for s in o.skipped]  # the walk's, then the images'
     if plan.settings.strict and skipped:  # engines that cannot stop early (Beam) end up here
         first = skipped[0]
         raise DataError(
-            f"--strict: {plural(len(skipped), 'unusable image')}, e.g. {first['path']}: {first['reason']}; nothing was published"
+            f"{option('strict', True)}: {plural(len(skipped), 'unusable image')}, e.g. {first['path']}: {first['reason']}; nothing was published"
         )
     merged: dict[str, dict[str, int]] = {"formats": {}, "transcoded": {}, "depths": {}, "reduced": {}}
     split_info: dict[str, dict[str, Any]] = {}
@@ -74,8 +81,8 @@ def finalize(
         infos = writer.rebalance(staging, [o.info for o in mine], plan.settings)
         if len(infos) < len(mine):
             warnings.append(
-                f"{s}: {len(infos)} shard(s) instead of {len(mine)}: after the skipped images, more would "
-                "leave a shard of one record, which --index readers cannot handle"
+                f"{s}: {plural(len(infos), 'shard')} instead of {len(mine)}: after the skipped images, more would "
+                f"leave a shard of one record, which {option('index', True)} readers cannot handle"
             )
             emit("warning", warnings[-1])
         if (
@@ -110,8 +117,8 @@ def finalize(
         emit("warning", warnings[-1])
     if orient:
         warnings.append(
-            f"{plural(orient, 'image')} {'carries' if orient == 1 else 'carry'} an EXIF rotation that --encoding keep leaves to the reader "
-            "(TensorFlow's decoders ignore it); use --encoding jpeg or png to store them upright"
+            f"{plural(orient, 'image')} {'carries' if orient == 1 else 'carry'} an EXIF rotation that {option('encoding', 'keep')} leaves to the reader "
+            f"(TensorFlow's decoders ignore it); use {option('encoding', 'jpeg')} or {option('encoding', 'png')} to store them upright"
         )
         emit("warning", warnings[-1])
     t_end = time.perf_counter()
@@ -132,20 +139,19 @@ def finalize(
     )
     files = [sh["file"] for si in split_info.values() for sh in si["shards"]]
     files += [sh["index"] for si in split_info.values() for sh in si["shards"] if "index" in sh]
-    try:
-        metadata = tfds_metadata.files(manifest) | {
-            LABELS_NAME: labels_text(classes),
-            MANIFEST_NAME: manifest_text(manifest),
-        }
-        publish(staging, plan.output_dir, files, metadata, plan.settings.fsync, stale=tfds_metadata.FILE_NAMES)
-    except OSError as e:
-        raise DataError(f"cannot publish the dataset in {plan.output_dir}: {e.strerror or e}") from None
+    metadata = tfds_metadata.files(manifest) | {
+        LABELS_NAME: labels_text(classes),
+        MANIFEST_NAME: manifest_text(manifest),  # last
+    }
+    publish(ws, files, metadata, plan.settings.fsync, state)
 
     images = sum(o.images for o in outcomes)
     # what this run converted; shards reused from an interrupted run (--resume) took no time here
     converted = [o for o in outcomes if o.info.file not in timing.reused]
-    converted_images = sum(o.images for o in converted)
-    converted_bytes = sum(o.bytes_read for o in converted)
+    # rates count the records written, not the images skipped or dropped, nor their bytes
+    converted_images = sum(o.info.records for o in converted)
+    converted_bytes = sum(o.converted_bytes for o in converted)
+    steady_images = converted_images - (timing.images_before - timing.skipped_before)
     elapsed = max(t_end - timing.start, 1e-9)
     steady = max(t_end - (timing.steady_from or timing.start), 1e-9)
     return {
@@ -160,7 +166,7 @@ def finalize(
         "input_bytes": sum(o.bytes_read for o in outcomes),
         "converted_images": converted_images,
         "converted_bytes": converted_bytes,
-        "reused_images": images - converted_images,
+        "reused_images": sum(o.info.records for o in outcomes) - converted_images,
         "reused_shards": len(outcomes) - len(converted),
         "skipped": skipped,  # as in dataset.json: [{"path", "split", "reason"}]
         "skipped_count": len(skipped),
@@ -175,13 +181,13 @@ def finalize(
             s: {"records": si["records"], "shards": len(si["shards"]), "bytes": sum(sh["bytes"] for sh in si["shards"])}
             for s, si in split_info.items()
         },
-        "warnings": warnings,
+        "warnings": [wording(w) for w in warnings],  # for the caller's audience (errors.option)
         "workers": timing.workers,
         "elapsed_seconds": round(elapsed, 3),
         "images_per_second": round(converted_images / elapsed, 1),
         "mb_per_second": round(converted_bytes / 1e6 / elapsed, 2),
         "steady_seconds": round(steady, 3),
-        "steady_images_per_second": round((converted_images - timing.images_before) / steady, 1),
+        "steady_images_per_second": round(steady_images / steady, 1),
         "steady_mb_per_second": round((converted_bytes - timing.bytes_before) / 1e6 / steady, 2),
     }
 
@@ -206,7 +212,7 @@ def _plan_summary(plan: Plan, timing: Timing, refused: str | None = None) -> dic
         "ignored_files": plan.ignored_files,
         "excluded_files": plan.excluded_files,
         "skipped": plan.skipped,  # what the walk could not read (the images' own skips come when they are read)
-        "warnings": plan.warnings,
+        "warnings": [wording(w) for w in plan.warnings],
         "refused": refused,  # why the real run would stop (output not empty, ...), or None
         "options": plan.options,
         "elapsed_seconds": round(time.perf_counter() - timing.start, 3),

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from img2tfrecord import fs
-from img2tfrecord.errors import UsageError
+from img2tfrecord.errors import UsageError, option
 from img2tfrecord.format.manifest import class_name_problem, shown
 
 MAX_LABELS_BYTES = 64 << 20  # ImageNet-21k's 21,841 names are ~0.4 MB; 64 MB holds millions
@@ -58,7 +58,7 @@ def read_labels_file(path: str) -> list[str]:
 
     Lines are split at '\\n' (and '\\r\\n', '\\r'), so a name that holds another line break or a
     control character is refused with its line, as labels.txt could not hold it."""
-    where = f"--labels file {path}"
+    where = f"{option('labels')} file {path}"
     text = read_text_input(path, where, MAX_LABELS_BYTES)
     names: list[str] = []
     for number, line in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), 1):

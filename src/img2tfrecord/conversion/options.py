@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from img2tfrecord.errors import UsageError
+from img2tfrecord.errors import UsageError, option
 from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
 from img2tfrecord.fs import CHECKSUMS
 
@@ -21,11 +21,11 @@ def parse_resize(value: str | int | tuple[int, int] | None) -> int | tuple[int, 
     if value is None or isinstance(value, (int, tuple)):
         ok = value is None or (isinstance(value, int) and value > 0) or (isinstance(value, tuple) and min(value) > 0)
         if not ok:
-            raise UsageError(f"bad --resize {value!r}: sizes must be positive")
+            raise UsageError(f"bad {option('resize', value)}: sizes must be positive")
         return value
     m = re.fullmatch(r"\s*(\d+)\s*(?:[xX]\s*(\d+)\s*)?", str(value))
     if not m or int(m.group(1)) == 0 or (m.group(2) is not None and int(m.group(2)) == 0):
-        raise UsageError(f"bad --resize {value!r}: use N (shorter side to N) or WxH, e.g. 256 or 224x224")
+        raise UsageError(f"bad {option('resize', value)}: use N (shorter side to N) or WxH, e.g. 256 or 224x224")
     return int(m.group(1)) if m.group(2) is None else (int(m.group(1)), int(m.group(2)))
 
 
@@ -34,7 +34,7 @@ def parse_shards(value: str | int | dict[str, int] | None) -> int | dict[str, in
     if value is None or isinstance(value, (dict, int)):
         counts = value.values() if isinstance(value, dict) else [value] if value is not None else []
         if any(not isinstance(c, int) or c < 1 for c in counts):
-            raise UsageError(f"bad --shards {value!r}: shard counts must be whole numbers >= 1")
+            raise UsageError(f"bad {option('shards', value)}: shard counts must be whole numbers >= 1")
         return value
     text = str(value).strip()
     if text.isdigit():
@@ -43,9 +43,9 @@ def parse_shards(value: str | int | dict[str, int] | None) -> int | dict[str, in
     for part in text.split(","):
         name, sep, n = part.strip().partition("=")
         if not sep or not n.strip().isdigit():
-            raise UsageError(f"bad --shards {value!r}: use N or e.g. train=16,validation=2")
+            raise UsageError(f"bad {option('shards', value)}: use N or e.g. train=16,validation=2")
         if name.strip() in out:
-            raise UsageError(f"bad --shards {value!r}: {name.strip()} given twice")
+            raise UsageError(f"bad {option('shards', value)}: {name.strip()} given twice")
         out[name.strip()] = int(n)
     return parse_shards(out)
 

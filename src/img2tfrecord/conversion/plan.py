@@ -21,7 +21,7 @@ import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.filelist import discover_file_list
@@ -40,7 +40,7 @@ from img2tfrecord.conversion.options import (
 from img2tfrecord.conversion.splits import parse_split_spec
 from img2tfrecord.conversion.table import Task, sizes_of
 from img2tfrecord.conversion.walk import discover
-from img2tfrecord.errors import DataError, UsageError, plural
+from img2tfrecord.errors import DataError, UsageError, option, plural
 from img2tfrecord.format.naming import shard_name
 from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
 
@@ -84,7 +84,7 @@ def auto_shard_counts(
         unknown = sorted(set(requested) - set(split_bytes))
         if unknown:
             raise UsageError(
-                f"--shards names {'a split' if len(unknown) == 1 else 'splits'} that {'does' if len(unknown) == 1 else 'do'} not exist ({', '.join(unknown)}); the splits are {', '.join(split_bytes)}"
+                f"{option('shards')} names {'a split' if len(unknown) == 1 else 'splits'} that {'does' if len(unknown) == 1 else 'do'} not exist ({', '.join(unknown)}); the splits are {', '.join(split_bytes)}"
             )
         counts.update({s: requested[s] for s in names if s in requested})
         per = sum(split_bytes[s] for s in counts) / max(1, sum(counts.values())) if counts else TARGET_SHARD_BYTES
@@ -106,7 +106,7 @@ def auto_shard_counts(
             why = (
                 ""
                 if min_records == 1
-                else f" (with --index, a shard holds at least {min_records} records: a one-line index breaks common readers)"
+                else f" (with {option('index', True)}, a shard holds at least {min_records} records: a one-line index breaks common readers)"
             )
             warnings.append(f"{s}: {counts[s]} shards for {split_items[s]} images; using {most}{why}")
             counts[s] = most
@@ -173,6 +173,67 @@ class Plan:
         return sum(len(s.tasks) for s in self.shards)
 
 
+class CheckedOptions(NamedTuple):
+    """The options that need parsing, parsed (`check_options`)."""
+
+    encode: EncodeOptions
+    shard_request: int | dict[str, int] | None
+    fractions: dict[str, float] | None
+    class_list: list[str] | None
+
+
+def check_options(
+    *,
+    shards: str | int | dict[str, int] | None = None,
+    split: str | dict[str, float] | None = None,
+    labels: str | list[str] | None = None,
+    encoding: str = "keep",
+    quality: int = 95,
+    resize: str | int | tuple[int, int] | None = None,
+    channels: str = "keep",
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    validate: bool = True,
+    compression: str | None = None,
+    index: bool = False,
+    dedupe: str = "report",
+    checksum: str = DEFAULT_CHECKSUM,
+    **_: Any,
+) -> CheckedOptions:
+    """Check and parse `plan_job`'s options without touching the input or the output (UsageError):
+    convert calls it first, so a wrong command is told what is wrong, never to add --overwrite."""
+    if encoding not in ENCODINGS:
+        raise UsageError(f"bad {option('encoding', encoding)}: choose one of {', '.join(ENCODINGS)}")
+    if str(channels) not in CHANNEL_CHOICES:
+        raise UsageError(f"bad {option('channels', channels)}: choose keep, 1 or 3")
+    if not 1 <= quality <= 100:
+        raise UsageError(f"bad {option('quality', quality)}: choose 1..100")
+    if max_pixels < 1:
+        raise UsageError(f"bad {option('max_pixels', max_pixels)}: must be positive")
+    if compression not in TF_COMPRESSION:
+        raise UsageError(f"bad {option('compression', compression)}: choose gzip or zlib")
+    if checksum not in fs.CHECKSUMS:
+        raise UsageError(f"bad {option('checksum', checksum)}: choose {', '.join(fs.CHECKSUMS)}")
+    if dedupe not in DEDUPE_MODES:
+        raise UsageError(f"bad {option('dedupe', dedupe)}: choose report, drop or off")
+    if index and compression:
+        raise UsageError(
+            f"{option('index', True)} describes uncompressed shards (DALI cannot read compressed TFRecords): "
+            f"drop {option('compression')} or {option('index')}"
+        )
+    opts = EncodeOptions(
+        encoding=encoding,
+        quality=quality,
+        resize=parse_resize(resize),
+        channels=str(channels),
+        max_pixels=max_pixels,
+        validate=validate,
+    )
+    shard_request = parse_shards(shards)
+    fractions = parse_split_spec(split) if isinstance(split, str) else split
+    class_list = read_labels_file(labels) if isinstance(labels, str) else labels
+    return CheckedOptions(opts, shard_request, fractions, class_list)
+
+
 def plan_job(
     input_dir: str,
     output_dir: str,
@@ -197,35 +258,21 @@ def plan_job(
     fsync: bool = True,
 ) -> Plan:
     """Check the options, walk the input (or read `file_list`) and cut it into shards. Raises UsageError."""
-    if encoding not in ENCODINGS:
-        raise UsageError(f"bad --encoding {encoding!r}: choose one of {', '.join(ENCODINGS)}")
-    if str(channels) not in CHANNEL_CHOICES:
-        raise UsageError(f"bad --channels {channels!r}: choose keep, 1 or 3")
-    if not 1 <= quality <= 100:
-        raise UsageError(f"bad --quality {quality}: choose 1..100")
-    if max_pixels < 1:
-        raise UsageError(f"bad --max-pixels {max_pixels}: must be positive")
-    if compression not in TF_COMPRESSION:
-        raise UsageError(f"bad --compression {compression!r}: choose gzip or zlib")
-    if checksum not in fs.CHECKSUMS:
-        raise UsageError(f"bad --checksum {checksum!r}: choose {', '.join(fs.CHECKSUMS)}")
-    if dedupe not in DEDUPE_MODES:
-        raise UsageError(f"bad --dedupe {dedupe!r}: choose report, drop or off")
-    if index and compression:
-        raise UsageError(
-            "--index describes uncompressed shards (DALI cannot read compressed TFRecords): drop --compression or --index"
-        )
-    opts = EncodeOptions(
+    opts, shard_request, fractions, class_list = check_options(
+        shards=shards,
+        split=split,
+        labels=labels,
         encoding=encoding,
         quality=quality,
-        resize=parse_resize(resize),
-        channels=str(channels),
+        resize=resize,
+        channels=channels,
         max_pixels=max_pixels,
         validate=validate,
+        compression=compression,
+        index=index,
+        dedupe=dedupe,
+        checksum=checksum,
     )
-    shard_request = parse_shards(shards)
-    fractions = parse_split_spec(split) if isinstance(split, str) else split
-    class_list = read_labels_file(labels) if isinstance(labels, str) else labels
     check_paths(input_dir, output_dir)
     with _gc_paused():
         return _plan(
@@ -285,7 +332,7 @@ def _plan(
     if strict and found.skipped:
         first = found.skipped[0]
         raise DataError(
-            f"--strict: {plural(len(found.skipped), 'file or folder', 'files or folders')} cannot be read, e.g. "
+            f"{option('strict', True)}: {plural(len(found.skipped), 'file or folder', 'files or folders')} cannot be read, e.g. "
             f"{first['path']}: {first['reason']}; nothing was written"
         )
     split_bytes = {s: _estimate_bytes(items, opts) for s, items in found.splits.items()}

@@ -1,10 +1,12 @@
 """Resuming an interrupted conversion: a journal of finished shards in the staging folder.
 
-Every shard that closes (fsync'd, checksummed) is recorded in ``<staging>/journal.jsonl``: a first
-line with a fingerprint of the job (options, classes and the exact shard plan: which files, their
-sizes, in which shard), then one line per finished shard, appended (so recording a shard costs
+Every shard that closes (fsync'd, checksummed) is recorded in ``journal.jsonl`` (in the workspace
+beside OUTPUT, `conversion.publish`): a first line with a fingerprint of the job (options, classes
+and the exact shard plan: which files, their sizes, in which shard) and, per shard, a digest of its
+sources' modification times, then one line per finished shard, appended (so recording a shard costs
 the same for the first and the ten-thousandth; a line cut short by a crash is ignored).
-``--resume`` reuses the shards whose bytes still match the recorded checksum (with ``--checksum
+``--resume`` reuses the shards whose sources were not modified since (same st_mtime_ns: a file
+edited in place with the same size is caught) and whose bytes still match the recorded checksum (with ``--checksum
 none``: whose records' CRCs hold) and converts only the rest, naming each one it redoes and why,
 so the result is byte-identical to an uninterrupted run; a different fingerprint (input or
 options changed) is refused, saying what changed, rather than silently mixed.
@@ -19,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.dedupe import DIGEST_HEX
-from img2tfrecord.conversion.table import fingerprint_items
+from img2tfrecord.conversion.table import fingerprint_items, mtimes_of
 from img2tfrecord.conversion.write import ShardOutcome
-from img2tfrecord.errors import DataError, UsageError, plural
+from img2tfrecord.errors import DataError, UsageError, option, plural, said
 
 if TYPE_CHECKING:  # pragma: no cover
     from img2tfrecord.conversion.plan import Plan
@@ -35,18 +37,20 @@ def header(plan: Plan) -> dict[str, Any]:
     differs: the options, the classes, the number of images and a digest of each shard's files."""
     h = hashlib.sha256()
     h.update(json.dumps({"options": plan.options, "classes": plan.classes}, sort_keys=True, default=str).encode())
-    shards = {}
+    shards, sources = {}, {}
     for shard in plan.shards:
         h.update(shard.name.encode())
         items = fingerprint_items(shard.tasks)  # from the plan's columns: no Task made
         h.update(items)
         shards[shard.name] = hashlib.sha256(items).hexdigest()[:16]
+        sources[shard.name] = hashlib.sha256(items + mtimes_of(shard.tasks).tobytes()).hexdigest()[:16]
     return {
         "fingerprint": h.hexdigest(),
         "options": _plain(plan.options),
         "classes": list(plan.classes),
         "images": plan.images,
         "shards": shards,
+        "sources": sources,  # per shard, with its images' st_mtime_ns: a source edited in place rebuilds it
     }
 
 
@@ -57,9 +61,15 @@ def _plain(value: Any) -> Any:
 class Journal:
     """Append-only record of finished shards; safe to call from the shard-closing thread."""
 
-    def __init__(self, staging: str, job_header: dict[str, Any], done: dict[str, ShardOutcome] | None = None) -> None:
-        self.staging = staging
-        self.path = fs.join(staging, JOURNAL)
+    def __init__(
+        self,
+        staging: str,
+        job_header: dict[str, Any],
+        done: dict[str, ShardOutcome] | None = None,
+        journal_dir: str | None = None,
+    ) -> None:
+        self.staging = staging  # where the shards are; the journal is in `journal_dir` (default: there too)
+        self.path = fs.join(journal_dir or staging, JOURNAL)
         self.header = job_header
         self.done: dict[str, ShardOutcome] = dict(done or {})
         self._lock = threading.Lock()
@@ -79,9 +89,9 @@ class Journal:
         fs.write_text(self.path, "".join(json.dumps(line) + "\n" for line in lines))
 
 
-def _entries(staging: str) -> list[Any]:
+def _entries(journal_dir: str) -> list[Any]:
     """The journal's lines: its header, then one per finished shard; [] without a journal."""
-    path = fs.join(staging, JOURNAL)
+    path = fs.join(journal_dir, JOURNAL)
     if not fs.exists(path):
         return []
     entries = []
@@ -93,29 +103,34 @@ def _entries(staging: str) -> list[Any]:
     return entries if entries and isinstance(entries[0], dict) else []
 
 
-def finished_count(staging: str) -> int | None:
+def finished_count(journal_dir: str) -> int | None:
     """How many finished shards an unfinished run's journal lists; None without a journal."""
-    entries = _entries(staging)
+    entries = _entries(journal_dir)
     return len(entries) - 1 if entries else None
 
 
-def load_done(plan: Plan, staging: str) -> tuple[dict[str, ShardOutcome], list[tuple[str, str]]]:
+def load_done(
+    plan: Plan, staging: str, journal_dir: str | None = None
+) -> tuple[dict[str, ShardOutcome], list[tuple[str, str]]]:
     """The finished shards of an interrupted run of this same job, each checked (by its checksum,
     or with --checksum none by its records' CRCs), and the journaled shards that are not reused,
     with the reason: ({name: outcome}, [(name, why)]).
 
     Raises UsageError, saying what differs, when the journal belongs to another input or options.
     """
-    entries = _entries(staging)
+    entries = _entries(journal_dir or staging)
     if not entries:
         return {}, []
     now = header(plan)
     if entries[0].get("fingerprint") != now["fingerprint"]:
         raise UsageError(
-            f"--resume: the interrupted run in {plan.output_dir} differs from this one: {'; '.join(_differences(entries[0], now))}; "
-            f"run the command it was, or drop --resume and add --overwrite to start over"
+            f"{option('resume', True)}: the interrupted run in {plan.output_dir} differs from this one: {'; '.join(_differences(entries[0], now))}; "
+            f"{said('run the command it was', 'call convert() as it was called')}, or drop {option('resume')} "
+            f"and add {option('overwrite', True)} to start over"
         )
     planned = {s.name for s in plan.shards}
+    then_sources = entries[0].get("sources")
+    then_sources = then_sources if isinstance(then_sources, dict) else {}
     done, redone = {}, []
     for d in entries[1:]:
         outcome = _journaled(d)
@@ -126,6 +141,9 @@ def load_done(plan: Plan, staging: str) -> tuple[dict[str, ShardOutcome], list[t
             continue
         name = outcome.info.file
         if name not in planned:
+            continue
+        if then_sources.get(name) != now["sources"][name]:
+            redone.append((name, "its source images were modified since it was written"))
             continue
         why = _damage(fs.join(staging, name), outcome, plan.settings.compression)
         if why is None and outcome.info.index and not fs.exists(fs.join(staging, outcome.info.index)):
@@ -176,7 +194,7 @@ def _differences(then: dict[str, Any], now: dict[str, Any]) -> list[str]:
         for key in sorted(set(old_opts) | set(now["options"])):
             a, b = old_opts.get(key), now["options"].get(key)
             if a != b:
-                what = "the shard counts" if key == "shards" else "--" + key.replace("_", "-")
+                what = "the shard counts" if key == "shards" else option(key)
                 out.append(f"{what} {_shown(a)} then, {_shown(b)} now")
     old_classes = then.get("classes")
     if isinstance(old_classes, list) and old_classes != now["classes"]:
@@ -217,7 +235,7 @@ def _damage(path: str, outcome: ShardOutcome, compression: str | None) -> str | 
     if outcome.info.checksums:
         return None
     if fs.is_remote(path):
-        return "with --checksum none, a shard on remote storage cannot be checked"
+        return f"with {option('checksum', 'none')}, a shard on remote storage cannot be checked"
     from img2tfrecord.format.framing import FramingError, TFRecordFile
 
     records = 0

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import xxhash
 
 from img2tfrecord.conversion.table import ImageTable, TaskView, encode_name
-from img2tfrecord.errors import UsageError, plural
+from img2tfrecord.errors import UsageError, option, plural
 from img2tfrecord.format.schema import utf8_text
 
 if TYPE_CHECKING:
@@ -77,12 +77,12 @@ def parse_split_spec(spec: str) -> dict[str, float]:
         except ValueError:
             frac = -1.0
         if not sep or not name or not name.replace("_", "").isalnum() or not 0 <= frac <= 1:
-            raise UsageError(f"bad --split {spec!r}: expected e.g. train=0.8,validation=0.2")
+            raise UsageError(f"bad {option('split', spec)}: expected e.g. train=0.8,validation=0.2")
         if name in fractions:
-            raise UsageError(f"bad --split {spec!r}: {name} given twice")
+            raise UsageError(f"bad {option('split', spec)}: {name} given twice")
         fractions[name] = frac
     if abs(sum(fractions.values()) - 1.0) > 1e-6:
-        raise UsageError(f"bad --split {spec!r}: the fractions add up to {sum(fractions.values()):g}, not 1")
+        raise UsageError(f"bad {option('split', spec)}: the fractions add up to {sum(fractions.values()):g}, not 1")
     return fractions
 
 
@@ -210,7 +210,7 @@ def assemble(
         unlisted = sorted(excluded)
         n = sum(excluded.values())
         warnings.append(
-            f"{plural(len(unlisted), what, whats)} not in --labels {'is' if len(unlisted) == 1 else 'are'} left out "
+            f"{plural(len(unlisted), what, whats)} not in {option('labels')} {'is' if len(unlisted) == 1 else 'are'} left out "
             f"({plural(n, 'image')}): " + ", ".join(unlisted[:5]) + ("..." if len(unlisted) > 5 else "")
         )
     absent = missing.classes if missing else set()  # named by --labels, not found at all
@@ -218,11 +218,13 @@ def assemble(
     empty = [c for c in classes if c not in absent and not any(len(v) for v in per_class.get(c, {}).values())]
     if missing and len(unfound) > FEW_CLASSES:
         warnings.append(
-            f"{len(unfound):,} classes of --labels have no images ({', '.join(map(repr, unfound[:FEW_CLASSES]))}, "
+            f"{len(unfound):,} classes of {option('labels')} have no images ({', '.join(map(repr, unfound[:FEW_CLASSES]))}, "
             f"...): {missing.many}; their labels are kept"
         )
     elif missing:
-        warnings.extend(f"class {c!r} of --labels has no images: {missing.one(c)}; its label is kept" for c in unfound)
+        warnings.extend(
+            f"class {c!r} of {option('labels')} has no images: {missing.one(c)}; its label is kept" for c in unfound
+        )
     if len(empty) > FEW_CLASSES:
         warnings.append(
             f"{len(empty):,} classes have no images ({', '.join(map(repr, empty[:FEW_CLASSES]))}, ...); "

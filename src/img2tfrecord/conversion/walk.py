@@ -42,7 +42,7 @@ from img2tfrecord import fs
 from img2tfrecord.conversion.labels import class_list
 from img2tfrecord.conversion.splits import SPLIT_DIR_NAMES, Discovery, Missing, assemble, split_of
 from img2tfrecord.conversion.table import ImageTable, Task, encode_name
-from img2tfrecord.errors import DataError, UsageError, plural
+from img2tfrecord.errors import DataError, UsageError, option, plural
 from img2tfrecord.format.manifest import class_name_problem, shown
 from img2tfrecord.format.schema import utf8_text
 
@@ -434,12 +434,14 @@ def discover(
     top_dirs = [e for e in top if e.is_dir]
     warnings: list[str] = []
     loose = [e for e in top if not e.is_dir and os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS]
-    ignored = len(top) - len(top_dirs)
+    ignored = len(top) - len(top_dirs) - len(loose)  # non-image files; loose images are said apart
 
     presplit = bool(top_dirs) and all(e.name.lower() in SPLIT_DIR_NAMES for e in top_dirs)
     if presplit:
         if split:
-            raise UsageError(f"{input_dir} is already split into {', '.join(e.name for e in top_dirs)}; drop --split")
+            raise UsageError(
+                f"{input_dir} is already split into {', '.join(e.name for e in top_dirs)}; drop {option('split')}"
+            )
         names = [SPLIT_DIR_NAMES[e.name.lower()] for e in top_dirs]
         if len(set(names)) != len(names):
             raise UsageError(f"{input_dir} has both 'val' and 'validation' folders: keep one")
@@ -461,9 +463,10 @@ def discover(
         for e in entries:
             if not e.is_dir:
                 if skey:
-                    ignored += 1
                     if os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS:
                         loose.append(e)
+                    else:
+                        ignored += 1
                 continue
             walks.append((e.name, skey, e.path))
     if loose:
@@ -475,7 +478,7 @@ def discover(
     classes = class_list(
         {c for c, _, _ in walks},
         labels,
-        f"no class folders found in {input_dir}: expected {input_dir}/CLASS_NAME/image.jpg {images}",
+        f"no class folders found in {input_dir}: expected {fs.join(input_dir, 'CLASS_NAME', 'image.jpg')} {images}",
     )
     folders = {c for c, _, _ in walks}
     for c in classes:
@@ -500,7 +503,7 @@ def discover(
         if found.report.error is not None:
             raise DataError(
                 f"cannot list class folder {path}: {found.report.error}; its images would be missing: "
-                "fix its permissions, or leave the class out with --labels"
+                f"fix its permissions, or leave the class out with {option('labels')}"
             )
         report.merge(found.report)
         split_dir = f"{os.path.basename(split_roots[skey])}/" if skey else ""
@@ -523,7 +526,7 @@ def discover(
         warnings=warnings,
         what="class folder",
         whats="class folders",
-        no_images=f"no images found in {input_dir}: expected {input_dir}/CLASS_NAME/image.jpg {images}",
+        no_images=f"no images found in {input_dir}: expected {fs.join(input_dir, 'CLASS_NAME', 'image.jpg')} {images}",
         missing=Missing(
             set(classes) - folders,
             (lambda c: f"no split folder of {input_dir} holds a folder {c}")

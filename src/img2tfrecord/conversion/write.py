@@ -29,7 +29,7 @@ from img2tfrecord.conversion.options import (
     ShardSettings,
 )
 from img2tfrecord.conversion.plan import MIN_INDEXED_RECORDS, PlannedShard, shard_bounds
-from img2tfrecord.errors import DataError
+from img2tfrecord.errors import DataError, option
 from img2tfrecord.format.framing import RECORD_OVERHEAD, record_spans
 from img2tfrecord.format.naming import shard_name, shard_split
 from img2tfrecord.format.schema import utf8_text
@@ -176,8 +176,9 @@ class ShardOutcome:
     depths: dict[str, int] = field(default_factory=dict)  # bits per sample ("8", "16") -> records
     reduced: dict[str, int] = field(default_factory=dict)  # why fewer bits were stored -> records
     orientation_ignored: int = 0
-    images: int = 0
-    bytes_read: int = 0
+    images: int = 0  # every planned image, skipped and dropped ones included
+    bytes_read: int = 0  # their source bytes
+    converted_bytes: int = 0  # source bytes of the images written as records (what rates count)
     # The content digest (xxh3-128, 32 hex digits) of every record, in record order, run together:
     # 32 bytes a record where a [digest, path, class] list per record cost ~300 in the calling
     # process and the journal; paths and classes come back from the plan (finalize.written).
@@ -209,7 +210,7 @@ def write_shard(
     writeback: bool = False,
 ) -> ShardOutcome:
     """Write the encoded results of `shard.tasks` (same order) into staging/<shard name> and close it
-    (checksum, index; fsync if `settings.fsync`, unless `durable=False`: the caller does it). `on_skip(rel, reason)` and `on_image(bytes)`
+    (checksum, index; fsync if `settings.fsync`, unless `durable=False`: the caller does it). `on_skip(rel, reason)` and `on_image(bytes written: 0 if not)`
     report as it goes. `drop` maps the rel path of each duplicate to leave out to (its digest, the kept copy's path);
     their results are `encoder.DROPPED`. `durable=False` skips the fsync (the caller does it);
     `writeback` starts the disk writing while the shard is still being written (see fs.start_writeback).
@@ -252,15 +253,16 @@ def write_shard(
             if result.reduced:
                 out.reduced[result.reduced] = out.reduced.get(result.reduced, 0) + 1
             out.orientation_ignored += result.orientation_ignored
+            out.converted_bytes += result.size
             reason = ""
         if reason:
             out.skipped.append({"path": rel, "split": shard.split, "reason": reason})
             if on_skip:
                 on_skip(rel, reason)
             if strict:
-                raise DataError(f"--strict: {rel}: {reason}; nothing was published")
-        if on_image:
-            on_image(result.size)
+                raise DataError(f"{option('strict', True)}: {rel}: {reason}; nothing was published")
+        if on_image:  # the bytes of images written; 0 for one skipped or dropped (never an empty image)
+            on_image(0 if reason or result.kind == DROPPED else result.size)
 
     sw.close(settings.fsync if durable is None else durable)
     out.digests = "".join(digests)

@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from img2tfrecord.errors import DataError, UsageError
+from img2tfrecord import fs
+from img2tfrecord.errors import DataError, UsageError, option, said
 from img2tfrecord.format.images import MAX_PIXELS
+from img2tfrecord.format.manifest import LABELS_NAME, MAX_MANIFEST_BYTES, ManifestError, parse_manifest
 from img2tfrecord.format.manifest import MANIFEST_NAME as MANIFEST
-from img2tfrecord.format.manifest import MAX_MANIFEST_BYTES, ManifestError, parse_manifest
-from img2tfrecord.format.naming import _AUX_SUFFIXES, SHARD_RE, shard_split
+from img2tfrecord.format.naming import _AUX_SUFFIXES, SHARD_RE, STAGING_DIR, shard_split
 
 if TYPE_CHECKING:  # pragma: no cover
     pass
@@ -103,6 +104,45 @@ def read_manifest(directory: str | os.PathLike[str]) -> Manifest | None:
     return Manifest(Path(directory), data)
 
 
+def incomplete_reason(directory: str) -> str | None:
+    """Why a dataset folder is not a complete dataset, or None (local or remote, e.g. gs://).
+
+    convert writes dataset.json last: shard files without it, beside a run's staging folder, a
+    half-written dataset.json or labels.txt, are a publish that has not finished (on object
+    stores, where there is no atomic switch, that is a state a reader can see). And without a
+    dataset.json, each split's `NAME-NNNNN-of-NNNNN` files must be exactly 0..NNNNN-1 of one
+    count. (What dataset.json itself holds is checked where it is parsed.)"""
+    try:
+        names = set(fs.listdir(directory))
+    except Exception:  # unreadable: the caller's own access says why
+        return None
+    shards = [m for m in map(SHARD_RE.match, sorted(names)) if m]
+    if not shards or MANIFEST in names:
+        return None
+    if names & {STAGING_DIR, MANIFEST + ".tmp", LABELS_NAME}:
+        return f"{len(shards)} shard files but no {MANIFEST}, which convert writes last"
+    splits: dict[str, list[tuple[int, int]]] = {}
+    for m in shards:
+        splits.setdefault(m["split"], []).append((int(m["index"]), int(m["count"])))
+    for split, found in splits.items():
+        counts = sorted({count for _, count in found})
+        if len(counts) > 1:
+            return f"split {split} mixes shards of {' and '.join(f'-of-{c:05d}' for c in counts)}"
+        if sorted(i for i, _ in found) != list(range(counts[0])):
+            return f"split {split} has {len(found)} of its {counts[0]} shard files"
+    return None
+
+
+def check_complete(directory: str) -> None:
+    """Refuse (DataError, one line) a folder that `incomplete_reason` finds incomplete."""
+    why = incomplete_reason(directory)
+    if why is not None:
+        raise DataError(
+            f"{directory} is an incomplete dataset ({why}): a conversion into it was interrupted or is still "
+            f"running; {said('run the same convert command', 'call convert() again')} with {option('resume', True)} to finish it"
+        )
+
+
 def is_shard_candidate(path: Path) -> bool:
     """A regular file that could be a shard: not an index, manifest, label list or temp file."""
     return path.is_file() and not path.name.startswith(".") and not path.name.lower().endswith(_AUX_SUFFIXES)
@@ -170,9 +210,12 @@ def resolve_paths(paths: Iterable[str | os.PathLike[str]], split: str | None = N
     cache: dict[Path, Manifest | None] = {}
     for raw in paths:
         text = os.fspath(raw)
+        if fs.is_remote(text) and fs.isdir(text):
+            check_complete(text)
         p = Path(text)
         if p.is_dir() or (p.is_file() and p.name == MANIFEST):
             d = p if p.is_dir() else p.parent
+            check_complete(str(d))
             man = read_manifest(d)
             if man is not None:
                 refs.extend(man.shards(split))
@@ -216,7 +259,7 @@ def resolve_paths(paths: Iterable[str | os.PathLike[str]], split: str | None = N
             if not mine:
                 theirs = sorted({r.split or "unknown" for r in found})
                 raise UsageError(
-                    f"{text}: no shard of split {split!r} (split {', '.join(theirs)}); drop --split or give another PATH"
+                    f"{text}: no shard of split {split!r} (split {', '.join(theirs)}); drop {option('split')} or give another {said('PATH', 'path')}"
                 )
             found = mine
         refs.extend(found)

@@ -18,6 +18,7 @@ bench/verify.py and in-process loops, contenders alternated in one run):
   records/s, ~8 cores' worth of decoding; past that, shards would be split between processes;
 * TensorFlow is imported by the first batch's thread, so reading goes on meanwhile (until the
   batches in flight are full), and a `--verify` whose records hold no image never imports it.
+  With a progress bar (a terminal) `start()` imports it first instead, shown as a step of its own (the overlap it gives up is the reading of the few batches allowed in flight).
   The import is single-threaded and ~5 s here: on 8,000 images a fifth of a one-worker run,
   which is why 2 cores give ~1.8x after start-up (1.6-2.0x over the runs) but ~1.6x for the
   whole process (README "Inspecting and verifying").
@@ -106,6 +107,11 @@ class Decoder:
         self._functions = _Functions()
         self._batch = _Batch()
         self._inflight: deque[_Batch] = deque()
+
+    def start(self) -> None:
+        """Import TensorFlow now (~5 s; else the first batch does): a progress bar then shows it as
+        a step of its own instead of freezing meanwhile."""
+        self._functions.get()
 
     def submit(self, image: bytes) -> Slot:
         batch = self._batch

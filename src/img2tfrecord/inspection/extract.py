@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from img2tfrecord.errors import DataError, UsageError
+from img2tfrecord.errors import DataError, UsageError, option
 from img2tfrecord.format.images import _EXTENSIONS, image_problem, sniff_image_format
 from img2tfrecord.format.schema import FORMAT_RAW
 from img2tfrecord.inspection.records import RecordInfo
@@ -56,7 +56,9 @@ class Extractor:
     def __init__(self, directory: str | os.PathLike[str], limit: int | None, by_split: bool = False) -> None:
         self.dir = Path(directory)
         if self.dir.exists() and (not self.dir.is_dir() or any(self.dir.iterdir())):
-            raise UsageError(f"{self.dir}: exists and is not an empty directory; --extract needs a new or empty one")
+            raise UsageError(
+                f"{self.dir}: exists and is not an empty directory; {option('extract_dir', cli='extract')} needs a new or empty one"
+            )
         self.limit = limit
         self.by_split = by_split
         self.written = 0

@@ -14,13 +14,14 @@ proportion to the number of *distinct* sizes and labels, never to the number of 
 from __future__ import annotations
 
 import os
+import sys
 from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from img2tfrecord import cstderr
-from img2tfrecord.errors import DataError, UsageError
+from img2tfrecord.errors import DataError, UsageError, option
 from img2tfrecord.format import framing
 from img2tfrecord.format.framing import FramingError, TFRecordFile
 from img2tfrecord.format.layout import Manifest, ShardRef, pixel_limit, resolve_paths
@@ -140,6 +141,14 @@ class _Progress:
                 total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="verify", disable=None, leave=False
             )
 
+    @staticmethod
+    def starting(decoder: Decoder) -> None:
+        """TensorFlow's start-up (~5 s) as its own step, on the line the bar then draws over: the
+        import used to happen inside the first batch, the bar sitting frozen meanwhile."""
+        sys.stderr.write("verify: starting TensorFlow (a few seconds, once)...")
+        sys.stderr.flush()
+        decoder.start()
+
     def update(self, n: int) -> None:
         if self.bar is not None and n:  # only the reading thread updates it
             self.bar.update(n)
@@ -175,7 +184,7 @@ def inspect(
     extractor = Extractor(extract_dir, None if extract_all else records, by_split) if extract_dir is not None else None
     sheet = ContactSheet(contact_sheet, records) if contact_sheet is not None else None
     if workers is not None and workers < 1:
-        raise UsageError(f"bad --workers {workers}: must be >= 1")
+        raise UsageError(f"bad {option('workers', workers)}: must be >= 1")
     decoder = Decoder(workers or os.cpu_count() or 1) if verify else None
     manifests = {id(r.manifest): r.manifest for r in refs if r.manifest is not None}
     for man in manifests.values():
@@ -191,6 +200,8 @@ def inspect(
     files: list[FileReport] = []
     # (manifest id, split) -> class name -> records, to compare with dataset.json's class_counts
     class_counts: dict[tuple[int, str], Counter[str]] = {}
+    if decoder is not None and progress:
+        _Progress.starting(decoder)
     bar = _Progress(sum(r.path.stat().st_size for r in refs if r.path.is_file()), progress and verify)
     # Files are read one after the other on this thread; with --verify their images decode on the
     # decoder's threads meanwhile, and a file's report is complete once its last image is decoded.

@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from img2tfrecord.errors import UsageError
+from img2tfrecord.errors import UsageError, option, said
 from img2tfrecord.format.images import MAX_PIXELS, image_problem
 from img2tfrecord.format.layout import Manifest
 from img2tfrecord.format.schema import FORMAT_RAW
@@ -111,7 +111,9 @@ class ContactSheet:
     def __init__(self, path: str | os.PathLike[str], per_class: int) -> None:
         self.path = Path(path)
         if per_class < 1:
-            raise UsageError("--contact-sheet needs -n of at least 1 (thumbnails per class)")
+            raise UsageError(
+                f"{option('contact_sheet')} needs {said('-n', 'records')} of at least 1 (thumbnails per class)"
+            )
         if self.path.parent and not self.path.parent.is_dir():
             raise UsageError(f"{self.path}: its directory does not exist")
         if self.path.is_dir():
@@ -119,7 +121,7 @@ class ContactSheet:
         fmt = FORMATS.get(self.path.suffix.lower())
         if fmt is None:
             raise UsageError(
-                f"--contact-sheet {self.path}: unknown picture extension {self.path.suffix or '(none)'!r}; name a .png, .jpg, .webp, .bmp or .tif file"
+                f"{option('contact_sheet', str(self.path))}: unknown picture extension {self.path.suffix or '(none)'!r}; name a .png, .jpg, .webp, .bmp or .tif file"
             )
         self.format: str = fmt
         self.per_class = min(per_class, MAX_SHEET_CELLS)

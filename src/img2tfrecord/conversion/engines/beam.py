@@ -48,7 +48,7 @@ from img2tfrecord.conversion.options import (
 from img2tfrecord.conversion.plan import PlannedShard, Task
 from img2tfrecord.conversion.table import first_local_path
 from img2tfrecord.conversion.write import ShardOutcome
-from img2tfrecord.errors import DataError, UsageError
+from img2tfrecord.errors import DataError, UsageError, option
 
 if TYPE_CHECKING:
     from img2tfrecord.conversion.events import EventSink
@@ -97,7 +97,9 @@ def import_beam() -> ModuleType:
         import apache_beam
         import apache_beam.options.pipeline_options
     except ImportError:
-        raise UsageError(f"--engine beam needs Apache Beam, which is not installed: {INSTALL_HINT}") from None
+        raise UsageError(
+            f"{option('engine', 'beam')} needs Apache Beam, which is not installed: {INSTALL_HINT}"
+        ) from None
     finally:
         root.setLevel(level)
         if guard:
@@ -195,7 +197,7 @@ def preflight(beam_options: str | list[str] | None, input_dir: str, output_dir: 
     except ImportError as e:
         raise UsageError(f"--runner={name}: {e}") from None
     except Exception as e:
-        raise UsageError(f"bad --beam-options: {_last_line(e)}") from None
+        raise UsageError(f"bad {option('beam_options')}: {_last_line(e)}") from None
     if runner in REMOTE_ONLY_RUNNERS and not fs.is_remote(output_dir):
         raise UsageError(
             f"--runner={name}: workers run on other machines and cannot write the local folder {output_dir}; "
@@ -233,7 +235,7 @@ def run_beam(
     flags = pipeline_flags(beam_options, workers or os.cpu_count() or 1, len(plan.shards))
     runner = runner_name(flags)
     for arg in unknown_options(flags):
-        emit("warning", f"--beam-options: Beam does not know {arg}; it is passed on unchanged")
+        emit("warning", f"{option('beam_options')}: Beam does not know {arg}; it is passed on unchanged")
     if runner in REMOTE_ONLY_RUNNERS:
         local = next(filter(None, (first_local_path(s.tasks) for s in plan.shards)), None)
         if local:

@@ -37,9 +37,10 @@ from img2tfrecord.conversion import write as writer
 from img2tfrecord.conversion.dedupe import Deduper
 from img2tfrecord.conversion.options import ShardSettings
 from img2tfrecord.conversion.plan import PlannedShard, Task
+from img2tfrecord.conversion.publish import signals_deferred
 from img2tfrecord.conversion.resume import Journal
 from img2tfrecord.conversion.write import ShardOutcome
-from img2tfrecord.errors import WorkerDied
+from img2tfrecord.errors import WorkerDied, option, said
 from img2tfrecord.tf_import import RecordIOError
 
 if TYPE_CHECKING:
@@ -55,7 +56,8 @@ DIGEST_BATCH = 64 * DIGEST_CHUNK  # files whose digests are asked for at once (t
 Progress = Callable[[int, int], None]  # (images, bytes) just done
 _WORKER_DIED = (
     "a worker process died (killed by the system, out of memory?); finished shards were kept: "
-    "run the same command with --resume to continue, with fewer --workers if memory is short"
+    f"{said('run the same command', 'call convert() again')} with {option('resume', True)} to continue, "
+    f"with fewer {option('workers')} if memory is short"
 )
 
 
@@ -72,7 +74,8 @@ class LocalEngine:
     """Worker processes on this machine, each encoding and writing whole shards.
 
     `workers`: processes to use (None: all CPUs, fewer for small jobs; see `worker_count`);
-    `progress(images, bytes_read, total)` a few times a second; shards already in `journal` (a
+    `progress(images, bytes, total)` a few times a second (images done, skipped ones included;
+    source bytes of those written); shards already in `journal` (a
     resumed run) are reused, not redone, and every finished shard is journaled.
     """
 
@@ -102,6 +105,11 @@ def run_local(
     total = sum(len(s.tasks) for s in todo)
     seen = [0, 0]
 
+    def counted(kind: str, msg: str) -> None:  # skipped images are left out of the rates
+        if kind == "skipped":
+            timing.skipped += 1
+        emit(kind, msg)
+
     def on_progress(images: int, nbytes: int) -> None:
         seen[0] += images
         seen[1] += nbytes
@@ -116,17 +124,20 @@ def run_local(
     closing: list[Future] = []
 
     def finished(outcome: ShardOutcome) -> None:
-        closing.append(closer.submit(_finish, outcome, journal, settings.fsync))
+        with signals_deferred():  # the first submit starts the closing thread
+            closing.append(closer.submit(_finish, outcome, journal, settings.fsync))
 
-    pool = _Pool(cfg, n - 1) if n > 1 else None  # started first: the workers' imports overlap ours
+    pool: _Pool | None = None
     tf_thread = threading.Thread(target=writer.preload_writer, args=(staging,), name="import-tensorflow", daemon=True)
-    tf_thread.start()
     try:
+        with signals_deferred():  # a signal while a thread or process starts unwinds after it, not inside it
+            pool = _Pool(cfg, n - 1) if n > 1 else None  # started first: the workers' imports overlap ours
+            tf_thread.start()
         if pool is None:
             drop = _drop_map(plan, settings, lambda paths: list(map(encoder.digest_file, paths)))
         else:
-            drop = _drop_map(plan, settings, lambda paths: pool.digests(paths))
-        _Scheduler(todo, cfg, drop, pool, emit, on_progress, finished, tf_thread).run()
+            drop = _drop_map(plan, settings, pool.digests)
+        _Scheduler(todo, cfg, drop, pool, counted, on_progress, finished, tf_thread).run()
     finally:
         if pool is not None:
             pool.stop()
@@ -277,12 +288,15 @@ class _Scheduler:
     def _hand_out(self) -> None:
         while self.queue and self.pool is not None and self.pool_busy < self.pool.size:
             shard = self.queue.popleft()
-            self.pool.submit(shard, self._drop_for(shard), self.inbox)
-            self.pool_busy += 1
+            with signals_deferred():  # a submit may start the executor's threads and processes
+                self.pool.submit(shard, self._drop_for(shard), self.inbox)
+                self.pool_busy += 1
         if self.queue and self.local is None:
             shard = self.queue.popleft()
-            self.local = threading.Thread(target=self._write_here, args=(shard,), name="write-shard", daemon=True)
-            self.local.start()
+            thread = threading.Thread(target=self._write_here, args=(shard,), name="write-shard", daemon=True)
+            with signals_deferred():  # never a thread that is known but not started (it cannot be joined)
+                thread.start()
+                self.local = thread
 
     def _handle(self, msg: tuple) -> None:
         kind = msg[0]
@@ -310,7 +324,7 @@ class _Scheduler:
             self._skipped(s["path"], s["reason"])
         images, nbytes = self.counted.pop(outcome.info.file, [0, 0])
         self.settled.add(outcome.info.file)
-        self._show(("progress", outcome.images - images, outcome.bytes_read - nbytes))
+        self._show(("progress", outcome.images - images, outcome.converted_bytes - nbytes))
         self.finished(outcome)
 
     def _skipped(self, rel: str, reason: str) -> None:
@@ -397,8 +411,10 @@ class _Pool:
             while (msg := self.events.get()) is not None:
                 inbox.put(msg)
 
-        self._forwarder = threading.Thread(target=run, name="worker-events", daemon=True)
-        self._forwarder.start()
+        thread = threading.Thread(target=run, name="worker-events", daemon=True)
+        with signals_deferred():
+            thread.start()
+            self._forwarder = thread
 
     def stop(self) -> None:
         """Every result is in, or the run is abandoned: stop the workers now (an orderly exit of
@@ -540,7 +556,8 @@ def _drain(executor: ThreadPoolExecutor, thread: threading.Thread) -> None:
     TensorFlow import, is joined: a misreport there could at worst lose a message.)
     """
     interrupted = False
-    sentinel = executor.submit(lambda: None)
+    with signals_deferred():
+        sentinel = executor.submit(lambda: None)
     while True:
         try:
             sentinel.result()

@@ -1,0 +1,527 @@
+"""Publishing a dataset in one step: a workspace beside OUTPUT, one lock, and one switch.
+
+A reader of OUTPUT (inspect, load(), TFDS, a plain glob) must see the old dataset, the new one
+complete, or something every reader of ours refuses as incomplete: never a mix. Locally the whole
+new version (shards, indexes, labels.txt, TFDS files, dataset.json last, all fsynced) is built in
+a workspace beside OUTPUT, on the same file system, and switched in with one system call:
+
+    PARENT/.NAME.img2tfrecord/      the workspace (removed when the run is over)
+        lock                        flock'd by the one run that may write OUTPUT
+        journal.jsonl               finished shards, for --resume (conversion.resume)
+        dataset/                    the new version being built (`Workspace.build`)
+        published                   sha256 of the new dataset.json, written just before the switch
+
+`renameat2(build, OUTPUT, RENAME_EXCHANGE)` swaps the two folders atomically; where the kernel or
+the file system lacks it, OUTPUT is renamed aside and the new folder renamed in (a reader in
+between finds no OUTPUT, which it refuses). The old version is then removed: a reader holding
+its shards open keeps reading them (unlinked files live on until closed). `recover` finishes the
+removal, or the second rename, after a kill (the `published` marker says which state it is).
+
+Where no atomic switch exists the dataset is published *in place* (`Workspace.in_place`):
+object stores (gs://; no rename of folders), an OUTPUT that is a mount point or whose parent is
+not writable, or the current directory (a shell inside it would be left in a deleted folder).
+The build folder is then OUTPUT/.img2tfrecord-staging, and `publish` removes the old dataset.json
+first, then the old TFDS files, labels.txt and stale shards, moves the new shards in, and writes
+dataset.json last: until then the staging folder and the missing dataset.json make
+`format.layout.check_complete` (used by inspect, --verify and load()) refuse the folder.
+
+Files in OUTPUT that are not part of a dataset (a README.md, notes) survive `--overwrite`: they
+are hard-linked into the new version before the switch (in place: left where they are). A
+sub-folder that is not ours is refused before any work (`foreign_entries`), never deleted.
+
+API (convert uses it; `update` / `compact` build their version in `ws.build`, hard-linking the
+unchanged shards from OUTPUT there, and call the same `publish`):
+
+    ws = workspace(output_dir)            # paths and mode; no side effect
+    lock = OutputLock(ws); lock.acquire() # one run per OUTPUT (UsageError if another holds it)
+    try:
+        recover(ws)                       # finish what a killed run's switch left
+        prepare(ws, keep=resume)          # ws.build exists (emptied unless keep)
+        ... write the new version's shards into ws.build; reuse(ws, unchanged) links OUTPUT's ...
+        publish(ws, files, metadata)      # metadata in order (dataset.json last), fsync, switch
+    except failure:
+        discard(ws)                       # (or keep ws.build + journal for --resume)
+    finally:
+        lock.release()                    # last: every cleanup happens under the lock
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import errno
+import hashlib
+import os
+import shutil
+import signal
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+from img2tfrecord import fs
+from img2tfrecord.errors import UsageError, option
+from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME
+from img2tfrecord.format.naming import LOCK_NAME, SHARD_RE, STAGING_DIR
+from img2tfrecord.format.tfds import FILE_NAMES as TFDS_NAMES
+
+JOURNAL = "journal.jsonl"  # the same name conversion.resume writes
+BUILD = "dataset"
+ASIDE = "previous"  # the old version, after a plain-rename switch
+PUBLISHED = "published"
+WORKSPACE_LOCK = "lock"
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Where a run builds the next version of `output`, and how it is switched in.
+
+    `root` holds the journal; `build` the new version; `lock_path` the lock (None on object
+    stores: no locks there). `in_place` names why there is no atomic switch (None: there is one)."""
+
+    output: str
+    root: str
+    build: str
+    lock_path: str | None
+    in_place: str | None = None
+    given: str = ""  # OUTPUT as the user wrote it, for messages
+
+    @property
+    def shown(self) -> str:
+        return self.given or self.output
+
+    @property
+    def journal_dir(self) -> str:
+        return self.root
+
+
+def workspace(output_dir: str) -> Workspace:
+    """The workspace of `output_dir` (a trailing slash, `.` or a symlink name the same folder)."""
+    return dataclasses.replace(_workspace(output_dir), given=output_dir)
+
+
+def _workspace(output_dir: str) -> Workspace:
+    if fs.is_remote(output_dir):
+        out = output_dir.rstrip("/")
+        staging = fs.join(out, STAGING_DIR)
+        return Workspace(out, staging, staging, None, "object stores have no atomic rename")
+    out = os.path.realpath(fs.local(output_dir))
+    parent, name = os.path.split(out)
+    staging = os.path.join(out, STAGING_DIR)
+    if not name:
+        return Workspace(out, staging, staging, os.path.join(out, LOCK_NAME), "it is the root folder")
+    root = os.path.join(parent, f".{name}.img2tfrecord")
+    if not _writable(parent):
+        return Workspace(out, staging, staging, os.path.join(out, LOCK_NAME), f"{parent} is not writable")
+    lock = os.path.join(root, WORKSPACE_LOCK)
+    why = None
+    if os.path.isdir(out) and os.path.ismount(out):
+        why = f"{out} is a mount point"
+    elif os.path.exists(os.path.join(staging, JOURNAL)):
+        why = "an unfinished run there is resumed in place"
+    elif _inside(_cwd(), out) and not os.path.exists(os.path.join(root, JOURNAL)):
+        why = "it is the current directory"
+    if why:
+        return Workspace(out, staging, staging, lock, why)
+    return Workspace(out, root, os.path.join(root, BUILD), lock)
+
+
+def _writable(path: str) -> bool:
+    while not os.path.exists(path):  # created by the run: the nearest folder that exists decides
+        up = os.path.dirname(path)
+        if up == path:
+            return False
+        path = up
+    return os.access(path, os.W_OK | os.X_OK)
+
+
+def _cwd() -> str:
+    try:
+        return os.getcwd()
+    except OSError:  # the current directory was removed
+        return ""
+
+
+def _inside(path: str, folder: str) -> bool:
+    if not path:
+        return False
+    path = os.path.realpath(path)
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def is_ours(name: str) -> bool:
+    """A name a dataset (or a run writing one) puts in OUTPUT: shards, indexes, metadata, temp files."""
+    base = name.removesuffix(".tmp")
+    return (
+        SHARD_RE.match(base.removesuffix(".idx")) is not None
+        or base in (MANIFEST_NAME, LABELS_NAME, *TFDS_NAMES)
+        or name in (STAGING_DIR, LOCK_NAME)
+    )
+
+
+def foreign_entries(output_dir: str) -> list[str]:
+    """Entries of an existing OUTPUT that are not part of a dataset (kept across --overwrite)."""
+    try:
+        return sorted(n for n in fs.listdir(output_dir) if not is_ours(n))
+    except OSError:
+        return []
+
+
+def check_foreign(ws: Workspace) -> None:
+    """Refuse, before any work, an --overwrite that would have to drop a folder that is not ours:
+    the switch replaces OUTPUT whole, and only files can be carried over (hard links)."""
+    if ws.in_place or not os.path.isdir(ws.output):
+        return
+    dirs = [n for n in foreign_entries(ws.output) if os.path.isdir(os.path.join(ws.output, n))]
+    if dirs:
+        shown = ", ".join(d + "/" for d in dirs[:3]) + (f" and {len(dirs) - 3} more" if len(dirs) > 3 else "")
+        raise UsageError(
+            f"output {ws.shown} holds {shown}, not part of a dataset; {option('overwrite', True)} replaces the folder whole "
+            "and keeps only plain files: move the folder away, or choose another output"
+        )
+
+
+# --------------------------------------------------------------------------- the lock
+
+
+class OutputLock:
+    """One run at a time per OUTPUT: a second one would empty the first one's build folder (or,
+    with --resume, write the same shard files). An advisory flock, released by the kernel when the
+    run dies; nothing on object stores.
+
+    The lock file may be removed while held (`release(remove=True)`, when the workspace goes):
+    `acquire` checks, after its flock, that the path still names the file it locked, and retries
+    otherwise, so a run that opened the old file just before its removal never holds a lock that a
+    third run, creating the file anew, could take too."""
+
+    def __init__(self, ws: Workspace) -> None:
+        self.ws = ws
+        self.path = ws.lock_path
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        if self.path is None:
+            return
+        try:
+            import fcntl
+        except ImportError:  # not POSIX
+            return
+        for _ in range(100):
+            try:
+                os.makedirs(os.path.dirname(self.path), exist_ok=True)
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:  # its folder removed meanwhile by the run that held it
+                continue
+            except OSError as e:
+                raise UsageError(f"cannot create output {self.ws.shown}: {e.strerror or e}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
+                os.close(fd)
+                raise UsageError(
+                    f"another img2tfrecord run (pid {holder}) is writing to {self.ws.shown}: wait for it, or stop it and add {option('resume', True)}"
+                ) from None
+            if _same_file(fd, self.path):
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())
+                self._fd = fd
+                return
+            os.close(fd)  # we locked a file that was removed meanwhile: take the new one
+        raise UsageError(f"cannot lock output {self.ws.shown}: its lock file keeps changing")
+
+    def release(self, remove: bool = False) -> None:
+        """Unlock; with `remove`, delete the lock file (and the empty workspace) first, still holding it."""
+        if self._fd is None:
+            return
+        if remove and self.path is not None:
+            with contextlib.suppress(OSError):
+                os.remove(self.path)
+            if os.path.basename(self.path) == WORKSPACE_LOCK:  # the workspace, if nothing else is left in it
+                with contextlib.suppress(OSError):
+                    os.rmdir(os.path.dirname(self.path))
+        os.close(self._fd)
+        self._fd = None
+
+
+def _same_file(fd: int, path: str) -> bool:
+    try:
+        a, b = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+# --------------------------------------------------------------------------- the workspace's life
+
+
+def recover(ws: Workspace) -> bool:
+    """Settle what a run killed during its switch left (call it holding the lock). True when that
+    run had switched its dataset in: then only its old version was left, and is removed now.
+
+    Otherwise (OUTPUT's dataset.json is not the one the `published` marker names) the switch
+    never happened: the marker goes, an old version renamed aside is renamed back (killed between
+    the two renames), and the build folder and journal stay for --resume."""
+    if ws.in_place:
+        return False
+    marker = os.path.join(ws.root, PUBLISHED)
+    try:
+        want = fs.read_bytes(marker).decode("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        want = None
+    if want is not None and _digest_of(os.path.join(ws.output, MANIFEST_NAME)) == want:
+        _remove_workspace(ws)
+        return True
+    aside = os.path.join(ws.root, ASIDE)
+    if not os.path.lexists(ws.output) and os.path.isdir(aside):
+        os.rename(aside, ws.output)
+        _fsync_dir(os.path.dirname(ws.output))
+    if want is not None:
+        os.remove(marker)
+    return False
+
+
+def prepare(ws: Workspace, keep: bool = False) -> None:
+    """Make the build folder (and the workspace); emptied first unless `keep` (--resume)."""
+    try:
+        if not keep:
+            fs.rmtree(ws.build)
+            if not ws.in_place:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(ws.root, JOURNAL))
+        fs.makedirs(ws.build)
+        if ws.in_place and not fs.is_remote(ws.output):
+            fs.makedirs(ws.output)
+    except OSError as e:
+        raise UsageError(f"cannot create output {ws.shown}: {e.strerror or e}") from None
+
+
+def discard(ws: Workspace) -> None:
+    """A failed run that leaves nothing to resume: remove its build folder and journal (under the lock).
+
+    In place, OUTPUT itself goes too if the run created it and it is still empty."""
+    fs.rmtree(ws.build)
+    if ws.in_place:
+        if not fs.is_remote(ws.output):
+            with contextlib.suppress(OSError):
+                os.rmdir(ws.output)
+        return
+    for name in (JOURNAL, PUBLISHED):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(ws.root, name))
+
+
+def has_unfinished(ws: Workspace) -> bool:
+    return fs.exists(fs.join(ws.journal_dir, JOURNAL))
+
+
+def reuse(ws: Workspace, names: Iterable[str]) -> None:
+    """Put OUTPUT's files `names` (unchanged shards, their indexes) into the build folder without
+    rewriting them: a hard link locally (same inode: no bytes copied, and a reader of the old
+    version is not disturbed), a server-side copy on object stores. For `update` / `compact`."""
+    for name in names:
+        src, dst = fs.join(ws.output, name), fs.join(ws.build, name)
+        if fs.is_remote(src):
+            fs.gfile(src).copy(src, dst, overwrite=True)
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(dst)
+        os.link(src, dst)
+
+
+# --------------------------------------------------------------------------- publish
+
+
+@dataclass
+class Published:
+    """What `publish` did: `switched` once the new version is in place (the old one may still be being removed)."""
+
+    switched: bool = False
+
+
+def publish(
+    ws: Workspace,
+    files: Iterable[str],
+    metadata: Mapping[str, str],
+    durable: bool = True,
+    state: Published | None = None,
+) -> None:
+    """Complete the new version in `ws.build` (the shard and index `files` are there) and put it in place.
+
+    `metadata` is written in its order: dataset.json must be last. Anything else in the build
+    folder (a partial file) is removed first. Raises OSError; until the switch, OUTPUT is untouched
+    (locally) and the build folder and journal are kept for --resume."""
+    state = state if state is not None else Published()
+    names = list(metadata)
+    if names and names[-1] != MANIFEST_NAME:
+        raise ValueError("publish: dataset.json must be the last metadata file")
+    files = list(files)
+    if ws.in_place:
+        _publish_in_place(ws, files, metadata, durable)
+        state.switched = True
+        return
+    keep = set(files) | set(metadata)
+    for name in os.listdir(ws.build):
+        if name not in keep:
+            _remove(os.path.join(ws.build, name))
+    _carry_over(ws)
+    for name, text in metadata.items():
+        fs.write_text(os.path.join(ws.build, name), text)  # fsync'd, renamed into place
+    if durable:
+        for name in files:
+            fs.fsync(os.path.join(ws.build, name))
+        _fsync_dir(ws.build)
+    digest = hashlib.sha256(metadata[MANIFEST_NAME].encode("utf-8")).hexdigest() if names else ""
+    fs.write_text(os.path.join(ws.root, PUBLISHED), digest + "\n")
+    with signals_deferred():  # the switch and the removal of the old version run to their end
+        switch(ws)
+        state.switched = True
+        _remove_workspace(ws)
+
+
+def switch(ws: Workspace) -> None:
+    """Put `ws.build` at `ws.output` in one step: exchange the two folders, or rename the old one
+    aside and the new one in; the old version is left in the workspace (`_remove_workspace`)."""
+    out, build = ws.output, ws.build
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    if os.path.lexists(out):
+        with contextlib.suppress(OSError):
+            shutil.copymode(out, build)  # the folder keeps its permissions
+        if not _exchange(build, out):
+            aside = os.path.join(ws.root, ASIDE)
+            os.rename(out, aside)
+            try:
+                os.rename(build, out)
+            except BaseException:  # the old version back in place (after a kill: `recover` does it)
+                with contextlib.suppress(OSError):
+                    os.rename(aside, out)
+                raise
+    else:
+        os.rename(build, out)
+    _fsync_dir(os.path.dirname(out))
+
+
+_renameat2: object = None
+
+
+def _exchange(a: str, b: str) -> bool:
+    """renameat2(RENAME_EXCHANGE); False where the C library, kernel or file system lacks it."""
+    global _renameat2
+    if _renameat2 is None:
+        try:
+            fn = ctypes.CDLL(None, use_errno=True).renameat2
+            fn.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
+            fn.restype = ctypes.c_int
+            _renameat2 = fn
+        except (OSError, AttributeError):
+            _renameat2 = False
+    if not _renameat2:
+        return False
+    rc = _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)  # type: ignore[operator]
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), b)
+
+
+def _carry_over(ws: Workspace) -> None:
+    """Hard-link OUTPUT's files that are not part of a dataset into the new version."""
+    if not os.path.isdir(ws.output):
+        return
+    for name in foreign_entries(ws.output):
+        src, dst = os.path.join(ws.output, name), os.path.join(ws.build, name)
+        if os.path.isdir(src) and not os.path.islink(src):
+            continue  # refused before the run (check_foreign); one made since stays with the old version
+        if not os.path.lexists(dst):
+            os.link(src, dst, follow_symlinks=False)
+
+
+def _remove_workspace(ws: Workspace) -> None:
+    """After the switch: the old version, the journal, the marker, then (by the lock) the workspace."""
+    for name in (BUILD, ASIDE):
+        path = os.path.join(ws.root, name)
+        if os.path.lexists(path):
+            shutil.rmtree(path, ignore_errors=True)
+    for name in (JOURNAL, PUBLISHED):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(ws.root, name))
+
+
+def _publish_in_place(ws: Workspace, files: list[str], metadata: Mapping[str, str], durable: bool) -> None:
+    """No atomic switch: the old dataset.json goes first, the new one comes last (see the module docstring)."""
+    out, staging = ws.output, ws.build
+    keep = set(files)
+    gone = [MANIFEST_NAME, *TFDS_NAMES, *metadata]
+    present = set(fs.listdir(out))
+    for name in dict.fromkeys(gone):
+        if name in present:
+            fs.remove(fs.join(out, name))
+    for name in sorted(present):
+        if SHARD_RE.match(name.removesuffix(".idx")) and name not in keep:
+            fs.remove(fs.join(out, name))
+    for name in files:
+        fs.rename(fs.join(staging, name), fs.join(out, name))
+    for name, text in metadata.items():
+        fs.write_text(fs.join(out, name), text)
+    if durable and not fs.is_remote(out):
+        _fsync_dir(out)
+    fs.rmtree(staging)
+
+
+def _digest_of(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def _fsync_dir(path: str) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+
+
+# --------------------------------------------------------------------------- signals
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM for a short step that must not be cut in two (a switch and its cleanup,
+    a thread's start), then deliver them. In the main thread only: elsewhere Python runs no handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    wanted = (signal.SIGINT, signal.SIGTERM)
+    try:
+        old = {s: signal.signal(s, lambda signum, frame: pending.append(signum)) for s in wanted}
+    except (ValueError, OSError):  # no signals here (an embedded interpreter)
+        yield
+        return
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        for signum in dict.fromkeys(pending):
+            signal.raise_signal(signum)

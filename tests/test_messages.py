@@ -1,0 +1,173 @@
+"""What convert and inspect print (issue 21, items 5, 6, 13, 14): one line per message, names
+escaped the same way everywhere, words that fit the numbers. In-process (CliRunner) unless the
+terminal itself is what is tested (test_cli_process.py)."""
+
+from __future__ import annotations
+
+import json
+
+from helpers import make_dataset
+
+ODD = "odd\n\x1b[2J\u202ename"  # a newline, a terminal escape (clear screen), a bidi override
+
+
+def test_skip_messages_escape_control_characters_as_inspect_does(cli, tmp_path):
+    files = make_dataset(tmp_path / "in", {"a": 3})
+    good = files["a"][1].read_bytes()  # a JPEG
+    files["a"][1].rename(tmp_path / "in" / "a" / f"{ODD}.jpg")
+    (tmp_path / "in" / "a" / f"{ODD}_broken.jpg").write_bytes(good[:200])
+    out = tmp_path / "out"
+    res = cli("convert", tmp_path / "in", out)
+    assert res.exit_code == 0, res.output
+    shown = "odd\\n\\x1b[2J\\u202ename"
+    lines = res.stderr.splitlines()
+    assert lines[0].startswith(f"skipped: a/{shown}_broken.jpg: JPEG: corrupt or truncated"), lines
+    assert len(lines) == 2 and lines[1].startswith("Wrote 3 images")
+    assert not any(c in res.stderr for c in "\x1b\u202e")
+    manifest = json.loads((out / "dataset.json").read_text())
+    assert [s["path"] for s in manifest["skipped"]] == [f"a/{ODD}_broken.jpg"]  # the real name
+    res = cli("inspect", out, "-n", "10")
+    assert f"a/{shown}.jpg" in res.stdout and "\x1b" not in res.stdout  # the same form
+    # error lines too: a --strict failure names the file
+    res = cli("convert", tmp_path / "in", tmp_path / "strict", "--strict")
+    assert res.exit_code == 1 and res.stderr.count("\n") == 2, res.stderr
+    assert res.stderr.splitlines()[1].startswith(f"error: --strict: a/{shown}_broken.jpg: JPEG: ")
+
+
+def test_loose_images_are_not_counted_again_as_non_image_files(cli, tmp_path):
+    files = make_dataset(tmp_path / "in", {"a": 3, "b": 2})
+    (tmp_path / "in" / "loose.jpg").write_bytes(files["a"][1].read_bytes())
+    (tmp_path / "in" / "loose2.png").write_bytes(files["a"][0].read_bytes())
+    (tmp_path / "in" / "notes.txt").write_text("not an image")
+    out = tmp_path / "out"
+    res = cli("convert", tmp_path / "in", out)
+    assert res.exit_code == 0, res.output
+    assert "warning: 2 images lie outside any class folder (e.g. loose" in res.stderr
+    assert res.stderr.splitlines()[-1].endswith(" Ignored 1 non-image file.")
+    assert json.loads((out / "dataset.json").read_text())["ignored_files"] == 1
+
+
+def test_usage_errors_are_one_line_click_s_own_too(cli, tmp_path):
+    make_dataset(tmp_path / "flat" / "x", {"": 2})
+    for p in (tmp_path / "flat" / "x").rglob("*.*"):
+        p.rename(tmp_path / "flat" / p.name)  # images but no class folders
+    res = cli("convert", f"{tmp_path / 'flat'}/", tmp_path / "out")
+    assert res.exit_code == 2 and f"expected {tmp_path / 'flat'}/CLASS_NAME/image.jpg (" in res.stderr, res.stderr
+    (tmp_path / "a.txt").write_text("x")
+    cases = {
+        ("convert", tmp_path / "a.txt", tmp_path / "out"): f"error: input {tmp_path / 'a.txt'} is not a directory: ",
+        ("convert", tmp_path / "flat", tmp_path / "out", "--quality", "500"): "error: Invalid value for '--quality': ",
+        (
+            "convert",
+            tmp_path / "flat",
+            tmp_path / "out",
+            "--shard",
+            "4",
+        ): "error: No such option '--shard' (did you mean one of: '--seed', '--shards'?); see '",
+        ("convert", tmp_path / "flat"): "error: Missing argument 'OUTPUT_DIR'; see '",
+        ("inspect",): "error: Missing argument 'PATH...'; see '",
+        ("frob",): "error: No such command 'frob'; see '",
+    }
+    for args, start in cases.items():
+        res = cli(*args)
+        assert res.exit_code == 2 and res.stdout == "", (args, res.output)
+        assert res.stderr.count("\n") == 1 and res.stderr.startswith(start), (args, res.stderr)
+    assert cli().exit_code == 2  # no command at all: the help, as before
+    assert "Commands:" in cli().output
+
+
+def test_counts_read_as_words_range_only_when_it_is_one(cli, tmp_path):
+    make_dataset(tmp_path / "in", {"a": 3, "b": 2})
+    res = cli("convert", tmp_path / "in", tmp_path / "out", "--dry-run")
+    assert "  train: 5 images in 1 shard of 5 images; a=3, b=2" in res.stdout, res.stdout
+    res = cli("convert", tmp_path / "in", tmp_path / "out", "--dry-run", "--shards", "2")
+    assert "  train: 5 images in 2 shards of 2-3 images; " in res.stdout, res.stdout
+    assert cli("convert", tmp_path / "in", tmp_path / "out").exit_code == 0
+    res = cli("inspect", tmp_path / "out", "-n", "1")
+    assert "  first record of " in res.stdout and "first 1 records" not in res.stdout
+    assert "  first 2 records of " in cli("inspect", tmp_path / "out", "-n", "2").stdout
+
+
+def test_dedupe_off_saving_is_the_same_figure_in_help_and_readme(cli):
+    import re
+    from pathlib import Path
+
+    help_text = " ".join(cli("convert", "--help").stdout.split())
+    saved = re.search(r"saves (\d+) bytes of memory per image during the run, ~(\d+) at its end", help_text)
+    assert saved, help_text
+    readme = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
+    assert f"({saved[1]} bytes of memory per image held for the whole run, ~{saved[2]} at its end" in readme
+
+
+# ---- item 13: the library speaks of parameters, the CLI of options ----
+
+
+def test_an_unknown_keyword_names_the_parameter_and_the_valid_ones(tmp_path):
+    import pytest
+
+    import img2tfrecord
+    from img2tfrecord.errors import UsageError
+
+    make_dataset(tmp_path / "in", {"a": 2})
+    with pytest.raises(TypeError) as e:
+        img2tfrecord.convert(tmp_path / "in", tmp_path / "out", shard=4)
+    message = str(e.value)
+    assert message.startswith("convert() got an unexpected keyword argument 'shard' (did you mean 'shards'?); ")
+    assert all(p in message for p in ("overwrite", "split", "shards", "dedupe")) and "plan_job" not in message
+    assert isinstance(e.value, UsageError) and not (tmp_path / "out").exists()
+
+
+def test_python_callers_read_parameters_and_the_cli_reads_options(cli, tmp_path):
+    import pytest
+
+    import img2tfrecord
+    from img2tfrecord.errors import DataError, UsageError
+
+    files = make_dataset(tmp_path / "in", {"a": 4, "b": 4})
+    (tmp_path / "in" / "b" / "copy.png").write_bytes(files["a"][0].read_bytes())  # a duplicate: a warning
+    src, out = tmp_path / "in", tmp_path / "out"
+    events: list[str] = []
+    summary = img2tfrecord.convert(src, out, on_event=lambda kind, msg: events.append(msg))
+    assert "(dedupe='drop' keeps one copy)" in events[-1] and "--" not in events[-1]
+    assert summary["warnings"] == events
+
+    cases = [  # (Python keywords, CLI arguments, what Python reads, what the CLI reads)
+        ({}, [], "choose another folder or add overwrite=True", "choose another folder or add --overwrite"),
+        ({"overwrite": True, "encoding": "webp"}, None, "bad encoding='webp': choose one of", None),
+        (
+            {"overwrite": True, "split": "train=0.5,validation=0.6"},
+            ["--overwrite", "--split", "train=0.5,validation=0.6"],
+            "bad split='train=0.5,validation=0.6': the fractions add up to 1.1, not 1",
+            "bad --split train=0.5,validation=0.6: the fractions add up to 1.1, not 1",
+        ),
+        (
+            {"overwrite": True, "index": True, "compression": "gzip"},
+            ["--overwrite", "--index", "--compression", "gzip"],
+            "index=True describes uncompressed shards (DALI cannot read compressed TFRecords): drop compression or index",
+            "--index describes uncompressed shards (DALI cannot read compressed TFRecords): drop --compression or --index",
+        ),
+        (
+            {"overwrite": True, "resize": "big"},
+            ["--overwrite", "--resize", "big"],
+            "bad resize='big': ",
+            "bad --resize big: ",
+        ),
+    ]
+    for keywords, args, python, shown in cases:
+        with pytest.raises(UsageError) as e:
+            img2tfrecord.convert(src, out, **keywords)
+        assert python in str(e.value) and "--" not in str(e.value), str(e.value)
+        if args is not None:
+            res = cli("convert", src, out, *args)
+            assert res.exit_code == 2 and shown in res.stderr, res.stderr
+    plan = img2tfrecord.convert(src, out, dry_run=True)
+    assert plan["refused"].endswith("choose another folder or add overwrite=True")
+    res = cli("convert", src, out, "--dry-run", "--json")
+    assert json.loads(res.stdout)["refused"].endswith("choose another folder or add --overwrite")
+
+    # an error raised in a worker process is worded where it is shown
+    (src / "a" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated")
+    with pytest.raises(DataError, match=r"^strict=True: a/broken\.jpg: "):
+        img2tfrecord.convert(src, tmp_path / "strict", strict=True, shards=2, workers=2)
+    res = cli("convert", src, tmp_path / "strict", "--strict", "--shards", "2", "--workers", "2")
+    assert res.exit_code == 1 and "error: --strict: a/broken.jpg: " in res.stderr
