@@ -22,7 +22,7 @@ BEAM_TESTS := tests/test_beam.py tests/test_conformance.py
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 , := ,
 
-.PHONY: install test test-plain test-beam test-latest test-floor lock lint demo bench bench-read bench-plan clean
+.PHONY: install sysdeps test test-plain test-beam test-latest test-floor lock lint demo bench bench-read bench-plan bench-update clean
 
 # $(call venv,DIR,EXTRAS,CONSTRAINTS): a fresh DIR with `pip install -e .[EXTRAS]`, locked when CONSTRAINTS is set.
 define venv
@@ -44,7 +44,22 @@ $(BEAM_VENV)/.installed: pyproject.toml constraints/beam.txt
 
 # The README's test command (and CI's, .ci/run): lint + the whole suite on the locked plain
 # install, then the Beam tests in the locked Beam install.
-test: test-plain test-beam
+test: sysdeps test-plain test-beam
+
+# Debian tools the tests drive: strace (fault injection at exact system calls, tests/test_faults.py),
+# setpriv (util-linux: permission tests without root's capabilities) and a CJK font (the contact
+# sheet's names). Installed only when missing, and only where apt-get and root are there; strace
+# and setpriv are then required, so those tests never pass by skipping.
+SYSPKGS := strace:strace setpriv:util-linux fc-list:fontconfig
+sysdeps:
+	@missing=""; for pair in $(SYSPKGS); do command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair#*:}"; done; \
+	fc-list :lang=ja 2>/dev/null | grep -q . || missing="$$missing fonts-ipafont-gothic"; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing:$$missing"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing) >/dev/null \
+	    || echo "warning: apt-get could not install$$missing"; \
+	fi
+	@for tool in strace setpriv; do command -v $$tool >/dev/null || { echo "error: $$tool is missing (Debian: apt-get install strace util-linux); the fault and permission tests need it"; exit 1; }; done
 
 test-plain: lint
 	$(BIN)/python -m pytest -q
@@ -95,6 +110,9 @@ bench: $(STAMP)
 
 bench-read: $(STAMP)  # only the read benchmark (load() vs a hand-written tf.data pipeline vs Keras), ~3 minutes
 	$(BIN)/python bench/run.py --only read
+
+bench-update: $(STAMP)  # only the update benchmark (update +1% and compact vs a fresh conversion)
+	$(BIN)/python bench/run.py --only update
 
 bench-plan: $(STAMP)  # only the plan benchmark (convert --dry-run on 1 M files vs a plain scandir walk), ~2 minutes
 	$(BIN)/python bench/run.py --only plan
