@@ -1,23 +1,98 @@
-# The two front-door commands: `make demo` and `make test`. Both create .venv and install
-# what they need on a fresh machine that has only Python 3 and pip.
+# The two front-door commands: `make demo` and `make test`. Both create their virtualenvs and
+# install what they need on a fresh machine that has only Python 3 and pip.
+#
+# Three environments, so that Apache Beam's pins (pillow<13, protobuf<7) never hide what users of
+# the plain install get:
+#   .venv         pip install -e '.[test]'       locked: constraints/plain.txt  (make test, lint, demo)
+#   .venv-beam    pip install -e '.[test,beam]'  locked: constraints/beam.txt   (make test-beam)
+#   .venv-latest* the same two installs, newest releases, no constraints      (make test-latest)
+# A venv is rebuilt from scratch when pyproject.toml or its constraints file changes.
+# `make lock` installs the newest releases, runs the suite on them, and only then writes them to
+# constraints/*.txt. `make test-floor` tests the lowest versions pyproject.toml allows.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+BEAM_VENV := .venv-beam
+LATEST_VENV := .venv-latest
+LATEST_BEAM_VENV := .venv-latest-beam
+FLOOR_VENV := .venv-floor
+# What needs Apache Beam (skipped in .venv), plus the conformance matrix on Beam's Pillow 12.
+BEAM_TESTS := tests/test_beam.py tests/test_conformance.py
 export TF_CPP_MIN_LOG_LEVEL ?= 3
+, := ,
 
-.PHONY: install test lint demo bench bench-read bench-plan clean
+.PHONY: install sysdeps test test-plain test-beam test-latest test-floor lock lint demo bench bench-read bench-plan bench-update clean
+
+# $(call venv,DIR,EXTRAS,CONSTRAINTS): a fresh DIR with `pip install -e .[EXTRAS]`, locked when CONSTRAINTS is set.
+define venv
+	rm -rf $(1)
+	$(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install --quiet --upgrade pip $(if $(3),-c $(3))
+	$(1)/bin/python -m pip install --quiet -e '.[$(2)]' $(if $(3),-c $(3))
+	touch $(1)/.installed
+endef
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,beam]'
-	touch $(STAMP)
+$(STAMP): pyproject.toml constraints/plain.txt
+	$(call venv,$(VENV),test,constraints/plain.txt)
 
-test: lint
+$(BEAM_VENV)/.installed: pyproject.toml constraints/beam.txt
+	$(call venv,$(BEAM_VENV),test$(,)beam,constraints/beam.txt)
+
+
+# The README's test command (and CI's, .ci/run): lint + the whole suite on the locked plain
+# install, then the Beam tests in the locked Beam install.
+test: sysdeps test-plain test-beam
+
+# Debian tools the tests drive: strace (fault injection at exact system calls, tests/test_faults.py),
+# setpriv (util-linux: permission tests without root's capabilities) and a CJK font (the contact
+# sheet's names). Installed only when missing, and only where apt-get and root are there; strace
+# and setpriv are then required, so those tests never pass by skipping.
+SYSPKGS := strace:strace setpriv:util-linux fc-list:fontconfig
+sysdeps:
+	@missing=""; for pair in $(SYSPKGS); do command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair#*:}"; done; \
+	fc-list :lang=ja 2>/dev/null | grep -q . || missing="$$missing fonts-ipafont-gothic"; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing:$$missing"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing) >/dev/null \
+	    || echo "warning: apt-get could not install$$missing"; \
+	fi
+	@for tool in strace setpriv; do command -v $$tool >/dev/null || { echo "error: $$tool is missing (Debian: apt-get install strace util-linux); the fault and permission tests need it"; exit 1; }; done
+
+test-plain: lint
 	$(BIN)/python -m pytest -q
+
+test-beam: $(BEAM_VENV)/.installed
+	$(BEAM_VENV)/bin/python -c "import apache_beam"  # the Beam tests must run here, not skip
+	$(BEAM_VENV)/bin/python -m pytest -q $(BEAM_TESTS)
+
+# The same suite on today's newest releases (no constraints): a breaking upstream release shows
+# here before users meet it. Reinstalls every time, so "newest" is today's.
+test-latest:
+	$(call venv,$(LATEST_VENV),test,)
+	$(LATEST_VENV)/bin/ruff format --check .
+	$(LATEST_VENV)/bin/ruff check .
+	$(LATEST_VENV)/bin/mypy
+	$(LATEST_VENV)/bin/python -m pytest -q
+	$(call venv,$(LATEST_BEAM_VENV),test$(,)beam,)
+	$(LATEST_BEAM_VENV)/bin/python -m pytest -q $(BEAM_TESTS)
+
+# Refresh the locks: what test-latest just installed and passed on becomes constraints/*.txt.
+lock: test-latest
+	{ sed -n '1,2p' constraints/plain.txt; echo "pip==$$($(LATEST_VENV)/bin/python -m pip --version | cut -d' ' -f2)"; \
+	  $(LATEST_VENV)/bin/python -m pip freeze --exclude-editable | grep -v '^#'; } > constraints/plain.txt.new
+	{ sed -n '1,2p' constraints/beam.txt; echo "pip==$$($(LATEST_BEAM_VENV)/bin/python -m pip --version | cut -d' ' -f2)"; \
+	  $(LATEST_BEAM_VENV)/bin/python -m pip freeze --exclude-editable | grep -v '^#'; } > constraints/beam.txt.new
+	mv constraints/plain.txt.new constraints/plain.txt
+	mv constraints/beam.txt.new constraints/beam.txt
+
+# The oldest versions pyproject.toml allows (constraints/floor.txt pins each lower bound): run
+# when a lower bound moves. Not part of `make test` (a third TensorFlow install).
+test-floor:
+	$(call venv,$(FLOOR_VENV),test,constraints/floor.txt)
+	$(FLOOR_VENV)/bin/python -m pytest -q
 
 # The house rules (ARCHITECTURE.md): formatted, linted and type-checked, or make test fails.
 lint: $(STAMP)
@@ -36,9 +111,12 @@ bench: $(STAMP)
 bench-read: $(STAMP)  # only the read benchmark (load() vs a hand-written tf.data pipeline vs Keras), ~3 minutes
 	$(BIN)/python bench/run.py --only read
 
+bench-update: $(STAMP)  # only the update benchmark (update +1% and compact vs a fresh conversion)
+	$(BIN)/python bench/run.py --only update
+
 bench-plan: $(STAMP)  # only the plan benchmark (convert --dry-run on 1 M files vs a plain scandir walk), ~2 minutes
 	$(BIN)/python bench/run.py --only plan
 
 clean:
-	rm -rf $(VENV) out build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache bench/.cache
+	rm -rf $(VENV) $(BEAM_VENV) $(LATEST_VENV) $(LATEST_BEAM_VENV) $(FLOOR_VENV) out build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache bench/.cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

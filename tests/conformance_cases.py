@@ -109,6 +109,16 @@ def _mode_image(mode: str, up_rgb: np.ndarray, up16: np.ndarray) -> Image.Image:
     raise ValueError(mode)
 
 
+def _reads_back(data: bytes) -> bool:
+    """Pillow decodes the file it wrote (Pillow 12 writes uncompressed YCbCr TIFFs it cannot read; 13 can)."""
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            im.load()
+        return True
+    except OSError:
+        return False
+
+
 def _oriented(o: int) -> tuple[np.ndarray, np.ndarray]:
     return unorient(upright_rgb(), o), unorient(upright_gray16(), o)
 
@@ -306,8 +316,8 @@ def matrix() -> list[Case]:
                 im = _mode_image(mode, rgb, g16)
                 data = _save(im, "TIFF", compression=comp, tiffinfo={274: o})
                 skip = r"float" if mode == "F" else None
-                if mode == "YCbCr" and comp is None:
-                    skip = r"^TIFF \(II\*\): corrupt or truncated"  # Pillow writes what it cannot read back
+                if mode == "YCbCr" and comp is None and not _reads_back(data):
+                    skip = r"^TIFF \(II\*\): corrupt or truncated"  # Pillow < 13 writes what it cannot read back
                 cases.append(Case(f"tif_{mode.replace(';', '')}_{comp or 'raw'}_o{o}.tif", data, o, skip=skip))
         rgb, _ = _oriented(o)
         for kind, kw in JPEG_KINDS.items():
@@ -378,6 +388,97 @@ def damaged() -> list[Case]:
         Case("jpeg_rst_in_scan.jpg", _jpeg_with_scan_damage("rst"), skip=r"(?i)corrupt|premature|truncat"),
         Case("jpeg_random_in_scan.jpg", _jpeg_with_scan_damage("random"), skip=r"(?i)corrupt|premature|truncat"),
         Case("jpeg_truncated.jpg", _jpeg_with_scan_damage("truncated"), skip=r"(?i)corrupt|premature|truncat"),
+    ]
+
+
+# ---- issue 19: what real-world files showed (generated here; no third-party file is committed) ----
+
+
+def _jpeg_segments(data: bytes) -> list[tuple[int, int]]:
+    """(offset, marker) of each segment from SOI up to and including the first SOS."""
+    out, pos = [], 2
+    while True:
+        marker, length = data[pos + 1], struct.unpack(">H", data[pos + 2 : pos + 4])[0]
+        out.append((pos, marker))
+        if marker == 0xDA:
+            return out
+        pos += 2 + length
+
+
+def _junk_before(data: bytes, marker: int, junk: bytes = b"\x00\x13\x37\x00\x42") -> bytes:
+    """`junk` inserted before the first segment with `marker` (libjpeg: "N extraneous bytes before marker")."""
+    pos = next(p for p, m in _jpeg_segments(data) if m == marker)
+    return data[:pos] + junk + data[pos:]
+
+
+def _with_segment(data: bytes, marker: int, body: bytes) -> bytes:
+    """`data` with an APPn segment of `body` right after SOI."""
+    return data[:2] + bytes([0xFF, marker]) + struct.pack(">H", len(body) + 2) + body + data[2:]
+
+
+def bad_samples_per_pixel_tiff() -> bytes:
+    """A TIFF whose SamplesPerPixel is 303169682: Pillow logs `More samples per pixel than can be
+    decoded` (logger.error) while it reads it, then raises."""
+    d = bytearray(_save(Image.fromarray(upright_rgb()), "TIFF"))
+    ifd = struct.unpack_from("<I", d, 4)[0]
+    for i in range(struct.unpack_from("<H", d, ifd)[0]):
+        if struct.unpack_from("<H", d, ifd + 2 + 12 * i)[0] == 277:
+            struct.pack_into("<HHII", d, ifd + 2 + 12 * i, 277, 4, 1, 303169682)
+    return bytes(d)
+
+
+def bmp_v5(rgb: np.ndarray, profile: bytes = b"") -> bytes:
+    """A 24-bit BMP with a BITMAPV5HEADER; `profile`: an embedded ICC profile after the pixel rows
+    (tf.io.decode_bmp refuses any byte after them: "Input size should match")."""
+    h, w, _ = rgb.shape
+    row = (w * 3 + 3) // 4 * 4
+    pixels = b"".join(rgb[y, :, ::-1].tobytes().ljust(row, b"\0") for y in range(h - 1, -1, -1))
+    off = 14 + 124
+    cstype, prof_off = (b"DEBM", 124 + len(pixels)) if profile else (b"BGRs", 0)  # PROFILE_EMBEDDED / sRGB
+    info = struct.pack("<IiiHHIIiiII", 124, w, h, 1, 24, 0, len(pixels), 2835, 2835, 0, 0)
+    info += (
+        struct.pack("<IIII", 0, 0, 0, 0)
+        + cstype[::-1]
+        + b"\0" * 48
+        + struct.pack("<IIII", 4, prof_off, len(profile), 0)
+    )
+    body = info + pixels + profile
+    return b"BM" + struct.pack("<IHHI", 14 + len(body), 0, 0, off) + body
+
+
+CLEAN_JPEG: dict[str, bytes] = {}  # name -> the JPEG before it was damaged (release_cases fills it)
+
+
+def release_cases() -> list[Case]:
+    """Issue 19's real-world failures, one generated file each."""
+    rgb = upright_rgb()
+    plain = _save(Image.fromarray(rgb), "JPEG", quality=95)
+    with_exif = _save(Image.fromarray(rgb), "JPEG", quality=95, exif=_exif(1))
+    restarts = _save(Image.fromarray(rgb), "JPEG", quality=95, restart_marker_blocks=1)
+    rst = restarts.index(b"\xff\xd0")
+    icc = b"ICC_PROFILE\0" + bytes([0, 1]) + b"not a profile"  # sequence number 0: "bad ICC marker"
+    header_only = {"must_keep"}  # libjpeg only warns; TensorFlow decodes the file's own bytes to the same pixels
+    for name in ("jpg_junk_before_dqt.jpg", "jpg_junk_before_dht.jpg", "jpg_bad_icc.jpg", "jpg_truncated_exif.jpg"):
+        CLEAN_JPEG[name] = plain
+    CLEAN_JPEG["jpg_junk_before_app1.jpg"] = with_exif
+    return [
+        Case("jpg_junk_before_dqt.jpg", _junk_before(plain, 0xDB), lossy_source=True, tags=header_only),
+        Case("jpg_junk_before_dht.jpg", _junk_before(plain, 0xC4), lossy_source=True, tags=header_only),
+        Case("jpg_junk_before_app1.jpg", _junk_before(with_exif, 0xE1), lossy_source=True, tags=header_only),
+        Case("jpg_bad_icc.jpg", _with_segment(plain, 0xE2, icc), lossy_source=True, tags=header_only),
+        Case(
+            "jpg_truncated_exif.jpg", _with_segment(plain, 0xE1, b"Exif\0\0MM\0"), lossy_source=True, tags=header_only
+        ),
+        Case(
+            "jpg_junk_before_rst.jpg",
+            restarts[:rst] + b"\x5a\xa5\x5a" + restarts[rst:],
+            skip=r"^JPEG: corrupt or truncated: .*extraneous bytes before marker 0xd0",
+        ),
+        Case("bmp_v5.bmp", bmp_v5(rgb), tags={"must_keep"}),
+        Case("bmp_v5_profile.bmp", bmp_v5(rgb, b"\0\0\x01\x00ICC-profile-bytes" * 4)),
+        Case(
+            "tif_bad_samples_per_pixel.tif", bad_samples_per_pixel_tiff(), skip=r"^TIFF \(II\*\): .*samples per pixel"
+        ),
     ]
 
 

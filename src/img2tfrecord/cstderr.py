@@ -10,6 +10,13 @@ meanwhile becomes part of that file's skip reason (or is dropped when the image 
 
 Worker processes `install()` it for good; the calling process uses `quiet()` for the length of a
 command, which restores both descriptors afterwards. Both nest (and are no-ops when installed).
+
+What is said must belong to the image being read. `reading()` scopes it to one image: fd 2 is
+emptied before and read after, under a lock (fd 2 is one per process, so two threads of a process
+must not read images at the same time), and the Python log records of the decoders (Pillow's
+`logger.error("More samples per pixel than can be decoded: ...")`) are collected for that image
+alone instead of reaching a handler, the terminal or fd 2, where they became the skip reason of
+whichever image another worker or thread was reading next.
 """
 
 from __future__ import annotations
@@ -17,12 +24,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import logging
 import os
 import re
 import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, TextIO, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -54,7 +63,7 @@ def install() -> bool:
             fd = os.open(name, os.O_RDWR | os.O_APPEND)
             os.unlink(name)
         try:
-            saved = os.dup(2)
+            saved = _terminal()
         except OSError:  # no fd 2 at all (daemonised): there is nothing to keep clean
             os.close(fd)
             _depth -= 1
@@ -72,6 +81,7 @@ def install() -> bool:
             )
         os.dup2(fd, 2)
         _capture_fd, _saved_fd = fd, saved
+        _advertise(fd, saved)
         return True
 
 
@@ -87,11 +97,60 @@ def release() -> None:
         os.dup2(_saved_fd, 2)
         os.close(_saved_fd)
         os.close(_capture_fd)
+        _advertise(None, None)
         if _saved_stderr is not None:
             replaced, sys.stderr = sys.stderr, _saved_stderr
             with contextlib.suppress(OSError, ValueError):
                 replaced.close()
         _capture_fd = _saved_fd = _saved_stderr = None
+
+
+# A process spawned while fd 2 is captured inherits the capture file as its fd 2: its "terminal"
+# would be its parent's capture, and what it writes there would become the skip reason of the
+# image the parent reads at that moment. So the capture is advertised in the environment (which
+# spawned processes inherit), with a path that reopens the real terminal (Linux's /proc).
+_ENV_CAPTURE, _ENV_TERMINAL = "IMG2TFRECORD_STDERR_CAPTURE", "IMG2TFRECORD_STDERR_TERMINAL"
+_env_before: dict[str, str | None] = {}
+
+
+def _identity(fd: int) -> str:
+    st = os.fstat(fd)
+    return f"{st.st_dev}:{st.st_ino}"
+
+
+def _advertise(capture: int | None, terminal: int | None) -> None:
+    """Tell processes spawned from now on which file is our capture, and where the terminal is."""
+    if capture is None or terminal is None:  # released: what was there before
+        for key, value in _env_before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        _env_before.clear()
+        return
+    with contextlib.suppress(OSError):
+        values = {_ENV_CAPTURE: _identity(capture), _ENV_TERMINAL: f"/proc/{os.getpid()}/fd/{terminal}"}
+        for key, value in values.items():
+            _env_before.setdefault(key, os.environ.get(key))
+            os.environ[key] = value
+
+
+def _terminal() -> int:
+    """A descriptor of the real terminal: fd 2's duplicate, unless fd 2 is a parent's capture
+    (then the parent's terminal, reopened; /dev/null if that cannot be: never the capture)."""
+    fd = os.dup(2)
+    try:
+        inherited = os.environ.get(_ENV_CAPTURE) == _identity(fd)
+    except OSError:
+        inherited = False
+    if not inherited:
+        return fd
+    for path in (os.environ.get(_ENV_TERMINAL, ""), os.devnull):
+        with contextlib.suppress(OSError):
+            terminal = os.open(path, os.O_WRONLY | os.O_APPEND)
+            os.close(fd)
+            return terminal
+    return fd
 
 
 @contextlib.contextmanager
@@ -149,3 +208,66 @@ def _writes_to_fd2(stream: object) -> bool:
         return stream.fileno() == 2  # type: ignore[attr-defined]
     except (AttributeError, ValueError, OSError, io.UnsupportedOperation):
         return False  # a test runner's buffer, a StringIO: it never reaches fd 2
+
+
+# ---- what the libraries say about one image ----
+
+_DECODER_LOGGERS = ("PIL",)  # Python loggers of the decoders (Pillow's plugins log under PIL.*)
+_reading_lock = threading.RLock()
+_current = threading.local()  # .said: the Said of the image this thread is reading, or None
+
+
+@dataclass
+class Said:
+    """What the decoders said while one image was read."""
+
+    c: str = ""  # written to fd 2 by C code (see `take`)
+    log: list[str] = field(default_factory=list)  # Python log records (warning and above), "level: message"
+
+    def text(self) -> str:
+        return "; ".join(dict.fromkeys([*(ln for ln in self.c.split("; ") if ln), *self.log]))
+
+
+class _ToTheImageBeingRead(logging.Handler):
+    """On the decoders' loggers (which no longer propagate): a record made while this thread reads
+    an image belongs to that image; any other record goes on to the handlers above, as before."""
+
+    def __init__(self, propagate: bool) -> None:
+        super().__init__(logging.NOTSET)
+        self.propagate = propagate
+
+    def emit(self, record: logging.LogRecord) -> None:
+        said = getattr(_current, "said", None)
+        if said is not None and record.levelno >= logging.WARNING:
+            with contextlib.suppress(Exception):
+                said.log.append(f"{record.levelname.lower()}: {record.getMessage()}")
+            return
+        parent = logging.getLogger(record.name).parent if self.propagate else None
+        while parent is not None and parent.name in _DECODER_LOGGERS:
+            parent = parent.parent
+        if parent is not None:
+            parent.callHandlers(record)
+
+
+def _route_decoder_logs() -> None:
+    for name in _DECODER_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(h, _ToTheImageBeingRead) for h in logger.handlers):
+            logger.addHandler(_ToTheImageBeingRead(logger.propagate))
+            logger.propagate = False
+
+
+@contextlib.contextmanager
+def reading() -> Iterator[Said]:
+    """Collect what the decoders say while the block reads one image (filled in on exit)."""
+    _route_decoder_logs()
+    said = Said()
+    with _reading_lock:
+        outer = getattr(_current, "said", None)
+        take()  # chatter from before this image is not about it
+        _current.said = said
+        try:
+            yield said
+        finally:
+            said.c = take()
+            _current.said = outer

@@ -18,8 +18,14 @@ TensorFlow's decoder makes of the bytes, not by what Pillow says the image is
   loss, and encoded. 16-bit stays 16-bit in PNG; pixel values that fit no format TensorFlow
   decodes (float, 32-bit integers beyond 16 bits) are skipped with that reason.
 
-Anything wrong with a file raises `SkipImage` with a short, true reason: the format found from
-its magic bytes, the decoder's error, and what the C libraries printed (see `cstderr`).
+The rule: an image is skipped only when TensorFlow's decoder would fail on what would be stored,
+or give pixels that differ from the source's. So libjpeg's header-only warnings (junk before a
+table or APP segment, a bad ICC marker) and an unreadable EXIF block keep a JPEG as it is, while
+lost entropy-coded data skips it; a BMP TensorFlow refuses (bytes after the pixel rows) becomes a
+PNG. Anything wrong with a file raises `SkipImage` with a short, true reason about *that* file:
+the format found from its magic bytes, the decoder's error, and what the C libraries printed or
+Pillow logged while it was read (`cstderr.reading`); a non-image is named, never quoted. A file
+is read whole only when its first bytes say it may be an image (`HEAD_BYTES`, `not_an_image`).
 """
 
 from __future__ import annotations
@@ -49,8 +55,11 @@ from img2tfrecord.conversion.options import EncodeOptions
 from img2tfrecord.conversion.plan import Task
 from img2tfrecord.format.images import (
     MODE_CHANNELS,
+    NOT_IMAGES,
+    bmp_tf_reads,
     describe_unknown,
     jpeg_frame_problem,
+    jpeg_header_view,
     png_chunks_sound,
     png_header,
     sniff,
@@ -67,7 +76,7 @@ warnings.filterwarnings("ignore", module="PIL")
 # Modes an image is brought to before encoding, and their channels / bits per sample.
 STORED_MODES = {m: (MODE_CHANNELS[m], 16 if m == "I;16" else 8) for m in ("L", "LA", "RGB", "RGBA", "I;16")}
 _SIXTEEN = ("I;16", "I;16L", "I;16B", "I;16N")
-_PLUGINS = {
+_PLUGINS: dict[str, Callable[[io.BytesIO], Image.Image]] = {  # Pillow's readers, to name a header's problem
     "TIFF (II*)": TiffImagePlugin.TiffImageFile,
     "TIFF (MM*)": TiffImagePlugin.TiffImageFile,
     "PNG": PngImagePlugin.PngImageFile,
@@ -117,36 +126,41 @@ def encode_image(path: str, opts: EncodeOptions) -> Result:
     decoders printed about it, if anything)."""
     data = _read(path)
     kind = sniff(data)
-    cstderr.take()  # chatter from before this image is not about it
-    try:
-        result = _encode(data, kind, opts)
-    except SkipImage as e:
-        said = cstderr.take()
-        raise SkipImage(f"{e} [decoder: {said[:300]}]" if said else str(e)) from None
-    said = cstderr.take()
-    if said and any("warning" not in line.lower() for line in said.split("; ")):
+    failed: SkipImage | None = None
+    with cstderr.reading() as said:  # what the decoders say now is about this image, and only this one
+        try:
+            result = _encode(data, kind, opts)
+        except SkipImage as e:
+            failed = e
+    if failed is not None:
+        text = said.text()
+        raise SkipImage(f"{failed} [decoder: {text[:300]}]" if text else str(failed)) from None
+    if said.c and any("warning" not in line.lower() for line in said.c.split("; ")):
         # A C decoder reported an error but let the image through (libtiff's Fax4Decode "Bad code
-        # word" does): its pixels are garbage from that point. Warnings alone are not our business.
-        raise SkipImage(f"{kind or result.fmt}: corrupt data: {said[:300]}")
+        # word" does): its pixels are garbage from that point. Warnings alone are not our business,
+        # nor is a Python log record of a decoder that then returned the image.
+        raise SkipImage(f"{kind or result.fmt}: corrupt data: {said.c[:300]}")
     return result
 
 
 def _encode(data: bytes, kind: str | None, opts: EncodeOptions) -> Result:
     jpeg = None
+    view = data  # a JPEG as libjpeg reads its headers (junk between segments and ICC left out)
     if kind == "JPEG":
-        if problem := jpeg_frame_problem(data):
+        view = jpeg_header_view(data)
+        if problem := jpeg_frame_problem(view):
             raise SkipImage(problem)
-        jpeg = probe_jpeg(data)  # None: CMYK/YCCK, or markers we leave to Pillow
+        jpeg = probe_jpeg(view)  # None: CMYK/YCCK, or markers we leave to Pillow
         if jpeg is not None:
             _check_pixels(jpeg.width, jpeg.height, opts)
             if opts.reencodes:  # decoded by libjpeg-turbo directly (strict when validating): no Pillow open
                 try:
-                    payload, out_fmt, (h, w, c), depth = _transcode(None, "JPEG", opts, jpeg, data)
+                    payload, out_fmt, (h, w, c), depth = _transcode(None, "JPEG", opts, jpeg, view)
                 except ValueError as e:
                     raise SkipImage(f"JPEG: corrupt or truncated: {_describe(e)}") from None
                 return Result("encoded", payload, out_fmt, h, w, c, None, False, len(data), _digest(data), depth)
             if opts.validate:
-                _check_jpeg_scan(data)
+                _check_jpeg_scan(view)
             return Result(
                 "keep",
                 data,
@@ -167,7 +181,7 @@ def _encode(data: bytes, kind: str | None, opts: EncodeOptions) -> Result:
     transcoded = None
     try:
         if fmt in ("JPEG", "MPO") and jpeg is None and opts.validate:
-            _check_jpeg_scan(data)  # CMYK/YCCK: Pillow would decode a corrupt scan silently
+            _check_jpeg_scan(view)  # CMYK/YCCK: Pillow would decode a corrupt scan silently
         if not opts.reencodes:
             kept = _keep(im, data, fmt, opts.validate)
             if isinstance(kept, Result):
@@ -271,11 +285,7 @@ def probe_jpeg(data: bytes) -> JpegFrame | None:
             height, width = (data[pos + 5] << 8) | data[pos + 6], (data[pos + 7] << 8) | data[pos + 8]
             if precision != 8 or channels not in (1, 3) or not height or not width:
                 return None
-            try:
-                orient = _exif_orientation(exif) if exif is not None else None
-            except Exception:
-                return None
-            return JpegFrame(height, width, channels, orient)
+            return JpegFrame(height, width, channels, _exif_orientation(exif) if exif is not None else None)
         if marker == 0xE1 and exif is None and data.startswith(b"Exif\0\0", pos + 4):
             exif = data[pos + 4 : pos + 2 + length]
         pos += 2 + length
@@ -283,9 +293,14 @@ def probe_jpeg(data: bytes) -> JpegFrame | None:
 
 
 def _exif_orientation(exif: bytes) -> int | None:
+    """The EXIF orientation; None when the block is truncated or invalid: no reader can find an
+    orientation there, and TensorFlow decodes the JPEG without it (so it is kept as it is)."""
     e = Image.Exif()
-    e.load(exif)
-    return e.get(0x0112, 1)
+    try:
+        e.load(exif)
+        return e.get(0x0112, 1)
+    except Exception:  # Pillow raises SyntaxError, struct.error, ValueError... on damaged EXIF
+        return None
 
 
 def _digest(data: bytes) -> str:
@@ -330,9 +345,13 @@ def _read(path: str) -> bytes:
                         if stat.S_ISDIR(st.st_mode)
                         else f"not a regular file ({kinds.get(stat.S_IFMT(st.st_mode), 'not a file')}): not read"
                     )
-                data = os.read(fd, st.st_size + 1)
-                while len(data) < st.st_size and (more := os.read(fd, st.st_size + 1 - len(data))):  # short reads (NFS)
-                    data += more
+                data = _read_upto(fd, min(st.st_size + 1, HEAD_BYTES))
+                if len(data) < st.st_size:  # more to read: only if the first bytes say it is an image
+                    with cstderr.reading():  # what Pillow's readers say while sniffing is said to no one
+                        why = not_an_image(data)
+                    if why is not None:
+                        raise SkipImage(why)
+                    data = _read_upto(fd, st.st_size + 1, data)
             finally:
                 os.close(fd)
             if len(data) != st.st_size:
@@ -356,6 +375,38 @@ def _read(path: str) -> bytes:
     return data
 
 
+HEAD_BYTES = 64 * 1024  # read before knowing whether a file is an image (a 2 GB "photo.jpg" of zeros is not)
+
+
+def _read_upto(fd: int, size: int, data: bytes = b"") -> bytes:
+    """Read until `size` bytes or the end (short reads happen: NFS, FUSE)."""
+    parts = [data] if data else []
+    have = len(data)
+    while have < size and (more := os.read(fd, min(size - have, 1 << 30))):
+        parts.append(more)
+        have += len(more)
+    return b"".join(parts)
+
+
+def not_an_image(head: bytes) -> str | None:
+    """Why a file whose first bytes are `head` is not worth reading further; None if it may be an
+    image (a magic we know, or a header one of Pillow's readers accepts)."""
+    kind = sniff(head)
+    if kind in NOT_IMAGES:
+        return describe_unknown(head)
+    if kind is not None:
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            Image.open(io.BytesIO(head)).close()
+    except UnidentifiedImageError:
+        return describe_unknown(head)
+    except Exception:  # a reader took the header and wanted more bytes: read them
+        return None
+    return None
+
+
 def _open(data: bytes, kind: str | None) -> Image.Image:
     """Pillow's view of the file; a file it cannot read is named by its magic bytes and the
     error of that format's own reader (Pillow's "cannot identify image file" says neither)."""
@@ -365,7 +416,7 @@ def _open(data: bytes, kind: str | None) -> Image.Image:
         pass
     except Exception as e:
         raise SkipImage(f"{kind or 'image'}: unreadable header: {_describe(e)}") from None
-    if kind is None:
+    if kind is None or kind in NOT_IMAGES:
         raise SkipImage(describe_unknown(data))
     plugin = _PLUGINS.get(kind)
     why = "not supported"
@@ -403,8 +454,15 @@ def _keep(im: Image.Image, data: bytes, fmt: str, validate: bool) -> Result | st
         orient = hdr.has_exif and im.getexif().get(0x0112, 1) not in (1, None)
         return Result("keep", data, "PNG", h, w, channels, None, orient, depth=depth)
     tile = getattr(im, "tile", None)  # an ImageFile's decoder plan: ("raw", box, offset, (rawmode, ...))
-    if fmt == "BMP" and im.mode == "RGB" and tile and tile[0][0] == "raw" and tile[0][3][0] == "BGR":
-        if validate:  # uncompressed 24-bit: what tf.io.decode_bmp reads
+    if (
+        fmt == "BMP"
+        and im.mode == "RGB"
+        and tile
+        and tile[0][0] == "raw"
+        and tile[0][3][0] == "BGR"
+        and bmp_tf_reads(data, w, h)
+    ):
+        if validate:  # uncompressed 24-bit, nothing after the rows: what tf.io.decode_bmp reads
             im.load()
         return Result("keep", data, "BMP", h, w, 3)
     return None
@@ -414,7 +472,7 @@ def _eight_bit(arr) -> Image.Image:  # type: ignore[no-untyped-def]
     """16-bit grey to 8 bits the way TensorFlow's `convert_image_dtype` does (v >> 8)."""
     import numpy as np  # only for 16-bit and float images; the main process never needs numpy (~16 MB)
 
-    return Image.fromarray((np.asarray(arr, dtype=np.uint16) >> 8).astype(np.uint8), "L")
+    return Image.fromarray((np.asarray(arr, dtype=np.uint16) >> 8).astype(np.uint8))  # uint8 2-D: mode L
 
 
 def _sixteen_bit(im: Image.Image) -> Image.Image:
@@ -423,7 +481,7 @@ def _sixteen_bit(im: Image.Image) -> Image.Image:
 
     arr = np.asarray(im)
     if im.mode in _SIXTEEN:
-        return Image.fromarray(arr.astype(np.uint16), "I;16")
+        return _gray16(arr)
     if not arr.size:
         raise SkipImage("image has no pixels")
     lo, hi = arr.min(), arr.max()
@@ -436,7 +494,15 @@ def _sixteen_bit(im: Image.Image) -> Image.Image:
         raise SkipImage(
             f"{kind} pixel values {lo:g}..{hi:g} do not fit 16 bits (PNG, the deepest format TensorFlow decodes, holds 0..65535)"
         )
-    return Image.fromarray(arr.astype(np.uint16), "I;16")
+    return _gray16(arr)
+
+
+def _gray16(arr: Any) -> Image.Image:
+    """A 2-D array as Pillow's "I;16" (native-order uint16, the mode is inferred from the dtype:
+    Pillow 13 refuses `fromarray(arr, "I;16")`, older Pillow deprecates the mode argument)."""
+    import numpy as np
+
+    return Image.fromarray(np.ascontiguousarray(arr, dtype="<u2"))
 
 
 def _resize16(im: Image.Image, size: tuple[int, int], resample: Image.Resampling) -> Image.Image:
@@ -444,7 +510,7 @@ def _resize16(im: Image.Image, size: tuple[int, int], resample: Image.Resampling
     import numpy as np
 
     arr = np.asarray(im.convert("I").resize(size, resample))
-    return Image.fromarray(np.clip(arr, 0, 65535).astype(np.uint16), "I;16")
+    return _gray16(np.clip(arr, 0, 65535))
 
 
 def _lossless(im: Image.Image) -> Image.Image:
@@ -498,7 +564,7 @@ def _decode_jpeg(data: bytes, frame: JpegFrame, opts: EncodeOptions) -> Image.Im
     arr = _simplejpeg().decode_jpeg(
         data, colorspace="GRAY" if frame.channels == 1 else "RGB", min_height=side, min_width=side, strict=opts.validate
     )
-    im = Image.fromarray(arr[:, :, 0] if frame.channels == 1 else arr, "L" if frame.channels == 1 else "RGB")
+    im = Image.fromarray(arr[:, :, 0] if frame.channels == 1 else arr)  # uint8: L or RGB, from the shape
     if frame.orientation in _TRANSPOSE:
         im = im.transpose(_TRANSPOSE[frame.orientation])
     return im

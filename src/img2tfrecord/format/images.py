@@ -54,18 +54,66 @@ def sniff(data: bytes) -> str | None:
     return None
 
 
+# Containers that are not images, by their magic (offset 0): named, never quoted.
+_NOT_IMAGE_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"%PDF", "a PDF document"),
+    (b"PK\x03\x04", "a ZIP archive"),
+    (b"PK\x05\x06", "a ZIP archive"),
+    (b"\x1f\x8b", "gzip data"),
+    (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive"),
+    (b"Rar!\x1a\x07", "a RAR archive"),
+    (b"BZh", "bzip2 data"),
+    (b"\xfd7zXZ\x00", "xz data"),
+    (b"\x28\xb5\x2f\xfd", "zstd data"),
+    (b"\x7fELF", "an ELF executable"),
+    (b"MZ", "a Windows executable"),
+    (b"SQLite format 3\x00", "an SQLite database"),
+    (b"\x93NUMPY", "a NumPy array"),
+    (b"\x89HDF\r\n\x1a\n", "an HDF5 file"),
+    (b"OggS", "Ogg media"),
+    (b"ID3", "MP3 audio"),
+    (b"\x1aE\xdf\xa3", "Matroska/WebM video"),
+)
+
+
+NOT_IMAGES = frozenset({"PDF", "ZIP archive", "gzip data"})  # kinds `sniff` names that no decoder reads
+
+
 def describe_unknown(data: bytes) -> str:
-    """What a file is that no decoder recognised: text/HTML only when it really is text."""
+    """What a file is that no decoder recognised, from its first bytes, without quoting them.
+
+    A skip reason goes to the terminal and into dataset.json, which travels with the dataset: a
+    `--file-list` row or a symlink pointing at `/etc/shadow` or a key file must not copy a byte
+    of it there. So the reason names a kind (text, HTML, XML, JSON, a ZIP archive, a PDF...),
+    never the content.
+    """
     head = data[:512]
+    for magic, name in _NOT_IMAGE_MAGIC:
+        if head.startswith(magic):
+            return f"not an image: content is {name}"
+    if head[257:262] == b"ustar":
+        return "not an image: content is a tar archive"
+    if head[4:8] == b"ftyp":
+        return "not an image: content is MP4/QuickTime media"
     try:
         text = head.decode("utf-8")
     except UnicodeDecodeError as e:  # a multi-byte character cut at the 512th byte is still text
         text = head[: e.start].decode("utf-8") if e.start >= len(head) - 3 else ""
-    printable = text and all(ch.isprintable() or ch in "\r\n\t\f" for ch in text)
-    if printable:
-        kind = "HTML" if re.match(r"\s*<(!doctype|html|head|body|\?xml)", text, re.I) else "text"
-        return f"not an image: content is {kind} (starts with {text.strip()[:24]!r})"
-    return f"not an image: unknown data (starts with {data[:8].hex(' ')})"
+    text = text.lstrip("\ufeff")
+    if text and all(ch.isprintable() or ch in "\r\n\t\f" for ch in text):
+        start = text.lstrip()[:256].lower()
+        if re.match(r"<(!doctype html|html|head|body)\b", start):
+            kind = "HTML"
+        elif "<svg" in start:
+            kind = "SVG (a vector image: not supported; rasterise it first)"
+        elif start.startswith("<?xml") or start.startswith("<"):
+            kind = "XML"
+        elif start[:1] in ("{", "["):
+            kind = "JSON or other text"
+        else:
+            kind = "text"
+        return f"not an image: content is {kind}"
+    return "not an image: unknown binary data"
 
 
 class PngHeader(NamedTuple):
@@ -165,6 +213,81 @@ def jpeg_frame_problem(data: bytes) -> str | None:
             return None
         pos += 2 + length
     return None
+
+
+def _next_marker(data: bytes, pos: int) -> int:
+    """Where libjpeg's `next_marker` finds the next marker from `pos`: it discards bytes up to an
+    0xFF, skips fill bytes, and goes on past a stuffed 0xFF 0x00. -1 if there is none."""
+    end = len(data)
+    while True:
+        ff = data.find(b"\xff", pos)
+        if ff < 0:
+            return -1
+        nxt = ff + 1
+        while nxt < end and data[nxt] == 0xFF:
+            nxt += 1
+        if nxt >= end:
+            return -1
+        if data[nxt] != 0x00:
+            return nxt - 1
+        pos = nxt + 1
+
+
+def jpeg_header_view(data: bytes) -> bytes:
+    """The JPEG as libjpeg reads its headers: junk between header segments removed and ICC
+    (APP2) segments left out. `data` itself when there is nothing to remove.
+
+    libjpeg *warns* about these ("N extraneous bytes before marker 0xdb", "bad ICC marker"),
+    skips them, and decodes every pixel; TensorFlow's decoder does the same. A strict decode
+    (which turns any warning into an error, to catch lost entropy-coded data) is run on this view,
+    so that only damage to the scan itself (junk before an RST or EOI marker, a premature end, a
+    marker inside the scan) makes a JPEG unusable. Everything from the first SOS on is untouched.
+    """
+    if not data.startswith(b"\xff\xd8"):
+        return data
+    parts: list[bytes] = []
+    keep_from, pos, end = 0, 2, len(data)
+    while pos + 4 <= end:
+        if data[pos] != 0xFF or data[pos + 1] in (0x00, 0xFF):
+            nxt = _next_marker(data, pos)
+            if nxt < 0:
+                break
+            if data[pos] != 0xFF or data[pos + 1] == 0x00:  # junk (fill bytes 0xFF 0xFF... are legal)
+                parts.append(data[keep_from:pos])
+                keep_from = nxt
+            pos = nxt
+            continue
+        marker = data[pos + 1]
+        if marker in (0xD8, 0xD9) or 0xD0 <= marker <= 0xD7:
+            break
+        length = int.from_bytes(data[pos + 2 : pos + 4], "big")
+        if length < 2:
+            break
+        if marker == 0xE2:  # APP2: ICC profile chunks; no part of decoding pixels
+            parts.append(data[keep_from:pos])
+            keep_from = pos + 2 + length
+        if marker == 0xDA:
+            break
+        pos += 2 + length
+    if not parts:
+        return data
+    parts.append(data[keep_from:])
+    return b"".join(parts)
+
+
+def bmp_tf_reads(data: bytes, width: int, height: int) -> bool:
+    """TensorFlow's BMP decoder reads this uncompressed 24-bit BMP as it is.
+
+    `tf.io.decode_bmp` takes the pixel offset from the file header and requires the file to end
+    where the pixel rows do: size == offset + padded row size x |height| ("Input size should
+    match (header_size + row_size * abs_height)"). Tried against it: BITMAPINFOHEADER, V4 and V5
+    headers, top-down rows and a gap before the pixels decode to Pillow's pixels; any byte after
+    the rows (a V5 header's embedded colour profile, trailing padding) fails the decode.
+    """
+    if len(data) < 30 or not data.startswith(b"BM") or int.from_bytes(data[28:30], "little") != 24:
+        return False
+    offset = int.from_bytes(data[10:14], "little")
+    return len(data) == offset + (width * 3 + 3) // 4 * 4 * abs(height)
 
 
 _IMAGE_MAGIC: tuple[tuple[bytes, str], ...] = (

@@ -1,0 +1,145 @@
+"""Files that are not what their names say, and decoders that talk: each file's skip reason is
+about that file alone, names what it is without quoting it, and reading it costs what sniffing
+it costs (real subprocess runs where a real fd 2 or a process's peak memory is what is checked)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from conformance_cases import bad_samples_per_pixel_tiff, upright_rgb
+
+SECRET = "root:*:20228:0:99999:7:::\nAKIA-not-a-real-key-9f8e7d\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_decoder_log_record_belongs_to_the_file_that_made_it(tmp_path, workers):
+    """Pillow logs `More samples per pixel than can be decoded` (logger.error) while it reads a
+    TIFF with a bad SamplesPerPixel. That record must be part of *that* file's reason, never of
+    the next image a worker reads, and never reach the terminal, with any worker count."""
+    src = tmp_path / "in" / "a"
+    src.mkdir(parents=True)
+    for i in range(6):  # bad then good, over and over: each worker reads good images right after bad ones
+        (src / f"{i}a_bad.tif").write_bytes(bad_samples_per_pixel_tiff())
+        Image.fromarray(upright_rgb()[:, ::-1] if i % 2 else upright_rgb()).rotate(90 * i).save(src / f"{i}b_good.png")
+    out = tmp_path / "out"
+    script = (
+        "import logging, sys, img2tfrecord\n"
+        "img2tfrecord.convert(sys.argv[1], sys.argv[2], workers=int(sys.argv[3]), dedupe='off', shards=2)\n"
+    )
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    res = subprocess.run(
+        [sys.executable, "-c", script, str(src.parent), str(out), str(workers)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    skipped = {s["path"]: s["reason"] for s in json.loads((out / "dataset.json").read_text())["skipped"]}
+    assert sorted(skipped) == [f"a/{i}a_bad.tif" for i in range(6)], skipped
+    for reason in skipped.values():
+        assert "samples per pixel" in reason
+    assert "More samples per pixel" not in res.stderr, res.stderr  # said about a file, so in its reason only
+
+
+def test_a_huge_sparse_jpg_is_sniffed_not_read(tmp_path):
+    """A 2 GB sparse `.jpg` (0 bytes on disk) of zeros: skipped as unknown data after its first
+    bytes; the converting process's peak memory stays far below the file's size."""
+    src = tmp_path / "in" / "a"
+    src.mkdir(parents=True)
+    big = src / "huge.jpg"
+    subprocess.run(["truncate", "-s", "2G", str(big)], check=True)
+    Image.fromarray(upright_rgb()).save(src / "ok.png")
+    out = tmp_path / "out"
+    code = (
+        "import resource\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)\n"  # Linux: kilobytes
+    )
+    script = f"import sys, img2tfrecord\nimg2tfrecord.convert(sys.argv[1], sys.argv[2], workers=1)\n{code}"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    res = subprocess.run(
+        [sys.executable, "-c", script, str(src.parent), str(out)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert res.returncode == 0, res.stderr
+    peak = int(res.stdout.split()[-1])
+    assert peak < 1 << 30, f"peak RSS {peak / 2**20:.0f} MB for a 2 GB file that is not an image"
+    skipped = json.loads((out / "dataset.json").read_text())["skipped"]
+    assert skipped == [{"path": "a/huge.jpg", "split": "train", "reason": "not an image: unknown binary data"}]
+
+
+def test_skip_reasons_never_copy_a_non_image_file(tmp_path):
+    """A `--file-list` row pointing at a secret-looking text file, a symlink `notes.jpg` to it, and
+    other non-images: stderr and dataset.json say what each is, and not one byte of it."""
+    from click.testing import CliRunner
+
+    from img2tfrecord.cli import main
+
+    secret = tmp_path / "shadow"
+    secret.write_text(SECRET)
+    src = tmp_path / "in" / "a"
+    src.mkdir(parents=True)
+    Image.fromarray(upright_rgb()).save(src / "ok.png")
+    (src / "notes.jpg").symlink_to(secret)
+    (src / "page.jpg").write_text("<!DOCTYPE html><html><body>token=s3cr3t-html</body></html>")
+    (src / "data.jpg").write_bytes(b"PK\x03\x04" + b"s3cr3t-zip" * 10)
+    (src / "key.jpg").write_bytes(bytes(range(256)) * 4)  # binary, no known magic
+    listing = tmp_path / "list.csv"
+    listing.write_text(f"{src / 'ok.png'},a\n{secret},b\n")
+    runner = CliRunner()
+    walked = runner.invoke(main, ["convert", str(tmp_path / "in"), str(tmp_path / "out1")], catch_exceptions=False)
+    listed = runner.invoke(
+        main,
+        ["convert", "--file-list", str(listing), str(tmp_path / "in"), str(tmp_path / "out2")],
+        catch_exceptions=False,
+    )
+    reasons = {}
+    for res, out in ((walked, "out1"), (listed, "out2")):
+        assert res.exit_code == 0, res.output
+        manifest = (tmp_path / out / "dataset.json").read_text()
+        for leak in ("root:", "AKIA", "s3cr3t", "20228", "00 01 02"):
+            assert leak not in res.output and leak not in manifest, (leak, res.output)
+        reasons.update({Path(s["path"]).name: s["reason"] for s in json.loads(manifest)["skipped"]})
+    assert reasons == {
+        "notes.jpg": "not an image: content is text",
+        "shadow": "not an image: content is text",
+        "page.jpg": "not an image: content is HTML",
+        "data.jpg": "not an image: content is a ZIP archive",
+        "key.jpg": "not an image: unknown binary data",
+    }
+
+
+CHILD_SCRIPT = """
+import multiprocessing, sys
+from img2tfrecord import cstderr
+
+def child():
+    cstderr.install()  # what a worker process does
+    print("said by a worker process", file=sys.stderr)
+
+if __name__ == "__main__":
+    with cstderr.quiet():  # convert's: fd 2 is a capture file while workers are spawned
+        cstderr.take()
+        p = multiprocessing.get_context("spawn").Process(target=child)
+        p.start()
+        p.join()
+        print("captured by the parent:", repr(cstderr.take()))
+"""
+
+
+def test_a_worker_process_does_not_write_into_its_parents_capture(tmp_path):
+    """Workers are spawned while the parent's fd 2 is its capture file, and inherit it: what a
+    worker wrote to its stderr became the skip reason of whatever image the parent read then."""
+    script = tmp_path / "spawn_child.py"
+    script.write_text(CHILD_SCRIPT)
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "captured by the parent: ''" in res.stdout, res.stdout
+    assert "said by a worker process" in res.stderr  # the worker's own stderr is the real terminal
