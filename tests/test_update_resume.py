@@ -89,7 +89,7 @@ def test_an_interrupted_update_resumes_to_the_same_bytes(case, tmp_path: Path, c
 
 
 def test_an_unfinished_update_is_not_resumed_by_convert(case, tmp_path: Path, cli) -> None:
-    """convert --resume cannot finish an update's journal: it says to run update --resume."""
+    """convert --resume and compact leave an update's journal alone: they say to run update --resume."""
     from test_faults import STRACE, traced
 
     if STRACE is None:
@@ -100,5 +100,7 @@ def test_an_unfinished_update_is_not_resumed_by_convert(case, tmp_path: Path, cl
     journal = os.path.join(workspace(str(out)).root, "journal.jsonl")
     spec = ["-P", journal, "-e", "trace=openat", "-e", "inject=openat:signal=SIGKILL:when=1"]
     assert traced("/dev/null", spec, "update", src, out, "--workers", "1").returncode == -9
-    res = cli("convert", src, out, "--resume")
-    assert res.exit_code == 2 and "holds an unfinished update" in res.output and "update with --resume" in res.output
+    for args in (["convert", src, out, "--resume"], ["compact", out]):
+        res = cli(*args)
+        assert res.exit_code == 2 and "holds an unfinished update" in res.output, (args, res.output)
+        assert "update with --resume" in res.output, (args, res.output)

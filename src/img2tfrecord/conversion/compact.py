@@ -29,7 +29,7 @@ from img2tfrecord.conversion.splits import order_key
 from img2tfrecord.conversion.update import Recorded, manifest_of, read_recorded
 from img2tfrecord.conversion.update_options import recorded_settings
 from img2tfrecord.conversion.write import ShardInfo
-from img2tfrecord.errors import DataError, UsageError
+from img2tfrecord.errors import DataError, UsageError, option
 from img2tfrecord.format import catalog as catalog_file
 from img2tfrecord.format import tfds as tfds_metadata
 from img2tfrecord.format.catalog import CATALOG_NAME, CONVERTED, SKIPPED, Catalog
@@ -117,7 +117,12 @@ def compact(output_dir: str, *, fsync: bool = True, dry_run: bool = False) -> di
     try:
         publish.recover(ws)
         if publish.has_unfinished(ws):
-            raise UsageError(f"{output_dir} holds an unfinished run: finish it (convert --resume) or discard it first")
+            from img2tfrecord.conversion.resume import journal_command
+
+            which = journal_command(ws.journal_dir) or "convert"
+            raise UsageError(
+                f"{output_dir} holds an unfinished {which}: finish it ({which} with {option('resume', True)}) first"
+            )
         rec = read_recorded(output_dir)
         targets, counts = layout(rec, settings)
         publish.prepare(ws)
