@@ -78,7 +78,7 @@ def summary_text(s: dict[str, Any]) -> str:
 @click.option(
     "--resume",
     is_flag=True,
-    help="Continue an interrupted update: reuse its finished new shards (those whose images are unchanged).",
+    help="Continue an interrupted update: reuse its finished new and rewritten shards whose sources are unchanged.",
 )
 @click.option("--fsync/--no-fsync", default=True, show_default=True, help="As for convert.")
 @click.option("--workers", type=click.IntRange(min=1), help="Worker processes for the new images (as for convert).")
