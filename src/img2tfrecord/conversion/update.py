@@ -25,7 +25,7 @@ from img2tfrecord.conversion import dedupe
 from img2tfrecord.conversion import write as writer
 from img2tfrecord.conversion.catalog import add_split
 from img2tfrecord.conversion.changes import Changes, diff, walk
-from img2tfrecord.conversion.events import EventSink, Timing
+from img2tfrecord.conversion.events import EventSink, Timing, worded
 from img2tfrecord.conversion.options import ShardSettings
 from img2tfrecord.conversion.plan import Plan, PlannedShard, check_paths, one_record_warning
 from img2tfrecord.conversion.publish import Workspace, reuse
@@ -125,7 +125,7 @@ def update(
     `options` are convert's record-shaping options: each must equal dataset.json's (UsageError
     otherwise). Nothing changed: nothing is written and the summary says `up_to_date`."""
     timing = Timing()
-    emit = on_event or (lambda kind, msg: None)
+    emit = worded(on_event)
     created_stamp()
     if workers is not None and workers < 1:
         raise UsageError(f"bad --workers {workers}: must be >= 1")
