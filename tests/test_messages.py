@@ -171,3 +171,19 @@ def test_python_callers_read_parameters_and_the_cli_reads_options(cli, tmp_path)
         img2tfrecord.convert(src, tmp_path / "strict", strict=True, shards=2, workers=2)
     res = cli("convert", src, tmp_path / "strict", "--strict", "--shards", "2", "--workers", "2")
     assert res.exit_code == 1 and "error: --strict: a/broken.jpg: " in res.stderr
+
+
+def test_update_and_compact_speak_of_options_and_show_sizes_that_read(cli, tmp_path):
+    """update's messages reach the terminal worded (`--dedupe drop`, not the raw option marker),
+    and its summaries give sizes in a unit that shows a number."""
+    files = make_dataset(tmp_path / "in", {"a": 3, "b": 2})
+    out = tmp_path / "out"
+    assert cli("convert", tmp_path / "in", out).exit_code == 0
+    (tmp_path / "in" / "b" / "copy.jpg").write_bytes(files["a"][1].read_bytes())  # a duplicate across classes
+    res = cli("update", tmp_path / "in", out)
+    assert res.exit_code == 0, res.output
+    assert "(--dedupe drop keeps one copy)" in res.stderr and "\\x1d" not in res.stderr, res.stderr
+    assert "0.0 MB" not in res.stderr and " KB written" in res.stderr, res.stderr
+    assert "1 shard kept as it was" in res.stderr or "kept as they were" in res.stderr
+    res = cli("compact", out)
+    assert res.exit_code == 0 and "0.0 MB" not in res.stderr, res.stderr

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from img2tfrecord.cli.text import safe, safe_lines
+from img2tfrecord.cli.text import safe, safe_lines, size_text
 from img2tfrecord.conversion import options
 from img2tfrecord.errors import Img2TFRecordError, Interrupted, plural
 from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
@@ -87,17 +87,8 @@ def _span(counts: list[int], word: str) -> str:
     return plural(lo, word) if lo == hi else f"{lo:,}-{plural(hi, word)}"
 
 
-def _size(n: float, per: str = "") -> str:
-    """Bytes in a unit that shows a number ("850 KB", "120 bytes", not "0.0 MB"); MB at most, to
-    compare runs at a glance."""
-    for unit, size in (("MB", 1e6), ("KB", 1e3)):
-        if n >= size:
-            return f"{n / size:,.1f} {unit}{per}"
-    return f"{n:.0f} bytes{per}"
-
-
 def _rate(nbytes: float, seconds: float) -> str:
-    return _size(nbytes / max(seconds, 1e-9), "/s")
+    return size_text(nbytes / max(seconds, 1e-9), "/s")
 
 
 def _seconds(t: float) -> str:
@@ -143,17 +134,17 @@ def _summary_text(s: dict[str, Any]) -> str:
     rate += f"; {_rate(s['converted_bytes'], s['elapsed_seconds'])} of source images"
     wrote = (
         f"Wrote {plural(s['records'], 'image')} ({splits}) of {plural(len(classes), 'class', 'classes')} to {s['output']}: "
-        f"{_size(s['bytes'])} of shards"
+        f"{size_text(s['bytes'])} of shards"
     )
     timed = f"in {_seconds(s['elapsed_seconds'])} ({rate})"
     if s.get("reused_shards"):  # --resume: the rates are this run's own conversions, the rest is said apart
         text = (
             f"{wrote}. This run converted {plural(s['converted_images'], 'image')} "
-            f"({_size(s['converted_bytes'])} of source images) {timed}; "
+            f"({size_text(s['converted_bytes'])} of source images) {timed}; "
             f"{s['reused_images']:,} came from the {plural(s['reused_shards'], 'finished shard')} of the interrupted run."
         )
     else:
-        text = f"{wrote} from {_size(s['converted_bytes'])} of source images, {timed}."
+        text = f"{wrote} from {size_text(s['converted_bytes'])} of source images, {timed}."
     if s["skipped_count"]:
         text += f" Skipped {plural(s['skipped_count'], 'unusable image')} (listed in dataset.json)."
     if s["transcoded"]:

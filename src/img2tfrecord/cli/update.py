@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from img2tfrecord.cli import convert as convert_cli
+from img2tfrecord.cli.text import size_text
 from img2tfrecord.conversion import options
 from img2tfrecord.errors import Img2TFRecordError, Interrupted, plural
 
@@ -51,14 +52,14 @@ def summary_text(s: dict[str, Any]) -> str:
         head = (
             f"Changes from {s['input']} to {s['output']} (dry run, nothing written): version {s['version']} -> "
             f"{s['version'] + 1}, {plural(s['shards_to_write'], 'new shard')}, {plural(s['shards_to_rewrite'], 'shard')} rewritten, "
-            f"about {s['bytes_needed'] / 1e6:.1f} MB to write"
+            f"about {size_text(s['bytes_needed'])} to write"
         )
         return "\n".join([head, *_changes_text(s)])
     head = (
         f"Updated {s['output']} to version {s['version']}: {s['records']:,} records; "
         f"{plural(s['shards_new'], 'new shard')}, {plural(s['shards_rewritten'], 'shard')} rewritten, "
-        f"{plural(s['shards_linked'], 'shard')} kept as they were (hard links); "
-        f"{s['bytes_written'] / 1e6:.1f} MB written in {s['elapsed_seconds']:.1f} s"
+        f"{plural(s['shards_linked'], 'shard')} kept as {'it was' if s['shards_linked'] == 1 else 'they were'} (hard links); "
+        f"{size_text(s['bytes_written'])} written in {s['elapsed_seconds']:.1f} s"
     )
     if s["skipped"]:
         head += f". {plural(len(s['skipped']), 'unusable image')} skipped (listed in dataset.json)"
@@ -192,6 +193,6 @@ def compact_command(output_dir: str, fsync: bool, dry_run: bool, as_json: bool) 
     else:
         click.echo(
             f"Compacted {output_dir} to version {s['version']}: {plural(s['shards_after'], 'shard')} "
-            f"(were {s['shards_before']}); {s['bytes_written'] / 1e6:.1f} MB written",
+            f"(were {s['shards_before']}); {size_text(s['bytes_written'])} written",
             err=True,
         )

@@ -19,7 +19,7 @@ from typing import Any
 
 from img2tfrecord import cstderr, fs
 from img2tfrecord.conversion.engines import Engine
-from img2tfrecord.conversion.events import EventSink, Timing
+from img2tfrecord.conversion.events import EventSink, Timing, worded
 from img2tfrecord.conversion.finalize import _plan_summary, finalize
 from img2tfrecord.conversion.options import ENGINES
 from img2tfrecord.conversion.output import _check_space, _describe_io, _space_note, check_output
@@ -53,7 +53,6 @@ from img2tfrecord.errors import (
     option,
     plural,
     said,
-    wording,
 )
 from img2tfrecord.format.manifest import MANIFEST_NAME, created_stamp
 
@@ -85,7 +84,7 @@ def convert(
     input_dir, output_dir = os.fspath(input_dir), os.fspath(output_dir)  # a pathlib.Path from Python
     options |= {k: os.fspath(options[k]) for k in ("labels", "file_list") if isinstance(options.get(k), os.PathLike)}
     timing = Timing()
-    emit = _worded(on_event)
+    emit = worded(on_event)
     created_stamp()  # a malformed SOURCE_DATE_EPOCH is refused before any work, not at publish time
     if workers is not None and workers < 1:
         raise UsageError(f"bad {option('workers', workers)}: must be >= 1")
@@ -190,13 +189,6 @@ def _already_published(plan: Plan, timing: Timing, emit: EventSink) -> dict[str,
         "warnings": [],
         "elapsed_seconds": round(time.perf_counter() - timing.start, 3),
     }
-
-
-def _worded(on_event: EventSink | None) -> EventSink:
-    """The caller's event sink, given messages worded for its audience (errors.option)."""
-    if on_event is None:
-        return lambda kind, msg: None
-    return lambda kind, msg: on_event(kind, wording(msg))
 
 
 def _walk_events(plan: Plan, emit: EventSink) -> None:

@@ -6,7 +6,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from img2tfrecord.errors import wording
+
 EventSink = Callable[[str, str], None]
+
+
+def worded(on_event: EventSink | None) -> EventSink:
+    """The caller's event sink, given messages worded for its audience (errors.option): every
+    command's messages reach the CLI as `--dedupe drop` and Python as `dedupe='drop'`."""
+    if on_event is None:
+        return lambda kind, msg: None
+    return lambda kind, msg: on_event(kind, wording(msg))
 
 
 @dataclass

@@ -24,7 +24,7 @@ from img2tfrecord.conversion import dedupe
 from img2tfrecord.conversion import write as writer
 from img2tfrecord.conversion.catalog import add_split
 from img2tfrecord.conversion.changes import Changes, diff, walk
-from img2tfrecord.conversion.events import EventSink, Timing
+from img2tfrecord.conversion.events import EventSink, Timing, worded
 from img2tfrecord.conversion.options import ShardSettings
 from img2tfrecord.conversion.plan import Plan, PlannedShard, check_paths, one_record_warning
 from img2tfrecord.conversion.publish import Workspace, reuse
@@ -135,7 +135,7 @@ def update(
     (SIGINT/SIGTERM: `Interrupted`), the finished new shards are kept: `resume=True` reuses them
     (conversion.update_resume)."""
     timing = Timing()
-    emit = on_event or (lambda kind, msg: None)
+    emit = worded(on_event)
     created_stamp()
     if workers is not None and workers < 1:
         raise UsageError(f"bad --workers {workers}: must be >= 1")
