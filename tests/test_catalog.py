@@ -166,3 +166,42 @@ def test_outcome_lengths_and_kinds_are_packed_and_old_journals_load() -> None:
     assert ShardOutcome.from_dict(old) == back
     with pytest.raises(ValueError):
         ShardOutcome.from_dict(d | {"lengths": "3:AAAA"})
+
+
+def _with_column(data: bytes, column: str, blob: bytes, rows: int | None = None) -> bytes:
+    """`data` (a catalog file) with one column's stored bytes replaced (and its declared rows)."""
+    import struct
+
+    (hlen,) = struct.unpack_from("<I", data, 8)
+    header = json.loads(data[12 : 12 + hlen])
+    pos, blobs = 12 + hlen, []
+    for entry in header["columns"]:
+        blobs.append(blob if entry[0] == column else data[pos : pos + entry[2]])
+        pos += entry[2]
+        entry[2] = len(blobs[-1])
+    header["rows"] = header["rows"] if rows is None else rows
+    head = json.dumps(header).encode()
+    return catalog.MAGIC + struct.pack("<I", len(head)) + head + b"".join(blobs)
+
+
+def test_a_catalog_that_inflates_past_its_rows_is_refused_before_it_is_inflated() -> None:
+    """dataset.catalog is read from any dataset (inspect --verify): 100 KB must not become 100 MB."""
+    import tracemalloc
+    import zlib
+
+    data = catalog.encode(_rows(2))
+    bomb = zlib.compress(b"a" * (100 << 20), 9)
+    assert len(bomb) < 200_000
+    for column in ("rels", "sizes", "shards"):
+        tracemalloc.start()
+        with pytest.raises(catalog.CatalogError, match=f"its {column} column inflates past"):
+            catalog.decode(_with_column(data, column, bomb))
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert peak < 5 << 20
+    # rows it declares but has no digests for (16 raw bytes a row) are refused as such
+    with pytest.raises(catalog.CatalogError, match="declares 10000000 rows"):
+        catalog.decode(_with_column(data, "rels", bomb, rows=10_000_000))
+    with pytest.raises(catalog.CatalogError, match="its sizes column is cut short"):
+        catalog.decode(_with_column(data, "sizes", zlib.compress(bytes(16))[:-6]))
+    assert catalog.decode(_with_column(data, "rels", zlib.compress(b"\0".join(catalog.decode(data).rels)))).rels

@@ -295,6 +295,23 @@ def _array(typecode: str, values: np.ndarray) -> array:
     return out
 
 
+# Bytes a row of each column holds at most, so that reading a catalog (`inspect --verify` reads any
+# dataset's) inflates no column past what its declared rows need: a small file cannot expand to GBs.
+MAX_REL = 4096  # PATH_MAX: a path relative to the input is no longer (the \0 between two included)
+WIDTHS = {"rels": MAX_REL, "sizes": 8, "mtimes": 8, "states": 1, "records": 4, "lengths": 8} | dict.fromkeys(TABLED, 4)
+
+
+def _inflate(blob: bytes, limit: int, name: str) -> bytes:
+    """A zlib column, refused (CatalogError) if it would inflate past `limit` bytes."""
+    d = zlib.decompressobj()
+    out = d.decompress(blob, limit + 1)  # one more than allowed: the sign it holds more (0 would mean no limit)
+    if len(out) > limit:
+        raise CatalogError(f"its {name} column inflates past the {limit} bytes its rows can hold")
+    if not d.eof:
+        raise CatalogError(f"its {name} column is cut short")
+    return out
+
+
 def encode(cat: Catalog) -> bytes:
     """The catalog file's bytes (rows sorted by path: the same rows give the same bytes)."""
     import numpy as np
@@ -357,11 +374,13 @@ def decode(data: bytes) -> Catalog:
         header = json.loads(data[pos : pos + hlen])
         n = int(header["rows"])
         pos += hlen
+        if not 0 <= n <= (len(data) - pos) // 16:  # the digests alone are 16 raw bytes a row
+            raise CatalogError(f"it declares {n} rows, which its {len(data)} bytes cannot hold")
         raw: dict[str, bytes] = {}
         for name, codec, stored in header["columns"]:
             blob = data[pos : pos + stored]
             pos += stored
-            raw[name] = zlib.decompress(blob) if codec == "zlib" else blob
+            raw[name] = _inflate(blob, n * WIDTHS.get(name, 16), name) if codec == "zlib" else blob
         rels = raw["rels"].split(b"\0") if n else []
         if len(rels) != n or len(raw["states"]) != n or len(raw["digests"]) != 16 * n:
             raise CatalogError("its columns do not hold one entry per row")
