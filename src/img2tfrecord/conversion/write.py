@@ -272,7 +272,7 @@ def write_shard(
     strict, no_digests = settings.strict, not settings.digests
     out = ShardOutcome(shard.split, sw.info)
     digests: list[str] = []
-    kind_index: dict[str, int] = {}
+    kind_index: dict[tuple[str, str, str, str], int] = {}
     for task, result in zip(shard.tasks, results):
         out.images += 1
         out.bytes_read += result.size
@@ -304,9 +304,11 @@ def write_shard(
             out.depths[depth] = out.depths.get(depth, 0) + 1
             if result.reduced:
                 out.reduced[result.reduced] = out.reduced.get(result.reduced, 0) + 1
-            out.kind_of.append(
-                kind_index.setdefault(kind_key(result.fmt, depth, result.transcoded, result.reduced), len(kind_index))
-            )
+            kind = (result.fmt, depth, result.transcoded or "", result.reduced or "")
+            code = kind_index.get(kind)  # by the tuple: no kind_key string made per record
+            if code is None:
+                code = kind_index[kind] = len(kind_index)
+            out.kind_of.append(code)
             out.orientation_ignored += result.orientation_ignored
             out.converted_bytes += result.size
             reason = ""
@@ -322,7 +324,7 @@ def write_shard(
     sw.close(settings.fsync if durable is None else durable)
     out.digests = "".join(digests)
     out.lengths = sw.sizes
-    out.kinds = list(kind_index)
+    out.kinds = [kind_key(*kind) for kind in kind_index]
     return out
 
 
