@@ -130,6 +130,7 @@ def test_catalog_columns_are_compact_and_keep_their_list_api() -> None:
     assert cat.splits[3] == "train" and cat.shards[0] == "" and cat.records[1] == 0 and cat.lengths[1] == 1017
     assert cat.rels.index(cat.rels[5]) == 5 and cat.digests[1] == (1).to_bytes(16, "little")
     cat.shards[-1], cat.records[-1] = "train-00009-of-00010", 42
+    assert catalog.Catalog(**{k: list(getattr(cat, k)) for k in catalog.COLUMNS}) == cat  # columns given as lists
     assert (cat.shards[-1], cat.records[-1]) == ("train-00009-of-00010", 42)
     data = catalog.encode(cat)
     # the tables of the string columns number their values by first row in path order, whatever

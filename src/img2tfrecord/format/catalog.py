@@ -197,7 +197,8 @@ class Catalog:
     the string columns as a table of values and a 4-byte index per row (`Tabled`). Each is
     indexed by row like a list, and rows can be set (`cat.shards[-1] = name`)."""
 
-    def __init__(self, has_digests: bool = True) -> None:
+    def __init__(self, has_digests: bool = True, **columns: Iterable[Any]) -> None:
+        """An empty catalog, or one of the given columns (lists or any iterable, one entry a row)."""
         self.rels = Names()
         self.sizes = array("q")
         self.mtimes = array("q")
@@ -211,6 +212,15 @@ class Catalog:
         self.classes = Tabled()  # the class name (image/class/text)
         self.kinds = Tabled()  # kind_key of the record, "" unless converted
         self.has_digests = has_digests
+        for name, values in columns.items():
+            if name not in COLUMNS:
+                raise TypeError(f"Catalog has no column {name!r}")
+            column = getattr(self, name)
+            if isinstance(column, (array, bytearray)):
+                column.extend(values)
+            else:
+                for value in values:
+                    column.append(value)
 
     def __len__(self) -> int:
         return len(self.rels)
