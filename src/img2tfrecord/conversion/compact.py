@@ -90,8 +90,9 @@ def layout(rec: Recorded, settings: ShardSettings) -> tuple[dict[str, list[_Targ
 
 
 @cstderr.quieted
-def compact(output_dir: str, *, fsync: bool = True, dry_run: bool = False) -> dict[str, Any]:
+def compact(output_dir: str | os.PathLike[str], *, fsync: bool = True, dry_run: bool = False) -> dict[str, Any]:
     """Rewrite the dataset in `output_dir` in a fresh conversion's layout, copying records; return the summary."""
+    output_dir = os.fspath(output_dir)  # a pathlib.Path from Python
     created_stamp()
     if fs.is_remote(output_dir):
         raise UsageError("compact works on a local dataset for now: copy it to a local disk, compact, copy it back")

@@ -13,6 +13,7 @@ and the old dataset.json's sha256 as `parent`. Every record-shaping option is th
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -114,8 +115,8 @@ class _Slot:
 
 @cstderr.quieted
 def update(
-    input_dir: str,
-    output_dir: str,
+    input_dir: str | os.PathLike[str],
+    output_dir: str | os.PathLike[str],
     *,
     check_content: bool = False,
     dry_run: bool = False,
@@ -123,7 +124,7 @@ def update(
     workers: int | None = None,
     strict: bool = False,
     fsync: bool = True,
-    file_list: str | None = None,
+    file_list: str | os.PathLike[str] | None = None,
     on_event: EventSink | None = None,
     progress: Callable[[int, int, int], None] | None = None,
     **options: Any,
@@ -134,6 +135,9 @@ def update(
     otherwise). Nothing changed: nothing is written and the summary says `up_to_date`. Interrupted
     (SIGINT/SIGTERM: `Interrupted`), the finished new shards are kept: `resume=True` reuses them
     (conversion.update_resume)."""
+    input_dir, output_dir = os.fspath(input_dir), os.fspath(output_dir)  # a pathlib.Path from Python
+    file_list = os.fspath(file_list) if file_list is not None else None
+    options |= {k: os.fspath(options[k]) for k in ("labels",) if isinstance(options.get(k), os.PathLike)}
     timing = Timing()
     emit = worded(on_event)
     created_stamp()
