@@ -181,8 +181,11 @@ def compact_command(output_dir: str, fsync: bool, dry_run: bool, as_json: bool) 
     except Img2TFRecordError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        click.echo(f"interrupted: {output_dir} is unchanged", err=True)
+    except KeyboardInterrupt as e:
+        if isinstance(e, Interrupted) and e.published:
+            click.echo(f"interrupted once {output_dir} was compacted: it is complete, nothing is left to do", err=True)
+        else:
+            click.echo(f"interrupted: {output_dir} is unchanged", err=True)
         sys.exit(143 if convert_cli._terminated else 130)
     if as_json:
         click.echo(json.dumps(s, ensure_ascii=False))

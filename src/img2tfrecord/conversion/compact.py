@@ -29,7 +29,7 @@ from img2tfrecord.conversion.splits import order_key
 from img2tfrecord.conversion.update import Recorded, manifest_of, read_recorded
 from img2tfrecord.conversion.update_options import recorded_settings
 from img2tfrecord.conversion.write import ShardInfo
-from img2tfrecord.errors import DataError, UsageError, option
+from img2tfrecord.errors import DataError, Interrupted, UsageError, option
 from img2tfrecord.format import catalog as catalog_file
 from img2tfrecord.format import tfds as tfds_metadata
 from img2tfrecord.format.catalog import CATALOG_NAME, CONVERTED, SKIPPED, Catalog
@@ -132,9 +132,9 @@ def compact(output_dir: str | os.PathLike[str], *, fsync: bool = True, dry_run: 
             files, metadata, written = _build(ws.build, output_dir, rec, targets, counts, settings)
             publish.publish(ws, files, metadata, settings.fsync, state)
         except BaseException as e:
-            if state.switched:
+            if state.switched:  # the new version is in place; only removing the old one was cut short
                 if isinstance(e, KeyboardInterrupt):
-                    raise
+                    raise Interrupted(0, 0, published=True) from None
                 raise DataError(f"{output_dir} was compacted, but removing the old version failed: {e}") from None
             publish.discard(ws)
             if isinstance(e, OSError):
