@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from helpers import make_dataset, natural_image, save
 from img2tfrecord.conversion.compact import compact
 from img2tfrecord.conversion.convert import convert
 from img2tfrecord.conversion.update import update
+from img2tfrecord.errors import DataError
+from img2tfrecord.format import catalog
 
 
 def test_update_and_compact_take_paths(tmp_path: Path) -> None:
@@ -37,3 +41,50 @@ def test_an_interrupt_after_compact_switched_says_it_was_compacted(tmp_path: Pat
     assert r.exit_code == 130
     assert "was compacted: it is complete" in r.output and "unchanged" not in r.output
     assert json.loads((out / "dataset.json").read_text())["version"] == 3
+
+
+def _tampered(out: Path, change) -> None:
+    path = out / catalog.CATALOG_NAME
+    cat = catalog.decode(path.read_bytes())
+    change(cat)
+    path.write_bytes(catalog.encode(cat))
+
+
+def _first_converted(cat: catalog.Catalog) -> int:
+    return next(r for r in range(len(cat)) if cat.states[r] == catalog.CONVERTED and cat.records[r] == 0)
+
+
+@pytest.mark.parametrize("compression", [None, "gzip"])
+def test_compact_refuses_a_catalog_whose_lengths_do_not_match_the_shards(tmp_path: Path, compression) -> None:
+    src, out = tmp_path / "in", tmp_path / "out"
+    make_dataset(src, {"a": 4, "b": 3}, size=(16, 12))
+    convert(src, out, shards=2, **({"compression": compression} if compression else {}))
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def shifted(cat: catalog.Catalog) -> None:  # the shard's length is the same: only the framing tells
+        r0 = _first_converted(cat)
+        r1 = next(r for r in range(len(cat)) if cat.shards[r] == cat.shards[r0] and cat.records[r] == 1)
+        cat.lengths[r0] -= 4
+        cat.lengths[r1] += 4
+
+    _tampered(out, shifted)
+    before[catalog.CATALOG_NAME] = (out / catalog.CATALOG_NAME).read_bytes()
+    with pytest.raises(DataError, match="the catalog does not match the shards"):
+        compact(out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing written
+
+
+def test_update_refuses_a_catalog_whose_record_counts_differ_from_dataset_json(tmp_path: Path) -> None:
+    src, out = tmp_path / "in", tmp_path / "out"
+    make_dataset(src, {"a": 4, "b": 3}, size=(16, 12))
+    convert(src, out, shards=2)
+
+    def one_less(cat: catalog.Catalog) -> None:
+        cat.states[_first_converted(cat)] = catalog.SKIPPED
+
+    _tampered(out, one_less)
+    save(natural_image(18, 14, 7), src / "a" / "added.jpg", quality=90)
+    with pytest.raises(DataError, match=r"records in train-0000\d-of-00002; dataset.json says .*does not match"):
+        update(src, out)
+    with pytest.raises(DataError, match="the catalog does not match the shards"):
+        compact(out)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import gzip
 import os
 import shutil
+import struct
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -26,14 +27,14 @@ from img2tfrecord.conversion import write as writer
 from img2tfrecord.conversion.options import ShardSettings
 from img2tfrecord.conversion.plan import auto_shard_counts, estimate_bytes, min_shard_records, shard_bounds
 from img2tfrecord.conversion.splits import order_key
-from img2tfrecord.conversion.update import Recorded, manifest_of, read_recorded
+from img2tfrecord.conversion.update import Recorded, catalog_mismatch, manifest_of, read_recorded
 from img2tfrecord.conversion.update_options import recorded_settings
 from img2tfrecord.conversion.write import ShardInfo
 from img2tfrecord.errors import DataError, Interrupted, UsageError, option
 from img2tfrecord.format import catalog as catalog_file
 from img2tfrecord.format import tfds as tfds_metadata
 from img2tfrecord.format.catalog import CATALOG_NAME, CONVERTED, SKIPPED, Catalog
-from img2tfrecord.format.framing import HEADER_BYTES, RECORD_OVERHEAD
+from img2tfrecord.format.framing import HEADER_BYTES, RECORD_OVERHEAD, is_record_header
 from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME, created_stamp, labels_text, manifest_text
 from img2tfrecord.format.naming import shard_name
 from img2tfrecord.format.schema import utf8_text
@@ -164,6 +165,7 @@ def _build(
         os.makedirs(plain)
         for name in sorted(set(sources.values())):
             _decompress(fs.join(output_dir, name), fs.join(plain, name), settings.compression)
+    _check_headers(output_dir, plain, sources, offsets, cat)
     new = Catalog(has_digests=cat.has_digests)
     placed: dict[int, tuple[str, int]] = {}
     split_info: dict[str, dict[str, Any]] = {}
@@ -212,6 +214,23 @@ def _build(
         MANIFEST_NAME: manifest_text(manifest),
     }
     return files, metadata, written + len(data) + sum(len(t.encode()) for t in metadata.values())
+
+
+def _check_headers(output_dir: str, plain: str, sources: dict[int, str], offsets: list[int], cat: Catalog) -> None:
+    """Refuse (DataError, nothing written) unless each record the catalog places starts there with
+    a header announcing its catalog length: 12 bytes a record, so a catalog that lost step with
+    its shards cannot make compact write shards of cut records."""
+    by_shard: dict[str, list[int]] = {}
+    for r, name in sources.items():
+        by_shard.setdefault(name, []).append(r)
+    for name, rows in sorted(by_shard.items()):
+        with open(fs.join(plain, name), "rb") as f:
+            for r in sorted(rows, key=offsets.__getitem__):
+                f.seek(offsets[r])
+                head = f.read(HEADER_BYTES)
+                if not is_record_header(head) or struct.unpack_from("<Q", head)[0] != cat.lengths[r] - RECORD_OVERHEAD:
+                    what = f"record {cat.records[r]} of {name} is not where, or not as long as, it says"
+                    raise DataError(catalog_mismatch(fs.join(output_dir, CATALOG_NAME), what))
 
 
 def _write(

@@ -39,7 +39,7 @@ from img2tfrecord.conversion.update_resume import (
     link_or_move,
 )
 from img2tfrecord.conversion.write import ShardInfo
-from img2tfrecord.errors import DataError, Interrupted, UsageError
+from img2tfrecord.errors import DataError, Interrupted, UsageError, option
 from img2tfrecord.format import catalog as catalog_file
 from img2tfrecord.format import tfds as tfds_metadata
 from img2tfrecord.format.catalog import CATALOG_NAME, CONVERTED, SKIPPED, Catalog, kind_of
@@ -98,7 +98,18 @@ def read_recorded(output_dir: str) -> Recorded:
         cat = catalog_file.decode(fs.read_bytes(cpath))
     except catalog_file.CatalogError as e:
         raise DataError(f"{cpath}: {e}; run convert --overwrite to rebuild the dataset") from None
+    problems = catalog_file.count_problems(cat, manifest.get("splits") or {})
+    if problems:
+        raise DataError(catalog_mismatch(cpath, problems[0]))
     return Recorded(text, manifest, cat)
+
+
+def catalog_mismatch(where: str, what: str) -> str:
+    """The refusal of a catalog that disagrees with the dataset (update and compact copy records by it)."""
+    return (
+        f"{where}: {what}: the catalog does not match the shards, so records cannot be copied by it; "
+        f"run `img2tfrecord inspect --verify` on the dataset; convert {option('overwrite', True)} rebuilds it"
+    )
 
 
 @dataclass

@@ -24,7 +24,8 @@ import json
 import struct
 import zlib
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 if TYPE_CHECKING:
@@ -276,6 +277,22 @@ class Catalog:
             out[i] = pos
             pos += self.lengths[i]
         return out
+
+
+def count_problems(cat: Catalog, splits: Mapping[str, Any]) -> list[str]:
+    """How the catalog's records per shard disagree with dataset.json's `splits` (empty: they agree).
+
+    `update` and `compact` trust the catalog to say which record of which shard is which image, so
+    they refuse one that fails this first; `inspect --verify` reports the same problems."""
+    listed = {s["file"]: int(s.get("records") or 0) for sp in splits.values() for s in sp.get("shards") or []}
+    held = Counter(cat.shards[r] for r in range(len(cat)) if cat.states[r] == CONVERTED)
+    out = []
+    for name in sorted(set(listed) | set(held)):
+        if name not in listed:
+            out.append(f"lists {held[name]} records in {name}, a shard dataset.json does not list")
+        elif held.get(name, 0) != listed[name]:
+            out.append(f"lists {held.get(name, 0)} records in {name}; dataset.json says {listed[name]}")
+    return out
 
 
 COLUMNS = ("rels", "sizes", "mtimes", "digests", "states", *TABLED, "records", "lengths")
