@@ -88,3 +88,18 @@ def test_update_refuses_a_catalog_whose_record_counts_differ_from_dataset_json(t
         update(src, out)
     with pytest.raises(DataError, match="the catalog does not match the shards"):
         compact(out)
+
+
+def test_update_counts_the_images_it_skipped_now_apart_from_those_still_skipped(tmp_path: Path, cli) -> None:
+    src, out = tmp_path / "in", tmp_path / "out"
+    make_dataset(src, {"a": 3, "b": 2}, size=(16, 12))
+    (src / "a" / "broken.jpg").write_bytes(b"\xff\xd8\xff broken")
+    convert(src, out)
+    save(natural_image(18, 14, 7), src / "a" / "added.jpg", quality=90)
+    s = update(src, out)
+    assert (s["skipped"], s["still_skipped"]) == ([], 1)
+    (src / "b" / "new_broken.png").write_bytes(b"\x89PNG\r\n\x1a\n broken")
+    r = cli("update", src, out)
+    assert r.exit_code == 0
+    assert "1 unusable image skipped" in r.output and "1 image skipped before and unchanged" in r.output
+    assert len(json.loads((out / "dataset.json").read_text())["skipped"]) == 2

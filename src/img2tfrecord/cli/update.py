@@ -63,6 +63,8 @@ def summary_text(s: dict[str, Any]) -> str:
     )
     if s["skipped"]:
         head += f". {plural(len(s['skipped']), 'unusable image')} skipped (listed in dataset.json)"
+    if s.get("still_skipped"):
+        head += f"; {plural(s['still_skipped'], 'image')} skipped before and unchanged, still skipped"
     return "\n".join([head, *_changes_text(s)])
 
 

@@ -483,7 +483,11 @@ def _build(
         "bytes_rewritten_shards": rewritten_bytes,
         "bytes_linked": linked_bytes,
         "converted_images": sum(o.images for o in outcomes),
-        "skipped": manifest["skipped"],
+        # this run's: the images it tried and could not use (and folders the walk could not list); the
+        # ones earlier versions skipped and that are unchanged are not tried again: `still_skipped`
+        "skipped": list(changes.found.skipped)
+        + [skip | {"split": sh.split} for sh, o in zip(planned, outcomes) for skip in o.skipped],
+        "still_skipped": sum(sc.counts.get("still_skipped", 0) for sc in changes.splits.values()),
         "records": sum(sp["records"] for sp in manifest["splits"].values()),
         "elapsed_seconds": round(time.perf_counter() - timing.start, 3),
     }
