@@ -103,3 +103,17 @@ def test_update_counts_the_images_it_skipped_now_apart_from_those_still_skipped(
     assert r.exit_code == 0
     assert "1 unusable image skipped" in r.output and "1 image skipped before and unchanged" in r.output
     assert len(json.loads((out / "dataset.json").read_text())["skipped"]) == 2
+
+
+def test_the_dry_run_estimate_is_what_is_written_without_the_space_margin(tmp_path: Path) -> None:
+    src, out = tmp_path / "in", tmp_path / "out"
+    files = make_dataset(src, {"a": 3, "b": 3}, size=(16, 12))
+    convert(src, out, shards=2)
+    files["a"][1].unlink()  # one shard rewritten, nothing new: at most its old size
+    s = update(src, out, dry_run=True)
+    cat = catalog.decode((out / catalog.CATALOG_NAME).read_bytes())
+    shard = cat.shards[list(cat.rels).index(b"a/" + files["a"][1].name.encode())]
+    man = json.loads((out / "dataset.json").read_text())
+    (entry,) = [e for e in man["splits"]["train"]["shards"] if e["file"] == shard]
+    assert s["shards_to_rewrite"] == 1 and s["shards_to_write"] == 0
+    assert s["bytes_needed"] == entry["bytes"]

@@ -185,7 +185,7 @@ def update(
             if publish.has_unfinished(ws):  # an unfinished update of what is now up to date
                 publish.discard(ws)
             return _summary(input_dir, output_dir, rec, changes, layout, timing, dry_run=False)
-        _check_space(output_dir, _needed(changes, layout, settings), settings, emit)
+        _check_space(output_dir, _needed(changes, layout, settings) + _margin(changes), settings, emit)
         publish.prepare(ws, keep=resume)
         if resume:
             clear_build(ws, NEW_DIR)
@@ -301,14 +301,20 @@ def _byte_rule_counts(changes: Changes, settings: ShardSettings) -> dict[str, in
 
 
 def _needed(changes: Changes, layout: _Layout, settings: ShardSettings) -> int:
-    """About how many bytes the new version writes: its new shards (estimated as convert does),
-    the rewritten ones (at most their old size) and the catalog; kept shards cost nothing (links)."""
+    """About how many bytes the new version writes: its new shards (estimated as convert does) and
+    the rewritten ones (at most their old size); kept shards cost nothing (links). What the dry run
+    says; the space check adds `_margin` (the catalog and metadata, and room to spare)."""
     from img2tfrecord.conversion.plan import _estimate_bytes
 
     table = next(iter(changes.found.splits.values())).table
     new = sum(_estimate_bytes(TaskView(table, sc.encode), settings.encode) for sc in changes.splits.values())
     rewritten = sum(int(e.get("bytes") or 0) for v in layout.rewritten.values() for e, _ in v)
-    return new + rewritten + 64 * len(changes.catalog) + 65536
+    return new + rewritten
+
+
+def _margin(changes: Changes) -> int:
+    """The space check's safety margin over `_needed`: 64 bytes a catalog row and 64 KB."""
+    return 64 * len(changes.catalog) + 65536
 
 
 def _check_space(output_dir: str, needed: int, settings: ShardSettings, emit: EventSink) -> None:
