@@ -11,7 +11,7 @@ from helpers import make_dataset, natural_image, save
 from img2tfrecord.conversion.compact import compact
 from img2tfrecord.conversion.convert import convert
 from img2tfrecord.conversion.update import update
-from img2tfrecord.errors import DataError
+from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.format import catalog
 
 
@@ -117,3 +117,17 @@ def test_the_dry_run_estimate_is_what_is_written_without_the_space_margin(tmp_pa
     (entry,) = [e for e in man["splits"]["train"]["shards"] if e["file"] == shard]
     assert s["shards_to_rewrite"] == 1 and s["shards_to_write"] == 0
     assert s["bytes_needed"] == entry["bytes"]
+
+
+def test_update_names_parameters_to_python_callers_and_options_to_the_cli(tmp_path: Path, cli) -> None:
+    src, out = tmp_path / "in", tmp_path / "out"
+    make_dataset(src, {"a": 2, "b": 2}, size=(16, 12))
+    convert(src, out, dedupe="off")
+    with pytest.raises(UsageError) as e:
+        update(src, out, workers=0)
+    assert "workers=0" in str(e.value) and "--" not in str(e.value)
+    with pytest.raises(UsageError) as e:
+        update(src, out, check_content=True)
+    assert "check_content=True" in str(e.value) and "dedupe='off'" in str(e.value) and "--" not in str(e.value)
+    r = cli("update", src, out, "--check-content")
+    assert r.exit_code == 2 and "--check-content compares" in r.output and "--dedupe off" in r.output

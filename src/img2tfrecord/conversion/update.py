@@ -92,12 +92,12 @@ def read_recorded(output_dir: str) -> Recorded:
     if not fs.exists(cpath):
         raise UsageError(
             f"{output_dir} has no {CATALOG_NAME} (it was converted by a version without one): "
-            "run convert --overwrite once; later changes can then be applied with update"
+            f"run convert with {option('overwrite', True)} once; later changes can then be applied with update"
         )
     try:
         cat = catalog_file.decode(fs.read_bytes(cpath))
     except catalog_file.CatalogError as e:
-        raise DataError(f"{cpath}: {e}; run convert --overwrite to rebuild the dataset") from None
+        raise DataError(f"{cpath}: {e}; run convert with {option('overwrite', True)} to rebuild the dataset") from None
     problems = catalog_file.count_problems(cat, manifest.get("splits") or {})
     if problems:
         raise DataError(catalog_mismatch(cpath, problems[0]))
@@ -153,8 +153,8 @@ def update(
     emit = worded(on_event)
     created_stamp()
     if workers is not None and workers < 1:
-        raise UsageError(f"bad --workers {workers}: must be >= 1")
-    for path, what in ((input_dir, "input"), (output_dir, "output"), (file_list or "", "--file-list")):
+        raise UsageError(f"bad {option('workers', workers)}: must be >= 1")
+    for path, what in ((input_dir, "input"), (output_dir, "output"), (file_list or "", option("file_list"))):
         fs.check_remote(path, what)
     check_paths(input_dir, output_dir)
     rec = read_recorded(output_dir)
@@ -164,8 +164,8 @@ def update(
     settings = recorded_settings(rec.options, fsync=fsync, strict=strict)
     if settings.dedupe == "drop":
         raise UsageError(
-            f"{output_dir} was converted with --dedupe drop, which update does not apply across versions yet: "
-            "run convert --overwrite with the same options"
+            f"{output_dir} was converted with {option('dedupe', 'drop')}, which update does not apply across "
+            f"versions yet: run convert with {option('overwrite', True)} and the same options"
         )
     if dry_run:
         changes = _changes(input_dir, rec, file_list, check_content, emit)
@@ -220,7 +220,10 @@ def update(
 
 def _changes(input_dir: str, rec: Recorded, file_list: str | None, check_content: bool, emit: EventSink) -> Changes:
     if check_content and not rec.catalog.has_digests:
-        raise UsageError("--check-content compares content digests, which a dataset converted with --dedupe off lacks")
+        raise UsageError(
+            f"{option('check_content', True)} compares content digests, which a dataset converted with "
+            f"{option('dedupe', 'off')} lacks"
+        )
     found = walk(input_dir, rec.options, rec.classes, file_list)
     for w in found.warnings:
         emit("warning", w)
