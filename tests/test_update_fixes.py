@@ -131,3 +131,20 @@ def test_update_names_parameters_to_python_callers_and_options_to_the_cli(tmp_pa
     assert "check_content=True" in str(e.value) and "dedupe='off'" in str(e.value) and "--" not in str(e.value)
     r = cli("update", src, out, "--check-content")
     assert r.exit_code == 2 and "--check-content compares" in r.output and "--dedupe off" in r.output
+
+
+def test_update_and_compact_show_names_escaped(tmp_path: Path, cli) -> None:
+    src, out = tmp_path / "in", tmp_path / "o\x1b[31mut"
+    make_dataset(src, {"a": 2, "b": 2}, size=(16, 12))
+    r = cli("update", src, out)  # no dataset there yet: an error line naming it
+    assert r.exit_code == 2 and "\x1b" not in r.output and "o\\x1b[31mut" in r.output
+    convert(src, out)
+    save(natural_image(18, 14, 7), src / "a" / "added.jpg", quality=90)
+    for args in (
+        ("update", src, out, "--dry-run"),
+        ("update", src, out),
+        ("compact", out, "--dry-run"),
+        ("compact", out),
+    ):
+        r = cli(*args)
+        assert r.exit_code == 0 and "\x1b" not in r.output and "o\\x1b[31mut" in r.output, args

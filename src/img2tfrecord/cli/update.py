@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from img2tfrecord.cli import convert as convert_cli
-from img2tfrecord.cli.text import size_text
+from img2tfrecord.cli.text import safe, safe_lines, size_text
 from img2tfrecord.conversion import options
 from img2tfrecord.errors import Img2TFRecordError, Interrupted, plural
 
@@ -143,24 +143,28 @@ def update_command(input_dir: str, output_dir: str, as_json: bool, quiet: bool, 
         )
     except Img2TFRecordError as e:
         progress.close()
-        click.echo(f"error: {e}", err=True)
+        click.echo(safe(f"error: {e}"), err=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt as e:
         progress.close()
         if isinstance(e, Interrupted) and e.published:
-            click.echo(f"interrupted once {output_dir} was updated: it is complete, nothing is left to do", err=True)
+            click.echo(
+                safe(f"interrupted once {output_dir} was updated: it is complete, nothing is left to do"), err=True
+            )
         elif isinstance(e, Interrupted):
             from img2tfrecord.conversion.update_resume import interrupted_line
 
-            click.echo(interrupted_line(output_dir, e.done, e.total), err=True)
+            click.echo(safe(interrupted_line(output_dir, e.done, e.total)), err=True)
         else:
-            click.echo(f"interrupted: {output_dir} is unchanged; run the same command again to update it", err=True)
+            click.echo(
+                safe(f"interrupted: {output_dir} is unchanged; run the same command again to update it"), err=True
+            )
         sys.exit(143 if convert_cli._terminated else 130)
     progress.close()
     if as_json:
         click.echo(json.dumps(summary, ensure_ascii=False))
     elif not quiet:
-        click.echo(summary_text(summary), err=not (summary["dry_run"] or summary["up_to_date"]))
+        click.echo(safe_lines(summary_text(summary)), err=not (summary["dry_run"] or summary["up_to_date"]))
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -181,23 +185,29 @@ def compact_command(output_dir: str, fsync: bool, dry_run: bool, as_json: bool) 
     try:
         s = compact(output_dir, fsync=fsync, dry_run=dry_run)
     except Img2TFRecordError as e:
-        click.echo(f"error: {e}", err=True)
+        click.echo(safe(f"error: {e}"), err=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt as e:
         if isinstance(e, Interrupted) and e.published:
-            click.echo(f"interrupted once {output_dir} was compacted: it is complete, nothing is left to do", err=True)
+            click.echo(
+                safe(f"interrupted once {output_dir} was compacted: it is complete, nothing is left to do"), err=True
+            )
         else:
-            click.echo(f"interrupted: {output_dir} is unchanged", err=True)
+            click.echo(safe(f"interrupted: {output_dir} is unchanged"), err=True)
         sys.exit(143 if convert_cli._terminated else 130)
     if as_json:
         click.echo(json.dumps(s, ensure_ascii=False))
     elif dry_run:
         click.echo(
-            f"{output_dir}: {plural(s['shards_before'], 'shard')} now, {s['shards_after']} after compact (dry run)"
+            safe(
+                f"{output_dir}: {plural(s['shards_before'], 'shard')} now, {s['shards_after']} after compact (dry run)"
+            )
         )
     else:
         click.echo(
-            f"Compacted {output_dir} to version {s['version']}: {plural(s['shards_after'], 'shard')} "
-            f"(were {s['shards_before']}); {size_text(s['bytes_written'])} written",
+            safe(
+                f"Compacted {output_dir} to version {s['version']}: {plural(s['shards_after'], 'shard')} "
+                f"(were {s['shards_before']}); {size_text(s['bytes_written'])} written"
+            ),
             err=True,
         )
