@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -148,3 +149,19 @@ def test_update_and_compact_show_names_escaped(tmp_path: Path, cli) -> None:
     ):
         r = cli(*args)
         assert r.exit_code == 0 and "\x1b" not in r.output and "o\\x1b[31mut" in r.output, args
+
+
+@pytest.mark.parametrize("broken", [b"\\xff.png", b"\xff.png"])
+def test_the_catalog_tells_an_undecodable_name_from_its_escaped_spelling(tmp_path: Path, broken: bytes) -> None:
+    src, out = tmp_path / "in", tmp_path / "out"
+    make_dataset(src, {"a": 2, "b": 2}, size=(16, 12))
+    good = b"\xff.png" if broken == b"\\xff.png" else b"\\xff.png"
+    folder = os.fsencode(src / "a")
+    save(natural_image(18, 14, 7), Path(os.fsdecode(folder + b"/" + good)))
+    with open(folder + b"/" + broken, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n broken")
+    convert(src, out)
+    cat = catalog.decode((out / catalog.CATALOG_NAME).read_bytes())
+    state = {cat.rels[r]: cat.states[r] for r in range(len(cat))}
+    assert state[b"a/" + broken] == catalog.SKIPPED and state[b"a/" + good] == catalog.CONVERTED
+    assert update(src, out)["up_to_date"]

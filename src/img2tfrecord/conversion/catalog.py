@@ -59,18 +59,17 @@ def add_split(
     slots = iter((info.file, r) for info in final for r in range(info.records))
     all_lengths = iter(lengths if lengths is not None else [n for _, o in planned for n in o.lengths])
     for tasks, o in planned:
-        skipped = {s["path"]: s["reason"] for s in o.skipped}
-        dropped = {d["path"]: d["digest"] for d in o.dropped}
+        skipped, dropped = _left_out(o)
         column = o.digests
         k = 0
-        for item in seen(tasks):
+        for i, item in enumerate(seen(tasks)):
             if skipped or dropped:
-                text = utf8_text(item.rel.decode("utf-8", "surrogateescape"))
-                if text in skipped:
-                    cat.add(item.rel, item.size, item.mtime, NO_DIGEST, SKIPPED, split, skipped[text], cls=item.cls)
+                key: int | str = i if o.skipped_at or o.dropped_at else _text(item.rel)
+                if key in skipped:
+                    cat.add(item.rel, item.size, item.mtime, NO_DIGEST, SKIPPED, split, skipped[key], cls=item.cls)
                     continue
-                if text in dropped:
-                    cat.add(item.rel, item.size, item.mtime, digest_bytes(dropped[text]), DROPPED, split, cls=item.cls)
+                if key in dropped:
+                    cat.add(item.rel, item.size, item.mtime, digest_bytes(dropped[key]), DROPPED, split, cls=item.cls)
                     continue
             digest = digest_bytes(column[k * DIGEST_HEX : (k + 1) * DIGEST_HEX])
             kind = o.kinds[o.kind_of[k]] if k < len(o.kind_of) else ""
@@ -80,6 +79,22 @@ def add_split(
             cat.add(
                 item.rel, item.size, item.mtime, digest, CONVERTED, split, "", shard, record, length, item.cls, kind
             )
+
+
+def _left_out(o: ShardOutcome) -> tuple[dict[int | str, str], dict[int | str, str]]:
+    """The outcome's skipped images (-> reason) and dropped ones (-> digest), keyed by their position
+    in the shard's tasks; by name for an outcome without positions (a journal of an older version),
+    where two names that `utf8_text` shows alike (b"\\xff" undecodable, "\\xff" typed) would collide."""
+    if o.skipped_at or o.dropped_at:
+        return (
+            {int(p): s["reason"] for p, s in zip(o.skipped_at, o.skipped)},
+            {int(p): d["digest"] for p, d in zip(o.dropped_at, o.dropped)},
+        )
+    return {s["path"]: s["reason"] for s in o.skipped}, {d["path"]: d["digest"] for d in o.dropped}
+
+
+def _text(rel: bytes) -> str:
+    return utf8_text(rel.decode("utf-8", "surrogateescape"))
 
 
 def record_lengths(directory: str, files: Sequence[str], compression: str | None) -> list[int]:

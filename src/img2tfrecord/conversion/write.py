@@ -199,21 +199,26 @@ class ShardOutcome:
     # into `kinds`: what `update` needs to recount formats and depths after removing records
     kinds: list[str] = field(default_factory=list)
     kind_of: array = field(default_factory=lambda: array("I"))
+    # the positions in the shard's tasks of the `skipped` and `dropped` images: the catalog matches
+    # them by position, as their names (utf8_text) are lossy ("\xff" undecodable, or typed)
+    skipped_at: array = field(default_factory=lambda: array("I"))
+    dropped_at: array = field(default_factory=lambda: array("I"))
 
     def to_dict(self) -> dict[str, Any]:
         """The outcome as JSON-ready data (journal, Beam outcome files, worker results)."""
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "info"}
-        return d | {"info": asdict(self.info), "lengths": pack_ints(self.lengths), "kind_of": pack_ints(self.kind_of)}
+        return d | {"info": asdict(self.info)} | {k: pack_ints(getattr(self, k)) for k in _PACKED}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ShardOutcome:
         if isinstance(d.get("digests"), list):  # a journal of a version that kept [digest, path, class]
             d = d | {"digests": "".join(entry[0] for entry in d["digests"])}
         # lists in older journals
-        packed: dict[str, Any] = {k: unpack_ints(d[k]) for k in ("lengths", "kind_of") if k in d}
+        packed: dict[str, Any] = {k: unpack_ints(d[k]) for k in _PACKED if k in d}
         return cls(**(d | packed | {"info": ShardInfo(**d["info"])}))
 
 
+_PACKED = ("lengths", "kind_of", "skipped_at", "dropped_at")  # ShardOutcome's integer arrays, packed in JSON
 _WIDTHS = {1: "B", 2: "H", 4: "I", 8: "Q"}
 
 
@@ -273,7 +278,7 @@ def write_shard(
     out = ShardOutcome(shard.split, sw.info)
     digests: list[str] = []
     kind_index: dict[tuple[str, str, str, str], int] = {}
-    for task, result in zip(shard.tasks, results):
+    for position, (task, result) in enumerate(zip(shard.tasks, results)):
         out.images += 1
         out.bytes_read += result.size
         reason = result.fmt
@@ -282,6 +287,7 @@ def write_shard(
             assert drop is not None
             digest, kept_copy = drop[task.rel]
             reason = ""
+            out.dropped_at.append(position)
             out.dropped.append(
                 {
                     "path": rel,
@@ -314,6 +320,7 @@ def write_shard(
             reason = ""
         if reason:
             out.skipped.append({"path": rel, "split": shard.split, "reason": reason})
+            out.skipped_at.append(position)
             if on_skip:
                 on_skip(rel, reason)
             if strict:
