@@ -38,7 +38,8 @@ def check_output(ws: Workspace, overwrite: bool, resume: bool = False) -> None:
             check_foreign(ws)
 
 
-def _free_bytes(output_dir: str) -> int | None:
+def free_bytes(output_dir: str) -> int | None:
+    """Free bytes on the disk that holds (or will hold) `output_dir`; None when unknown (remote)."""
     if fs.is_remote(output_dir):
         return None
     path = os.path.abspath(output_dir)
@@ -59,7 +60,7 @@ def human_bytes(n: float) -> str:
 
 
 def _space_note(plan: Plan) -> str:
-    free = _free_bytes(plan.output_dir)
+    free = free_bytes(plan.output_dir)
     note = f"the dataset needs about {human_bytes(plan.estimated_bytes)}"
     return note + (f" and {human_bytes(free)} are free there" if free is not None else "")
 
@@ -71,12 +72,25 @@ def _describe_io(e: BaseException) -> str:
 
 def _check_space(plan: Plan, emit: EventSink) -> None:
     """Fail before any work when the output disk clearly cannot hold the dataset."""
-    free = _free_bytes(plan.output_dir)
-    if free is None or plan.estimated_bytes <= free:
+    check_space(plan.output_dir, plan.estimated_bytes, plan.settings.encode.reencodes, emit)
+
+
+def check_space(
+    folder: str,
+    needed: int,
+    estimated: bool,
+    emit: EventSink,
+    *,
+    writes: str = "the dataset needs",
+    what: str = "the output",
+) -> None:
+    """Fail before any work when `folder`'s disk clearly cannot hold `needed` bytes (convert's and
+    update's rule); when `estimated` (images re-encoded: a rough figure) only warn."""
+    free = free_bytes(folder)
+    if free is None or needed <= free:
         return
-    if plan.settings.encode.reencodes:  # a rough estimate: say so, but let the user try
-        emit("warning", f"the output may not fit: {_space_note(plan)}")
+    note = f"{writes} about {human_bytes(needed)} and {human_bytes(free)} are free there"
+    if estimated:  # a rough estimate: say so, but let the user try
+        emit("warning", f"{what} may not fit: {note}")
         return
-    raise DataError(
-        f"not enough space in {plan.output_dir}: {_space_note(plan)}; free some space or choose another disk"
-    )
+    raise DataError(f"not enough space in {folder}: {note}; free some space or choose another disk")

@@ -336,7 +336,7 @@ def _plan(
             f"{option('strict', True)}: {plural(len(found.skipped), 'file or folder', 'files or folders')} cannot be read, e.g. "
             f"{first['path']}: {first['reason']}; nothing was written"
         )
-    split_bytes = {s: _estimate_bytes(items, opts) for s, items in found.splits.items()}
+    split_bytes = {s: estimate_task_bytes(items, opts) for s, items in found.splits.items()}
     counts, shard_warnings = auto_shard_counts(
         split_bytes, {s: len(v) for s, v in found.splits.items()}, shard_request, min_shard_records(index)
     )
@@ -385,13 +385,13 @@ def check_paths(input_dir: str, output_dir: str) -> None:
             )
 
 
-def _estimate_bytes(items: Sequence[Task], opts: EncodeOptions) -> int:
-    """Rough output size of a split, used only to choose a default shard count."""
+def estimate_task_bytes(items: Sequence[Task], opts: EncodeOptions) -> int:
+    """Rough output size of a split: to choose a default shard count and check the free space."""
     return estimate_bytes(sizes_of(items), opts)
 
 
 def estimate_bytes(sizes: Sequence[int], opts: EncodeOptions) -> int:
-    """`_estimate_bytes` from the source sizes alone (compact recounts a split's shards from its catalog)."""
+    """`estimate_task_bytes` from the source sizes alone (compact recounts a split's shards from its catalog)."""
     items = sizes
     source = sum(sizes)
     unknown = sizes.count(0)  # remote listings carry no sizes

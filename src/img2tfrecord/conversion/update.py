@@ -185,7 +185,10 @@ def update(
             if publish.has_unfinished(ws):  # an unfinished update of what is now up to date
                 publish.discard(ws)
             return _summary(input_dir, output_dir, rec, changes, layout, timing, dry_run=False)
-        _check_space(output_dir, _needed(changes, layout, settings) + _margin(changes), settings, emit)
+        from img2tfrecord.conversion.output import check_space
+
+        needed = _needed(changes, layout, settings) + _margin(changes)
+        check_space(output_dir, needed, settings.encode.reencodes, emit, writes="the update writes", what="the update")
         publish.prepare(ws, keep=resume)
         if resume:
             clear_build(ws, NEW_DIR)
@@ -288,14 +291,14 @@ def _layout(changes: Changes, rec: Recorded, settings: ShardSettings) -> _Layout
 
 def _byte_rule_counts(changes: Changes, settings: ShardSettings) -> dict[str, int]:
     """New shards per split by convert's default rule, applied to the images to encode."""
-    from img2tfrecord.conversion.plan import _estimate_bytes, auto_shard_counts, min_shard_records
+    from img2tfrecord.conversion.plan import auto_shard_counts, estimate_task_bytes, min_shard_records
 
     if not changes.found.splits:
         return {}
     table = next(iter(changes.found.splits.values())).table
     views = {s: TaskView(table, sc.encode) for s, sc in changes.splits.items()}
     counts, _ = auto_shard_counts(  # its warnings are convert's; update warns of a one-record shard itself
-        {s: _estimate_bytes(v, settings.encode) for s, v in views.items()},
+        {s: estimate_task_bytes(v, settings.encode) for s, v in views.items()},
         {s: len(v) for s, v in views.items()},
         None,
         min_shard_records(settings.index),
@@ -307,10 +310,10 @@ def _needed(changes: Changes, layout: _Layout, settings: ShardSettings) -> int:
     """About how many bytes the new version writes: its new shards (estimated as convert does) and
     the rewritten ones (at most their old size); kept shards cost nothing (links). What the dry run
     says; the space check adds `_margin` (the catalog and metadata, and room to spare)."""
-    from img2tfrecord.conversion.plan import _estimate_bytes
+    from img2tfrecord.conversion.plan import estimate_task_bytes
 
     table = next(iter(changes.found.splits.values())).table
-    new = sum(_estimate_bytes(TaskView(table, sc.encode), settings.encode) for sc in changes.splits.values())
+    new = sum(estimate_task_bytes(TaskView(table, sc.encode), settings.encode) for sc in changes.splits.values())
     rewritten = sum(int(e.get("bytes") or 0) for v in layout.rewritten.values() for e, _ in v)
     return new + rewritten
 
@@ -318,20 +321,6 @@ def _needed(changes: Changes, layout: _Layout, settings: ShardSettings) -> int:
 def _margin(changes: Changes) -> int:
     """The space check's safety margin over `_needed`: 64 bytes a catalog row and 64 KB."""
     return 64 * len(changes.catalog) + 65536
-
-
-def _check_space(output_dir: str, needed: int, settings: ShardSettings, emit: EventSink) -> None:
-    """Refuse before any work when the disk clearly cannot hold what the update writes (convert's rule)."""
-    from img2tfrecord.conversion.output import _free_bytes, human_bytes
-
-    free = _free_bytes(output_dir)
-    if free is None or needed <= free:
-        return
-    note = f"the update writes about {human_bytes(needed)} and {human_bytes(free)} are free there"
-    if settings.encode.reencodes:  # an estimate: say so, but let the user try
-        emit("warning", f"the update may not fit: {note}")
-        return
-    raise DataError(f"not enough space in {output_dir}: {note}; free some space or choose another disk")
 
 
 @dataclass
