@@ -78,7 +78,7 @@ def layout(rec: Recorded, settings: ShardSettings) -> tuple[dict[str, list[_Targ
         k = counts[s]
         planned = [[r for r in rows[a:b] if cat.states[r] == CONVERTED] for a, b in shard_bounds(len(rows), k)]
         total = sum(map(len, planned))
-        k_new = min(k, max(1, total // 2)) if settings.index else k
+        k_new = writer.recut_count(k, total, settings.index)
         sizes = [len(p) for p in planned]
         if k_new == k and max(sizes) - min(sizes) <= 1:  # as planned, less the skipped images
             out[s] = [_Target(shard_name(s, i, k), p) for i, p in enumerate(planned)]

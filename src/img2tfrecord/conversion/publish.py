@@ -66,7 +66,7 @@ from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME
 from img2tfrecord.format.naming import LOCK_NAME, SHARD_RE, STAGING_DIR
 from img2tfrecord.format.tfds import FILE_NAMES as TFDS_NAMES
 
-JOURNAL = "journal.jsonl"  # the same name conversion.resume writes
+JOURNAL = "journal.jsonl"  # finished shards, for --resume: conversion.resume writes it under this name
 BUILD = "dataset"
 ASIDE = "previous"  # the old version, after a plain-rename switch
 PUBLISHED = "published"

@@ -21,14 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.dedupe import DIGEST_HEX
+from img2tfrecord.conversion.publish import JOURNAL  # the one name, beside the workspace's others
 from img2tfrecord.conversion.table import fingerprint_items, mtimes_of
 from img2tfrecord.conversion.write import ShardOutcome
 from img2tfrecord.errors import DataError, UsageError, option, plural, said
 
 if TYPE_CHECKING:  # pragma: no cover
     from img2tfrecord.conversion.plan import Plan
-
-JOURNAL = "journal.jsonl"
 
 
 def header(plan: Plan) -> dict[str, Any]:

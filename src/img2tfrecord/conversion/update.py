@@ -283,8 +283,8 @@ def _layout(changes: Changes, rec: Recorded, settings: ShardSettings) -> _Layout
         else:
             per = max(1, math.ceil(int(splits[s]["records"]) / len(entries))) if entries else overall
             k = math.ceil(n / per) if n else 0
-            if settings.index and k:
-                k = min(k, max(1, n // 2))  # no shard of one record with --index (plan.MIN_INDEXED_RECORDS)
+            if k:
+                k = writer.recut_count(k, n, settings.index)  # no shard of one record with an index
         out.new_counts[s] = k
     return out
 

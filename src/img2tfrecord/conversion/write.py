@@ -335,6 +335,12 @@ def write_shard(
     return out
 
 
+def recut_count(k: int, records: int, index: bool) -> int:
+    """How many shards `k` planned shards holding `records` become: with `index`, fewer when
+    some would hold a single record (`MIN_INDEXED_RECORDS`); rebalance, update and compact agree."""
+    return min(k, max(1, records // MIN_INDEXED_RECORDS)) if index else k
+
+
 def rebalance(staging: str, infos: list[ShardInfo], settings: ShardSettings) -> list[ShardInfo]:
     """Re-cut one split's shards so record counts differ by at most one (after skipped images).
 
@@ -349,7 +355,7 @@ def rebalance(staging: str, infos: list[ShardInfo], settings: ShardSettings) -> 
     index = settings.index
     counts = [i.records for i in infos]
     total, k = sum(counts), len(infos)
-    k_new = min(k, max(1, total // MIN_INDEXED_RECORDS)) if index else k
+    k_new = recut_count(k, total, index)
     if k_new == k and max(counts) - min(counts) <= 1:
         return infos
     if k_new != k:
