@@ -185,10 +185,7 @@ def _build(
     if settings.compression:
         shutil.rmtree(plain)
     for r in range(len(cat)):
-        shard, record = placed.get(r, ("", -1))
-        new.add(cat.rels[r], cat.sizes[r], cat.mtimes[r], cat.digests[r], cat.states[r], cat.splits[r], cat.reasons[r])
-        new.shards[-1], new.records[-1] = shard, record
-        new.lengths[-1], new.classes[-1], new.kinds[-1] = cat.lengths[r], cat.classes[r], cat.kinds[r]
+        new.add_row(cat, r, *placed.get(r, ("", -1)))
     data = catalog_file.encode(new)
     fs.write_bytes(fs.join(build, CATALOG_NAME), data)
     files.append(CATALOG_NAME)
@@ -245,18 +242,10 @@ def _write(
     """One compacted shard: its records copied from where the catalog says they are."""
     if not settings.compression:
         path = fs.join(build, t.name)
-        with open(path, "wb") as dst:
-            run: tuple[str, int, int] | None = None  # (source, start, end) of neighbouring records
-            for r in t.rows:
-                src, a, b = fs.join(plain, sources[r]), offsets[r], offsets[r] + cat.lengths[r]
-                if run and run[0] == src and run[2] == a:
-                    run = (src, run[1], b)
-                    continue
-                if run:
-                    writer._copy_range(run[0], run[1], run[2] - run[1], dst)
-                run = (src, a, b)
-            if run:
-                writer._copy_range(run[0], run[1], run[2] - run[1], dst)
+        with open(path, "wb") as dst:  # neighbouring records: one copy
+            writer.copy_spans(
+                (writer.Span(fs.join(plain, sources[r]), offsets[r], cat.lengths[r]) for r in t.rows), dst
+            )
         sizes = [cat.lengths[r] for r in t.rows]
         info = ShardInfo(t.name, records=len(t.rows))
         return writer.seal(path, info, sizes, settings.index, settings.fsync, settings.checksum)

@@ -561,19 +561,13 @@ def _new_catalog(
         if old.states[r] == CONVERTED:
             record = renumber.get((shard, record), record)
             shard = final_of[shard]
-        _copy_row(cat, old, r, shard, record)
+        cat.add_row(old, r, shard, record)
         if r in changes.refreshed:
             cat.sizes[-1], cat.mtimes[-1] = changes.refreshed[r]
     for r in range(len(new_rows)):
         shard = new_rows.shards[r]
-        _copy_row(cat, new_rows, r, final_new.get(shard, shard), new_rows.records[r])
+        cat.add_row(new_rows, r, final_new.get(shard, shard), new_rows.records[r])
     return cat
-
-
-def _copy_row(dst: Catalog, src: Catalog, r: int, shard: str, record: int) -> None:
-    dst.add(src.rels[r], src.sizes[r], src.mtimes[r], src.digests[r], src.states[r], src.splits[r], src.reasons[r])
-    dst.shards[-1], dst.records[-1] = shard, record
-    dst.lengths[-1], dst.classes[-1], dst.kinds[-1] = src.lengths[r], src.classes[r], src.kinds[r]
 
 
 def manifest_of(

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import itertools
 import os
 import sys
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.encode import DROPPED, Result, to_record
@@ -424,20 +423,40 @@ def _recut_bytes(
     bounds: list[tuple[int, int]],
     settings: ShardSettings,
 ) -> list[ShardInfo]:
-    spans = []  # (old file, offset, framed size) of every record, in order
+    spans: list[Span] = []  # every record, in order
     for info in infos:
         path = fs.join(staging, info.file)
-        spans += [(path, offset, size) for offset, size in record_spans(path)]
+        spans += [Span(path, offset, size) for offset, size in record_spans(path)]
     new = []
     for info, (a, b) in zip(targets, bounds):
         out = ShardInfo(info.file, records=b - a)
         path = fs.join(staging, info.file + ".rebalanced")
         with open(path, "wb") as dst:
-            for src_path, group in itertools.groupby(spans[a:b], key=lambda s: s[0]):
-                run = list(group)
-                _copy_range(src_path, run[0][1], sum(s[2] for s in run), dst)
-        new.append(seal(path, out, (s[2] for s in spans[a:b]), settings.index, settings.fsync, settings.checksum))
+            copy_spans(spans[a:b], dst)
+        new.append(seal(path, out, (s.length for s in spans[a:b]), settings.index, settings.fsync, settings.checksum))
     return new
+
+
+class Span(NamedTuple):
+    """One framed record's bytes in a file."""
+
+    file: str
+    offset: int
+    length: int
+
+
+def copy_spans(spans: Iterable[Span], dst: BinaryIO) -> None:
+    """Append each span's bytes to `dst`: neighbouring spans of one file in one copy (in the kernel)."""
+    run: Span | None = None
+    for span in spans:
+        if run is not None and run.file == span.file and run.offset + run.length == span.offset:
+            run = Span(run.file, run.offset, run.length + span.length)
+            continue
+        if run is not None:
+            _copy_range(run.file, run.offset, run.length, dst)
+        run = span
+    if run is not None:
+        _copy_range(run.file, run.offset, run.length, dst)
 
 
 def _copy_range(src_path: str, offset: int, length: int, dst: BinaryIO) -> None:
@@ -470,9 +489,7 @@ def copy_records(src: str, keep: list[int], directory: str, name: str, settings:
             raise DataError(f"{src} holds {len(spans)} records; record {keep[-1]} was expected in it")
         path = fs.join(directory, name)
         with open(path, "wb") as dst:
-            for first, last in _runs(keep):  # neighbouring records: one copy
-                end = spans[last][0] + spans[last][1]
-                _copy_range(src, spans[first][0], end - spans[first][0], dst)
+            copy_spans((Span(src, *spans[n]) for n in keep), dst)  # neighbouring records: one copy
         sizes = [spans[n][1] for n in keep]
         return seal(path, ShardInfo(name, records=len(keep)), sizes, settings.index, settings.fsync, settings.checksum)
     sw = ShardWriter(directory, name, settings.compression, settings.index, checksum=settings.checksum)
@@ -481,16 +498,3 @@ def copy_records(src: str, keep: list[int], directory: str, name: str, settings:
         if n in wanted:
             sw.write(record)
     return sw.close(settings.fsync)
-
-
-def _runs(numbers: list[int]) -> Iterator[tuple[int, int]]:
-    """(first, last) of each run of consecutive numbers in the ascending `numbers`."""
-    start = prev = -2
-    for n in numbers:
-        if n != prev + 1:
-            if start >= 0:
-                yield start, prev
-            start = n
-        prev = n
-    if start >= 0:
-        yield start, prev

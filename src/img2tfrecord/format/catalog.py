@@ -266,6 +266,23 @@ class Catalog:
         self.classes.append(cls)
         self.kinds.append(kind)
 
+    def add_row(self, src: Catalog, r: int, shard: str, record: int) -> None:
+        """Add row `r` of `src` as it is but for where its record now is (update's and compact's new versions)."""
+        self.add(
+            src.rels[r],
+            src.sizes[r],
+            src.mtimes[r],
+            src.digests[r],
+            src.states[r],
+            src.splits[r],
+            src.reasons[r],
+            shard,
+            record,
+            src.lengths[r],
+            src.classes[r],
+            src.kinds[r],
+        )
+
     def offsets(self) -> list[int]:
         """Each converted row's byte offset in its shard (uncompressed), -1 for the others."""
         shards, records = self.shards.codes, self.records
