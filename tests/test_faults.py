@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -211,6 +212,15 @@ def test_two_processes_never_hold_the_lock_at_once(tmp_path):
     assert not os.path.lexists(workspace(str(out)).root)
 
 
+def _parent_of(pid: int) -> int | None:
+    """The parent pid of a live process (Linux /proc), None when it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    return int(re.search(r"^PPid:\s+(\d+)", status, re.M)[1])  # type: ignore[index]
+
+
 def test_a_failing_run_cleans_up_before_it_lets_another_run_in(case, tmp_path):
     """A --strict run that fails removes its work while it still holds the lock: a second run that
     tries meanwhile is refused, so nothing of the second run is deleted under it."""
@@ -226,21 +236,26 @@ def test_a_failing_run_cleans_up_before_it_lets_another_run_in(case, tmp_path):
         [*cmd, "convert", str(src), str(out), *ARGS, "--strict"], stderr=subprocess.PIPE, text=True, env=env()
     )
     ws = workspace(str(out))
-    refused = 0
+    refused, holders, seen_alive = 0, set(), 0
     while proc.poll() is None:
         if os.path.isdir(ws.build):
             lock = OutputLock(ws)
             try:
                 lock.acquire()
             except UsageError as e:
-                assert f"(pid {proc.pid})" in str(e) or "pid" in str(e)
+                said = re.match(r"another img2tfrecord run \(pid (\d+)\) is writing to ", str(e))
+                assert said, str(e)
+                holders.add(int(said[1]))
+                seen_alive += _parent_of(int(said[1])) == proc.pid  # the run strace started (unless it just ended)
                 refused += 1
             else:
                 lock.release()
                 pytest.fail("another run took the lock while the failing run was still cleaning up")
+        time.sleep(0.005)
     _, err = proc.communicate()
     assert proc.returncode == 1 and "--strict" in err, err
     assert refused > 0, "the failing run was never seen at work"
+    assert len(holders) == 1 and os.getpid() not in holders and seen_alive > 0, (holders, seen_alive)
     assert not os.path.lexists(ws.root) and not out.exists()
 
 

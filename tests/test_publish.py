@@ -14,7 +14,7 @@ import pytest
 import img2tfrecord
 from helpers import make_dataset
 from img2tfrecord import fs
-from img2tfrecord.conversion.publish import workspace
+from img2tfrecord.conversion.publish import foreign_entries, workspace
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.format.layout import check_complete, incomplete_reason
 
@@ -137,6 +137,19 @@ def test_overwrite_keeps_a_readers_open_shards_and_the_users_files(src, tmp_path
     assert "notes.txt" in names and (out / "notes.txt").read_text() == "mine"
     assert [n for n in names if "-of-" in n] == [f"train-0000{i}-of-00003" for i in range(3)]
     assert not os.path.lexists(workspace(str(out)).root)
+
+
+def test_the_catalog_is_part_of_the_dataset_not_a_user_file(src, tmp_path):
+    """--overwrite carries the user's files over to the new version, not the dataset's own: a
+    catalog (or its half-written temp file) left by the old version is not a user file."""
+    out = tmp_path / "out"
+    convert(src, out, shards=2)
+    assert (out / "dataset.catalog").is_file() and foreign_entries(str(out)) == []
+    (out / "dataset.catalog.tmp").write_bytes(b"half a catalog")
+    (out / "notes.txt").write_text("mine")
+    assert foreign_entries(str(out)) == ["notes.txt"]
+    convert(src, out, shards=3, overwrite=True)
+    assert not (out / "dataset.catalog.tmp").exists() and (out / "notes.txt").read_text() == "mine"
 
 
 def test_overwrite_refuses_a_folder_it_would_drop(cli, src, tmp_path):

@@ -75,6 +75,28 @@ def test_a_huge_sparse_jpg_is_sniffed_not_read(tmp_path):
     assert skipped == [{"path": "a/huge.jpg", "split": "train", "reason": "not an image: unknown binary data"}]
 
 
+def test_a_file_around_the_sniffed_head_is_read_whole_and_once(tmp_path):
+    """Files just below, at and above the 64 KiB read before sniffing come back byte for byte
+    (the head is re-read in place, not joined to the rest), and a JPEG of any size keeps its bytes."""
+    import io
+
+    import numpy as np
+
+    from img2tfrecord.conversion.encode import HEAD_BYTES, _read
+
+    buf = io.BytesIO()
+    Image.fromarray(np.random.default_rng(3).integers(0, 255, (400, 400, 3), dtype=np.uint8)).save(
+        buf, "JPEG", quality=95
+    )
+    jpeg = buf.getvalue()
+    assert len(jpeg) > 2 * HEAD_BYTES
+    for n in (100, HEAD_BYTES - 1, HEAD_BYTES, HEAD_BYTES + 1, 2 * HEAD_BYTES + 7, len(jpeg)):
+        data = jpeg[:3] + bytes(range(256)) * (n // 256 + 1) if n < len(jpeg) else jpeg
+        path = tmp_path / f"f{n}.jpg"
+        path.write_bytes(data[:n])
+        assert _read(str(path)) == data[:n]
+
+
 def test_skip_reasons_never_copy_a_non_image_file(tmp_path):
     """A `--file-list` row pointing at a secret-looking text file, a symlink `notes.jpg` to it, and
     other non-images: stderr and dataset.json say what each is, and not one byte of it."""

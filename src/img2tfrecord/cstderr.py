@@ -82,6 +82,7 @@ def install() -> bool:
         os.dup2(fd, 2)
         _capture_fd, _saved_fd = fd, saved
         _advertise(fd, saved)
+        _route_decoder_logs()
         return True
 
 
@@ -249,18 +250,37 @@ class _ToTheImageBeingRead(logging.Handler):
             parent.callHandlers(record)
 
 
+_routes: list[tuple[logging.Logger, logging.Handler]] = []  # (decoder logger, our handler on it)
+
+
 def _route_decoder_logs() -> None:
+    """Put `_ToTheImageBeingRead` on the decoders' loggers (idempotent). Done once, by `install`
+    (and by the first `reading`); `reading` only checks that the handler is still there (a
+    logging configuration made since may have removed it), not a logger lookup per image."""
+    routes = []
     for name in _DECODER_LOGGERS:
         logger = logging.getLogger(name)
-        if not any(isinstance(h, _ToTheImageBeingRead) for h in logger.handlers):
-            logger.addHandler(_ToTheImageBeingRead(logger.propagate))
+        handler = next((h for h in logger.handlers if isinstance(h, _ToTheImageBeingRead)), None)
+        if handler is None:
+            handler = _ToTheImageBeingRead(logger.propagate)
+            logger.addHandler(handler)
             logger.propagate = False
+        routes.append((logger, handler))
+    _routes[:] = routes
+
+
+def _routed() -> bool:
+    for logger, handler in _routes:
+        if handler not in logger.handlers:
+            return False
+    return bool(_routes)
 
 
 @contextlib.contextmanager
 def reading() -> Iterator[Said]:
     """Collect what the decoders say while the block reads one image (filled in on exit)."""
-    _route_decoder_logs()
+    if not _routed():
+        _route_decoder_logs()
     said = Said()
     with _reading_lock:
         outer = getattr(_current, "said", None)

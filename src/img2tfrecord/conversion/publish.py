@@ -61,6 +61,7 @@ from dataclasses import dataclass
 
 from img2tfrecord import fs
 from img2tfrecord.errors import UsageError, option
+from img2tfrecord.format.catalog import CATALOG_NAME
 from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME
 from img2tfrecord.format.naming import LOCK_NAME, SHARD_RE, STAGING_DIR
 from img2tfrecord.format.tfds import FILE_NAMES as TFDS_NAMES
@@ -152,11 +153,12 @@ def _inside(path: str, folder: str) -> bool:
 
 
 def is_ours(name: str) -> bool:
-    """A name a dataset (or a run writing one) puts in OUTPUT: shards, indexes, metadata, temp files."""
+    """A name a dataset (or a run writing one) puts in OUTPUT: shards, indexes, metadata, the
+    catalog, temp files."""
     base = name.removesuffix(".tmp")
     return (
         SHARD_RE.match(base.removesuffix(".idx")) is not None
-        or base in (MANIFEST_NAME, LABELS_NAME, *TFDS_NAMES)
+        or base in (MANIFEST_NAME, LABELS_NAME, CATALOG_NAME, *TFDS_NAMES)
         or name in (STAGING_DIR, LOCK_NAME)
     )
 

@@ -13,9 +13,11 @@ runs the same `write_shard`, so the bytes do not depend on the engine.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import itertools
 import os
+import sys
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -75,7 +77,7 @@ class ShardWriter:
         self.checksum = checksum
         self._written = self._flushed = 0  # uncompressed record bytes; how many were handed to writeback
         self._wb_fd: int | None = None
-        self._sizes = array("Q")
+        self._sizes = array("q")
         self._writer = record_writer(self.path, compression)
         if writeback and not compression and not fs.is_remote(self.path):
             self._wb_fd = os.open(self.path, os.O_RDONLY)
@@ -190,22 +192,60 @@ class ShardOutcome:
     # process and the journal; paths and classes come back from the plan (finalize.written).
     digests: str = ""
     dropped: list[dict[str, str]] = field(default_factory=list)  # duplicates left out (--dedupe drop)
-    lengths: list[int] = field(default_factory=list)  # framed size of every record, in order (the catalog's)
+    # framed size of every record, in order (the catalog's); an `array` (8 bytes a record, not a
+    # ~36-byte list entry), written as `pack_ints` text (~5 characters a record) in the journal
+    lengths: array = field(default_factory=lambda: array("q"))
     # each record's stored kind (catalog.kind_key: format, bits, transcoded, reduced), as an index
     # into `kinds`: what `update` needs to recount formats and depths after removing records
     kinds: list[str] = field(default_factory=list)
-    kind_of: list[int] = field(default_factory=list)
+    kind_of: array = field(default_factory=lambda: array("I"))
 
     def to_dict(self) -> dict[str, Any]:
         """The outcome as JSON-ready data (journal, Beam outcome files, worker results)."""
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "info"}
-        return d | {"info": asdict(self.info)}
+        return d | {"info": asdict(self.info), "lengths": pack_ints(self.lengths), "kind_of": pack_ints(self.kind_of)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ShardOutcome:
         if isinstance(d.get("digests"), list):  # a journal of a version that kept [digest, path, class]
             d = d | {"digests": "".join(entry[0] for entry in d["digests"])}
-        return cls(**(d | {"info": ShardInfo(**d["info"])}))
+        # lists in older journals
+        packed: dict[str, Any] = {k: unpack_ints(d[k]) for k in ("lengths", "kind_of") if k in d}
+        return cls(**(d | packed | {"info": ShardInfo(**d["info"])}))
+
+
+_WIDTHS = {1: "B", 2: "H", 4: "I", 8: "Q"}
+
+
+def pack_ints(values: array) -> str:
+    """Non-negative integers as JSON-ready text: ``"W:"`` and the base64 of their little-endian
+    bytes, W (1, 2, 4 or 8) the fewest bytes that hold the largest; "" for none."""
+    if not len(values):
+        return ""
+    top = max(values)
+    width = next(w for w in _WIDTHS if top < 1 << (8 * w))
+    packed = array(_WIDTHS[width], values)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return f"{width}:{base64.b64encode(packed.tobytes()).decode()}"
+
+
+def unpack_ints(text: str | list[int]) -> array:
+    """`pack_ints`'s integers back (a list: a journal of an older version); ValueError if damaged."""
+    if isinstance(text, list):
+        return array("q", text)
+    if not isinstance(text, str):
+        raise ValueError("packed integers are text")
+    if not text:
+        return array("q")
+    width, _, data = text.partition(":")
+    if width not in ("1", "2", "4", "8"):
+        raise ValueError(f"packed integers of width {width!r}")
+    out = array(_WIDTHS[int(width)])
+    out.frombytes(base64.b64decode(data, validate=True))
+    if sys.byteorder == "big":
+        out.byteswap()
+    return out
 
 
 def write_shard(
@@ -232,7 +272,7 @@ def write_shard(
     strict, no_digests = settings.strict, not settings.digests
     out = ShardOutcome(shard.split, sw.info)
     digests: list[str] = []
-    kind_index: dict[str, int] = {}
+    kind_index: dict[tuple[str, str, str, str], int] = {}
     for task, result in zip(shard.tasks, results):
         out.images += 1
         out.bytes_read += result.size
@@ -264,9 +304,11 @@ def write_shard(
             out.depths[depth] = out.depths.get(depth, 0) + 1
             if result.reduced:
                 out.reduced[result.reduced] = out.reduced.get(result.reduced, 0) + 1
-            out.kind_of.append(
-                kind_index.setdefault(kind_key(result.fmt, depth, result.transcoded, result.reduced), len(kind_index))
-            )
+            kind = (result.fmt, depth, result.transcoded or "", result.reduced or "")
+            code = kind_index.get(kind)  # by the tuple: no kind_key string made per record
+            if code is None:
+                code = kind_index[kind] = len(kind_index)
+            out.kind_of.append(code)
             out.orientation_ignored += result.orientation_ignored
             out.converted_bytes += result.size
             reason = ""
@@ -281,8 +323,8 @@ def write_shard(
 
     sw.close(settings.fsync if durable is None else durable)
     out.digests = "".join(digests)
-    out.lengths = sw.sizes.tolist()
-    out.kinds = list(kind_index)
+    out.lengths = sw.sizes
+    out.kinds = [kind_key(*kind) for kind in kind_index]
     return out
 
 

@@ -19,11 +19,16 @@ reader and no `inspect out/*` takes it for a shard.
 
 from __future__ import annotations
 
+import itertools
 import json
 import struct
 import zlib
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
+
+if TYPE_CHECKING:
+    import numpy as np
 
 CATALOG_NAME = "dataset.catalog"
 MAGIC = b"I2TCATv1"
@@ -58,26 +63,179 @@ class CatalogError(ValueError):
     """A catalog that cannot be read; the message says why."""
 
 
-@dataclass
-class Catalog:
-    """The rows, column by column (all columns have one entry per row, in row order)."""
+class Names(Sequence[bytes]):
+    """A column of byte strings as one blob and an `array` of end offsets (~len + 8 bytes a row,
+    where a list of bytes objects costs ~len + 41)."""
 
-    rels: list[bytes] = field(default_factory=list)
-    sizes: list[int] = field(default_factory=list)
-    mtimes: list[int] = field(default_factory=list)
-    digests: list[bytes] = field(default_factory=list)  # 16 bytes, NO_DIGEST when not taken
-    states: list[int] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)  # "" unless skipped
-    splits: list[str] = field(default_factory=list)  # "" for an image of no split (skipped: its planned split)
-    shards: list[str] = field(default_factory=list)  # "" unless converted
-    records: list[int] = field(default_factory=list)  # record number in its shard, -1 unless converted
-    lengths: list[int] = field(default_factory=list)  # framed record size (data + 16), 0 unless converted
-    classes: list[str] = field(default_factory=list)  # the class name (image/class/text)
-    kinds: list[str] = field(default_factory=list)  # kind_key of the record, "" unless converted
-    has_digests: bool = True
+    __slots__ = ("blob", "ends")
+
+    def __init__(self, items: Iterable[bytes] = ()) -> None:
+        self.blob = bytearray()
+        self.ends = array("q")
+        for item in items:
+            self.append(item)
+
+    def append(self, item: bytes) -> None:
+        self.blob += item
+        self.ends.append(len(self.blob))
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    @overload
+    def __getitem__(self, i: int) -> bytes: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[bytes]: ...
+
+    def __getitem__(self, i: int | slice) -> bytes | list[bytes]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        end = self.ends[i]  # IndexError as a list's
+        if i < 0:
+            i += len(self.ends)
+        return bytes(self.blob[self.ends[i - 1] if i else 0 : end])
+
+    def __iter__(self) -> Iterator[bytes]:
+        blob, start = self.blob, 0
+        for end in self.ends:
+            yield bytes(blob[start:end])
+            start = end
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Fixed(Names):
+    """A column of byte strings of one width (the digests): one blob, no offsets."""
+
+    __slots__ = ("width",)
+
+    def __init__(self, width: int, blob: bytes = b"") -> None:
+        self.width = width
+        self.blob = bytearray(blob)
+
+    def append(self, item: bytes) -> None:
+        if len(item) != self.width:
+            raise ValueError(f"{len(item)} bytes where {self.width} are expected")
+        self.blob += item
+
+    def __len__(self) -> int:
+        return len(self.blob) // self.width
+
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("column index out of range")
+        return bytes(self.blob[i * self.width : (i + 1) * self.width])
+
+    def __iter__(self) -> Iterator[bytes]:
+        w, blob = self.width, self.blob
+        return (bytes(blob[i : i + w]) for i in range(0, len(blob), w))
+
+
+class Tabled(Sequence[str]):
+    """A column of few distinct strings: the table of values and an `array` index per row (4 bytes
+    a row). Rows can be set (`update`/`compact` fill in a copied row's shard)."""
+
+    __slots__ = ("values", "lookup", "codes")
+
+    def __init__(self, items: Iterable[str] = ()) -> None:
+        self.values: list[str] = []
+        self.lookup: dict[str, int] = {}
+        self.codes = array("I")
+        for item in items:
+            self.append(item)
+
+    def code(self, value: str) -> int:
+        c = self.lookup.get(value)
+        if c is None:
+            c = self.lookup[value] = len(self.values)
+            self.values.append(value)
+        return c
+
+    def append(self, value: str) -> None:
+        self.codes.append(self.code(value))
+
+    def __setitem__(self, i: int, value: str) -> None:
+        self.codes[i] = self.code(value)
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            return [self.values[c] for c in self.codes[i]]
+        return self.values[self.codes[i]]
+
+    def __iter__(self) -> Iterator[str]:
+        return map(self.values.__getitem__, self.codes)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Catalog:
+    """The rows, column by column (all columns have one entry per row, in row order).
+
+    Columns are compact (~75 bytes a row plus the path, where 12 lists of Python objects took
+    ~520): integers in `array`s, paths in one blob (`Names`), digests in one blob (`Fixed`),
+    the string columns as a table of values and a 4-byte index per row (`Tabled`). Each is
+    indexed by row like a list, and rows can be set (`cat.shards[-1] = name`)."""
+
+    def __init__(self, has_digests: bool = True, **columns: Iterable[Any]) -> None:
+        """An empty catalog, or one of the given columns (lists or any iterable, one entry a row)."""
+        self.rels = Names()
+        self.sizes = array("q")
+        self.mtimes = array("q")
+        self.digests = Fixed(16)  # 16 bytes, NO_DIGEST when not taken
+        self.states = bytearray()
+        self.reasons = Tabled()  # "" unless skipped
+        self.splits = Tabled()  # "" for an image of no split (skipped: its planned split)
+        self.shards = Tabled()  # "" unless converted
+        self.records = array("i")  # record number in its shard, -1 unless converted
+        self.lengths = array("q")  # framed record size (data + 16), 0 unless converted
+        self.classes = Tabled()  # the class name (image/class/text)
+        self.kinds = Tabled()  # kind_key of the record, "" unless converted
+        self.has_digests = has_digests
+        for name, values in columns.items():
+            if name not in COLUMNS:
+                raise TypeError(f"Catalog has no column {name!r}")
+            column = getattr(self, name)
+            if isinstance(column, (array, bytearray)):
+                column.extend(values)
+            else:
+                for value in values:
+                    column.append(value)
 
     def __len__(self) -> int:
         return len(self.rels)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Catalog):
+            return NotImplemented
+        return self.has_digests == other.has_digests and all(
+            list(getattr(self, k)) == list(getattr(other, k)) for k in COLUMNS
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Catalog({len(self)} rows)"
 
     def add(
         self,
@@ -109,19 +267,21 @@ class Catalog:
 
     def offsets(self) -> list[int]:
         """Each converted row's byte offset in its shard (uncompressed), -1 for the others."""
-        order = sorted(
-            (i for i, s in enumerate(self.states) if s == CONVERTED), key=lambda i: (self.shards[i], self.records[i])
-        )
-        out, shard, pos = [-1] * len(self), None, 0
+        shards, records = self.shards.codes, self.records
+        order = sorted((i for i, s in enumerate(self.states) if s == CONVERTED), key=lambda i: (shards[i], records[i]))
+        out, shard, pos = [-1] * len(self), -1, 0
         for i in order:
-            if self.shards[i] != shard:
-                shard, pos = self.shards[i], 0
+            if shards[i] != shard:
+                shard, pos = shards[i], 0
             out[i] = pos
             pos += self.lengths[i]
         return out
 
 
-def _planes(values: list[int], dtype: str) -> bytes:
+COLUMNS = ("rels", "sizes", "mtimes", "digests", "states", *TABLED, "records", "lengths")
+
+
+def _planes(values: Any, dtype: str) -> bytes:
     """Little-endian integers as byte planes (all lowest bytes, then all next ones, ...)."""
     import numpy as np  # here: its import starts threads and costs ~0.1 s, which `inspect` need not pay
 
@@ -129,37 +289,73 @@ def _planes(values: list[int], dtype: str) -> bytes:
     return arr.view(np.uint8).reshape(-1, arr.dtype.itemsize).T.tobytes() if len(arr) else b""
 
 
-def _unplanes(data: bytes, dtype: str, n: int) -> list[int]:
+def _unplanes(data: bytes, dtype: str, n: int) -> np.ndarray:
     import numpy as np
 
     width = np.dtype(dtype).itemsize
     if len(data) != n * width:
         raise CatalogError(f"a column holds {len(data)} bytes, {n * width} expected")
-    if not n:
-        return []
-    return np.frombuffer(data, np.uint8).reshape(width, n).T.copy().view(dtype).ravel().tolist()
+    return np.frombuffer(data, np.uint8).reshape(width, n).T.copy().view(dtype).ravel()
+
+
+def _array(typecode: str, values: np.ndarray) -> array:
+    """An `array` of the numpy `values` (little-endian from the file, native in memory)."""
+    out = array(typecode)
+    out.frombytes(values.astype(f"={values.dtype.kind}{out.itemsize}").tobytes())
+    return out
+
+
+# Bytes a row of each column holds at most, so that reading a catalog (`inspect --verify` reads any
+# dataset's) inflates no column past what its declared rows need: a small file cannot expand to GBs.
+MAX_REL = 4096  # PATH_MAX: a path relative to the input is no longer (the \0 between two included)
+WIDTHS = {"rels": MAX_REL, "sizes": 8, "mtimes": 8, "states": 1, "records": 4, "lengths": 8} | dict.fromkeys(TABLED, 4)
+
+
+def _inflate(blob: bytes, limit: int, name: str) -> bytes:
+    """A zlib column, refused (CatalogError) if it would inflate past `limit` bytes."""
+    d = zlib.decompressobj()
+    out = d.decompress(blob, limit + 1)  # one more than allowed: the sign it holds more (0 would mean no limit)
+    if len(out) > limit:
+        raise CatalogError(f"its {name} column inflates past the {limit} bytes its rows can hold")
+    if not d.eof:
+        raise CatalogError(f"its {name} column is cut short")
+    return out
 
 
 def encode(cat: Catalog) -> bytes:
     """The catalog file's bytes (rows sorted by path: the same rows give the same bytes)."""
-    order = sorted(range(len(cat)), key=cat.rels.__getitem__)
+    import numpy as np
 
-    def col(values: list[Any]) -> list[Any]:
-        return [values[i] for i in order]
+    n = len(cat)
+    rels = list(cat.rels)
+    ordered = sorted(range(n), key=rels.__getitem__)
+    order = np.asarray(ordered, dtype=np.intp)
 
-    mtimes = col(cat.mtimes)
-    deltas = [b - a for a, b in zip([0] + mtimes[:-1], mtimes)]
-    index: dict[str, dict[str, int]] = {k: {} for k in TABLED}
-    coded = {k: [index[k].setdefault(v, len(index[k])) for v in col(getattr(cat, k))] for k in index}
+    def col(values: Any, dtype: str) -> np.ndarray:
+        return np.frombuffer(values, dtype=dtype)[order] if n else np.zeros(0, dtype)
+
+    mtimes = col(cat.mtimes, "=i8")
+    deltas = np.diff(mtimes, prepend=np.int64(0)) if n else mtimes
+    tables: dict[str, list[str]] = {}
+    coded: dict[str, np.ndarray] = {}
+    for k in TABLED:  # each value numbered by its first row in path order, as the file has always had it
+        column: Tabled = getattr(cat, k)
+        codes = col(column.codes, "=u4")
+        used, first = np.unique(codes, return_index=True)
+        used = used[np.argsort(first, kind="stable")]
+        renumber = np.zeros(len(column.values), np.uint32)
+        renumber[used] = np.arange(len(used), dtype=np.uint32)
+        tables[k] = [column.values[c] for c in used.tolist()]
+        coded[k] = renumber[codes]
     columns = {
-        "rels": b"\0".join(col(cat.rels)),
-        "sizes": _planes(col(cat.sizes), "<u8"),
+        "rels": b"\0".join([rels[i] for i in ordered]),
+        "sizes": _planes(col(cat.sizes, "=i8"), "<u8"),
         "mtimes": _planes(deltas, "<i8"),
-        "states": bytes(col(cat.states)),
+        "states": col(cat.states, "u1").tobytes(),
         **{k: _planes(coded[k], "<u4") for k in TABLED},
-        "records": _planes(col(cat.records), "<i4"),
-        "lengths": _planes(col(cat.lengths), "<u8"),
-        "digests": b"".join(col(cat.digests)),
+        "records": _planes(col(cat.records, f"=i{cat.records.itemsize}"), "<i4"),
+        "lengths": _planes(col(cat.lengths, "=i8"), "<u8"),
+        "digests": np.frombuffer(cat.digests.blob, np.uint8).reshape(n, 16)[order].tobytes() if n else b"",
     }
     blobs, described = [], []
     for name, raw in columns.items():
@@ -169,7 +365,7 @@ def encode(cat: Catalog) -> bytes:
     header = {
         "rows": len(cat),
         "has_digests": cat.has_digests,
-        **{k: list(index[k]) for k in TABLED},
+        **tables,
         "columns": described,
     }
     head = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode()
@@ -178,6 +374,8 @@ def encode(cat: Catalog) -> bytes:
 
 def decode(data: bytes) -> Catalog:
     """A catalog from its file's bytes; CatalogError when they are not one."""
+    import numpy as np
+
     if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 4:
         raise CatalogError("not an img2tfrecord catalog (bad magic)")
     (hlen,) = struct.unpack_from("<I", data, len(MAGIC))
@@ -186,33 +384,36 @@ def decode(data: bytes) -> Catalog:
         header = json.loads(data[pos : pos + hlen])
         n = int(header["rows"])
         pos += hlen
+        if not 0 <= n <= (len(data) - pos) // 16:  # the digests alone are 16 raw bytes a row
+            raise CatalogError(f"it declares {n} rows, which its {len(data)} bytes cannot hold")
         raw: dict[str, bytes] = {}
         for name, codec, stored in header["columns"]:
             blob = data[pos : pos + stored]
             pos += stored
-            raw[name] = zlib.decompress(blob) if codec == "zlib" else blob
+            raw[name] = _inflate(blob, n * WIDTHS.get(name, 16), name) if codec == "zlib" else blob
         rels = raw["rels"].split(b"\0") if n else []
         if len(rels) != n or len(raw["states"]) != n or len(raw["digests"]) != 16 * n:
             raise CatalogError("its columns do not hold one entry per row")
-        deltas = _unplanes(raw["mtimes"], "<i8", n)
-        mtimes, t = [], 0
-        for d in deltas:
-            t += d
-            mtimes.append(t)
-        lookups = {k: header[k] for k in TABLED}
-        coded = {k: _unplanes(raw[k], "<u4", n) for k in TABLED}
-        digests = raw["digests"]
-        return Catalog(
-            rels=rels,
-            sizes=_unplanes(raw["sizes"], "<u8", n),
-            mtimes=mtimes,
-            digests=[digests[i * 16 : i * 16 + 16] for i in range(n)],
-            states=list(raw["states"]),
-            **{k: [lookups[k][i] for i in coded[k]] for k in TABLED},
-            records=_unplanes(raw["records"], "<i4", n),
-            lengths=_unplanes(raw["lengths"], "<u8", n),
-            has_digests=bool(header.get("has_digests", True)),
-        )
+        cat = Catalog(has_digests=bool(header.get("has_digests", True)))
+        cat.rels.blob = bytearray(b"".join(rels))
+        cat.rels.ends = array("q", itertools.accumulate(map(len, rels)))
+        cat.sizes = _array("q", _unplanes(raw["sizes"], "<u8", n).view("<i8"))
+        cat.mtimes = _array("q", np.cumsum(_unplanes(raw["mtimes"], "<i8", n), dtype=np.int64))
+        cat.digests = Fixed(16, raw["digests"])
+        cat.states = bytearray(raw["states"])
+        for k in TABLED:
+            column: Tabled = getattr(cat, k)
+            values = header[k]
+            if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+                raise CatalogError(f"its {k} table is not a list of strings")
+            renumber = np.asarray([column.code(v) for v in values] or [0], dtype=np.uint32)
+            codes = _unplanes(raw[k], "<u4", n)
+            if n and (not values or int(codes.max()) >= len(values)):
+                raise CatalogError(f"its {k} column names a value its table does not hold")
+            column.codes = _array("I", renumber[codes])
+        cat.records = _array("i", _unplanes(raw["records"], "<i4", n))
+        cat.lengths = _array("q", _unplanes(raw["lengths"], "<u8", n).view("<i8"))
+        return cat
     except (KeyError, TypeError, ValueError, IndexError, zlib.error) as e:
         if isinstance(e, CatalogError):
             raise
