@@ -108,7 +108,7 @@ def catalog_mismatch(where: str, what: str) -> str:
     """The refusal of a catalog that disagrees with the dataset (update and compact copy records by it)."""
     return (
         f"{where}: {what}: the catalog does not match the shards, so records cannot be copied by it; "
-        f"run `img2tfrecord inspect --verify` on the dataset; convert {option('overwrite', True)} rebuilds it"
+        f"run `img2tfrecord inspect --verify` on the dataset; convert with {option('overwrite', True)} rebuilds it"
     )
 
 
