@@ -77,12 +77,18 @@ class Recorded:
         return list(self.manifest.get("classes") or [])
 
 
-def read_recorded(output_dir: str) -> Recorded:
-    """OUTPUT's dataset.json and catalog; UsageError when OUTPUT is no dataset `update` can extend."""
+def read_recorded(output_dir: str, known: Recorded | None = None) -> Recorded:
+    """OUTPUT's dataset.json and catalog; UsageError when OUTPUT is no dataset `update` can extend.
+
+    `known`: what an earlier call read, returned again when dataset.json is the same bytes (every
+    publish writes a new dataset.json, with its version, beside its catalog), so the catalog is
+    decoded once."""
     path = fs.join(output_dir, MANIFEST_NAME)
     if not fs.exists(path):
         raise UsageError(f"{output_dir} holds no dataset ({MANIFEST_NAME} is missing): run convert first")
     raw = fs.read_bytes(path)
+    if known is not None and raw == known.text.encode("utf-8"):
+        return known
     try:
         manifest = parse_manifest(raw)  # the one validation every reader of dataset.json uses
     except ManifestError as e:
@@ -170,6 +176,26 @@ def update(
     if dry_run:
         changes = _changes(input_dir, rec, file_list, check_content, emit)
         return _summary(input_dir, output_dir, rec, changes, _layout(changes, rec, settings), timing, dry_run=True)
+    with writer.preloading(output_dir):  # the writer loads while the catalog is read and the input walked
+        return _apply(
+            input_dir, output_dir, rec, settings, check_content, resume, workers, file_list, emit, progress, timing
+        )
+
+
+def _apply(
+    input_dir: str,
+    output_dir: str,
+    rec: Recorded,
+    settings: ShardSettings,
+    check_content: bool,
+    resume: bool,
+    workers: int | None,
+    file_list: str | None,
+    emit: EventSink,
+    progress: Callable[[int, int, int], None] | None,
+    timing: Timing,
+) -> dict[str, Any]:
+    """`update` under OUTPUT's lock: the changes, the new version built and published."""
     from img2tfrecord.conversion import publish
 
     ws = publish.workspace(output_dir)
@@ -178,7 +204,7 @@ def update(
     try:
         publish.recover(ws)
         check_unfinished(ws, resume)
-        rec = read_recorded(output_dir)  # as it is now that we hold the lock
+        rec = read_recorded(output_dir, rec)  # as it is now that we hold the lock
         changes = _changes(input_dir, rec, file_list, check_content, emit)
         layout = _layout(changes, rec, settings)
         if changes.nothing:

@@ -17,6 +17,7 @@ import base64
 import contextlib
 import os
 import sys
+import threading
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -130,6 +131,19 @@ def preload_writer(staging: str) -> None:
         load_writer(staging)
     except BaseException:
         pass
+
+
+@contextlib.contextmanager
+def preloading(staging: str) -> Iterator[None]:
+    """The record writer loading in a thread while the block runs (update: while it reads the
+    catalog, walks and diffs), joined when the block ends: a process must not exit while a
+    thread is inside `dlopen`, which holds the loader's lock that exit's library teardown takes."""
+    thread = threading.Thread(target=preload_writer, args=(staging,), name="import-tensorflow", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
 
 
 def load_writer(staging: str) -> None:
