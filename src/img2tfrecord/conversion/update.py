@@ -15,13 +15,11 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from img2tfrecord import cstderr, fs
-from img2tfrecord.conversion import dedupe
 from img2tfrecord.conversion import write as writer
 from img2tfrecord.conversion.catalog import add_split
 from img2tfrecord.conversion.changes import Changes, diff, walk
@@ -30,6 +28,7 @@ from img2tfrecord.conversion.options import ShardSettings
 from img2tfrecord.conversion.plan import Plan, PlannedShard, check_paths, one_record_warning
 from img2tfrecord.conversion.publish import Workspace, reuse
 from img2tfrecord.conversion.table import TaskView
+from img2tfrecord.conversion.update_manifest import manifest_of, new_catalog
 from img2tfrecord.conversion.update_options import recorded_settings, refuse_other_options
 from img2tfrecord.conversion.update_resume import (
     ResumeState,
@@ -42,12 +41,11 @@ from img2tfrecord.conversion.write import ShardInfo
 from img2tfrecord.errors import DataError, Interrupted, UsageError, option
 from img2tfrecord.format import catalog as catalog_file
 from img2tfrecord.format import tfds as tfds_metadata
-from img2tfrecord.format.catalog import CATALOG_NAME, CONVERTED, SKIPPED, Catalog, kind_of
+from img2tfrecord.format.catalog import CATALOG_NAME, CONVERTED, Catalog
 from img2tfrecord.format.manifest import (
     LABELS_NAME,
     MANIFEST_NAME,
     ManifestError,
-    build_manifest,
     created_stamp,
     labels_text,
     manifest_digest,
@@ -443,7 +441,8 @@ def _build(
     if fs.is_remote(work):
         fs.rmtree(work)  # locally, `publish` removes it with what else is not part of the dataset
     # 4. the catalog of the new version
-    cat = _new_catalog(rec.catalog, changes, new_rows, slots, final_of, final_new, settings)
+    renumber = {key: n for mine in slots.values() for slot in mine for key, n in slot.renumber.items()}
+    cat = new_catalog(rec.catalog, changes, new_rows, renumber, final_of, final_new, settings)
     fs.write_bytes(fs.join(build, CATALOG_NAME), catalog_file.encode(cat))
     files.append(CATALOG_NAME)
     manifest = manifest_of(
@@ -541,117 +540,8 @@ def _encode(
     return LocalEngine(log, timing, workers, progress).run(plan, work, settings, emit)
 
 
-def _new_catalog(
-    old: Catalog,
-    changes: Changes,
-    new_rows: Catalog,
-    slots: dict[str, list[_Slot]],
-    final_of: dict[str, str],
-    final_new: dict[str, str],
-    settings: ShardSettings,
-) -> Catalog:
-    """The old rows that stay (shards and record numbers as they are now) and the new rows."""
-    renumber: dict[tuple[str, int], int] = {}
-    for mine in slots.values():
-        for slot in mine:
-            renumber.update(slot.renumber)
-    cat = Catalog(has_digests=settings.digests)
-    for r in changes.kept_rows:
-        shard, record = old.shards[r], old.records[r]
-        if old.states[r] == CONVERTED:
-            record = renumber.get((shard, record), record)
-            shard = final_of[shard]
-        cat.add_row(old, r, shard, record)
-        if r in changes.refreshed:
-            cat.sizes[-1], cat.mtimes[-1] = changes.refreshed[r]
-    for r in range(len(new_rows)):
-        shard = new_rows.shards[r]
-        cat.add_row(new_rows, r, final_new.get(shard, shard), new_rows.records[r])
-    return cat
-
-
-def manifest_of(
-    rec: Recorded,
-    cat: Catalog,
-    classes: list[str],
-    split_info: dict[str, dict[str, Any]],
-    settings: ShardSettings,
-    *,
-    options: dict[str, Any],
-    ignored_files: int,
-    excluded_files: int,
-    walk_skipped: list[dict[str, str]],
-    skipped_rows: list[int] | None = None,
-    warnings: list[str] | None = None,
-    emit: EventSink | None = None,
-) -> dict[str, Any]:
-    """dataset.json of the version after `rec` (update's and compact's), its counts taken from its
-    catalog `cat`: class counts, formats and depths, the skipped images (`skipped_rows`, in that
-    order; default: the catalog's), the duplicate report. `split_info` holds each split's shards."""
-    counts: dict[str, dict[str, int]] = {s: dict.fromkeys(classes, 0) for s in split_info}
-    merged: dict[str, Counter[str]] = {k: Counter() for k in ("formats", "depths", "transcoded", "reduced")}
-    order = {s: i for i, s in enumerate(split_info)}
-    for r in range(len(cat)):
-        if cat.states[r] == CONVERTED:
-            counts[cat.splits[r]][cat.classes[r]] += 1
-            kind = kind_of(cat.kinds[r])
-            merged["formats"][kind.fmt] += 1
-            merged["depths"][kind.depth] += 1
-            if kind.transcoded:
-                merged["transcoded"][kind.transcoded] += 1
-            if kind.reduced:
-                merged["reduced"][kind.reduced] += 1
-    if skipped_rows is None:
-        skipped_rows = [r for r in range(len(cat)) if cat.states[r] == SKIPPED]
-    skipped = list(walk_skipped) + [  # the walk's (folders it cannot list), then the images'
-        {"path": _text(cat.rels[r]), "split": cat.splits[r], "reason": cat.reasons[r]} for r in skipped_rows
-    ]
-    for s, sp in split_info.items():
-        records = sum(int(e["records"]) for e in sp["shards"])
-        split_info[s] = {"records": records, "class_counts": counts[s], "shards": sp["shards"]}
-    duplicates: dict[str, Any] = {"mode": "off"}
-    if settings.dedupe != "off":
-        digests = Counter(cat.digests[r] for r in range(len(cat)) if cat.states[r] == CONVERTED)
-        twice = {d for d, n in digests.items() if n > 1}
-        rows = sorted(
-            (r for r in range(len(cat)) if cat.states[r] == CONVERTED and cat.digests[r] in twice),
-            key=lambda r: (order[cat.splits[r]], cat.shards[r], cat.records[r]),
-        )
-        seen_twice = [(cat.digests[r].hex(), _text(cat.rels[r]), cat.splits[r], cat.classes[r]) for r in rows]
-        duplicates = dedupe.report(settings.dedupe, seen_twice, [])
-        if (line := dedupe.summary_line(duplicates)) and warnings is not None:
-            warnings.append(line)
-            if emit:
-                emit("warning", line)
-    old = rec.manifest
-    return build_manifest(
-        classes=classes,
-        label_offset=int(old.get("label_offset") or 0),
-        options=options,
-        splits=split_info,
-        skipped=skipped,
-        transcoded=dict(merged["transcoded"]),
-        formats=dict(merged["formats"]),
-        depths=dict(merged["depths"]),
-        reduced=dict(merged["reduced"]),
-        ignored_files=ignored_files,
-        engine="local",
-        duplicates=duplicates,
-        excluded_files=excluded_files,
-        version=int(old.get("version") or 1) + 1,
-        parent=manifest_digest(rec.text),
-        shard_request=old.get("shard_request"),
-    )
-
-
 def _settings_of(rec: Recorded) -> ShardSettings:
     return recorded_settings(rec.options, fsync=False, strict=False)
-
-
-def _text(rel: bytes) -> str:
-    from img2tfrecord.format.schema import utf8_text
-
-    return utf8_text(rel.decode("utf-8", "surrogateescape"))
 
 
 def _summary(

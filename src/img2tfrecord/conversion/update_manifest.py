@@ -1,0 +1,134 @@
+"""The new version's catalog and dataset.json, as `update` and `compact` build them from catalog rows.
+
+Apart from `conversion.update` so that module keeps room for the run itself: these are pure
+functions of the old version (its dataset.json and catalog) and of where the records now are, and
+`compact` uses `manifest_of` too. Counts in dataset.json (class counts, formats, depths, skips,
+duplicates) are recomputed from the new catalog, never carried over, so they cannot drift from it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Protocol
+
+from img2tfrecord.conversion import dedupe
+from img2tfrecord.conversion.changes import Changes
+from img2tfrecord.conversion.events import EventSink
+from img2tfrecord.conversion.options import ShardSettings
+from img2tfrecord.format.catalog import CONVERTED, SKIPPED, Catalog, kind_of
+from img2tfrecord.format.manifest import build_manifest, manifest_digest
+from img2tfrecord.format.schema import utf8_text
+
+
+class Parent(Protocol):
+    """The version being replaced, as these builders need it (`update.Recorded` is one)."""
+
+    text: str  # its dataset.json as read: the new version's `parent` is its sha256
+    manifest: dict[str, Any]
+
+
+def new_catalog(
+    old: Catalog,
+    changes: Changes,
+    new_rows: Catalog,
+    renumber: dict[tuple[str, int], int],
+    final_of: dict[str, str],
+    final_new: dict[str, str],
+    settings: ShardSettings,
+) -> Catalog:
+    """The old rows that stay (shards and record numbers as they are now) and the new rows.
+
+    `renumber`: (old shard, record) -> its record number in the rewritten shard; `final_of` /
+    `final_new`: an old shard's / a new shard's provisional name -> its name in the new version."""
+    cat = Catalog(has_digests=settings.digests)
+    for r in changes.kept_rows:
+        shard, record = old.shards[r], old.records[r]
+        if old.states[r] == CONVERTED:
+            record = renumber.get((shard, record), record)
+            shard = final_of[shard]
+        cat.add_row(old, r, shard, record)
+        if r in changes.refreshed:
+            cat.sizes[-1], cat.mtimes[-1] = changes.refreshed[r]
+    for r in range(len(new_rows)):
+        shard = new_rows.shards[r]
+        cat.add_row(new_rows, r, final_new.get(shard, shard), new_rows.records[r])
+    return cat
+
+
+def manifest_of(
+    rec: Parent,
+    cat: Catalog,
+    classes: list[str],
+    split_info: dict[str, dict[str, Any]],
+    settings: ShardSettings,
+    *,
+    options: dict[str, Any],
+    ignored_files: int,
+    excluded_files: int,
+    walk_skipped: list[dict[str, str]],
+    skipped_rows: list[int] | None = None,
+    warnings: list[str] | None = None,
+    emit: EventSink | None = None,
+) -> dict[str, Any]:
+    """dataset.json of the version after `rec` (update's and compact's), its counts taken from its
+    catalog `cat`: class counts, formats and depths, the skipped images (`skipped_rows`, in that
+    order; default: the catalog's), the duplicate report. `split_info` holds each split's shards."""
+    counts: dict[str, dict[str, int]] = {s: dict.fromkeys(classes, 0) for s in split_info}
+    merged: dict[str, Counter[str]] = {k: Counter() for k in ("formats", "depths", "transcoded", "reduced")}
+    order = {s: i for i, s in enumerate(split_info)}
+    for r in range(len(cat)):
+        if cat.states[r] == CONVERTED:
+            counts[cat.splits[r]][cat.classes[r]] += 1
+            kind = kind_of(cat.kinds[r])
+            merged["formats"][kind.fmt] += 1
+            merged["depths"][kind.depth] += 1
+            if kind.transcoded:
+                merged["transcoded"][kind.transcoded] += 1
+            if kind.reduced:
+                merged["reduced"][kind.reduced] += 1
+    if skipped_rows is None:
+        skipped_rows = [r for r in range(len(cat)) if cat.states[r] == SKIPPED]
+    skipped = list(walk_skipped) + [  # the walk's (folders it cannot list), then the images'
+        {"path": text_of(cat.rels[r]), "split": cat.splits[r], "reason": cat.reasons[r]} for r in skipped_rows
+    ]
+    for s, sp in split_info.items():
+        records = sum(int(e["records"]) for e in sp["shards"])
+        split_info[s] = {"records": records, "class_counts": counts[s], "shards": sp["shards"]}
+    duplicates: dict[str, Any] = {"mode": "off"}
+    if settings.dedupe != "off":
+        digests = Counter(cat.digests[r] for r in range(len(cat)) if cat.states[r] == CONVERTED)
+        twice = {d for d, n in digests.items() if n > 1}
+        rows = sorted(
+            (r for r in range(len(cat)) if cat.states[r] == CONVERTED and cat.digests[r] in twice),
+            key=lambda r: (order[cat.splits[r]], cat.shards[r], cat.records[r]),
+        )
+        seen_twice = [(cat.digests[r].hex(), text_of(cat.rels[r]), cat.splits[r], cat.classes[r]) for r in rows]
+        duplicates = dedupe.report(settings.dedupe, seen_twice, [])
+        if (line := dedupe.summary_line(duplicates)) and warnings is not None:
+            warnings.append(line)
+            if emit:
+                emit("warning", line)
+    old = rec.manifest
+    return build_manifest(
+        classes=classes,
+        label_offset=int(old.get("label_offset") or 0),
+        options=options,
+        splits=split_info,
+        skipped=skipped,
+        transcoded=dict(merged["transcoded"]),
+        formats=dict(merged["formats"]),
+        depths=dict(merged["depths"]),
+        reduced=dict(merged["reduced"]),
+        ignored_files=ignored_files,
+        engine="local",
+        duplicates=duplicates,
+        excluded_files=excluded_files,
+        version=int(old.get("version") or 1) + 1,
+        parent=manifest_digest(rec.text),
+        shard_request=old.get("shard_request"),
+    )
+
+
+def text_of(rel: bytes) -> str:
+    """A catalog path as dataset.json writes it (the same text as in the records)."""
+    return utf8_text(rel.decode("utf-8", "surrogateescape"))
