@@ -6,7 +6,8 @@ digest of its bytes; or its class or split, which only a --file-list or a split 
 and *unchanged* otherwise (a row converted from a remote listing knows neither size nor mtime:
 it counts as unchanged unless `check_content`, and the new catalog records what the stat found).
 A file skipped last time is tried again when it changed, and stays
-skipped (with its reason) when it did not. Classes keep their labels: the dataset's classes in
+skipped (with its reason) when it did not; a copy dropped last time (--dedupe drop) stays dropped
+unless it changed or `update_dedupe` restores it (its kept copy left). Classes keep their labels: the dataset's classes in
 their order, then the classes the walk finds that it lacks, sorted (unless the dataset was made
 with --labels: that list stays the set of classes); a class with no image left keeps its label.
 """
@@ -27,6 +28,7 @@ from img2tfrecord.format.catalog import CONVERTED, SKIPPED, Catalog
 from img2tfrecord.format.schema import utf8_text
 
 KINDS = ("added", "removed", "changed", "unchanged", "retried")
+AFTER = ("still_skipped", "still_dropped", "restored")  # counted per split, not per class
 
 
 @dataclass
@@ -36,7 +38,8 @@ class SplitChanges:
 
     encode: array = field(default_factory=lambda: array("q"))
     gone: set[int] = field(default_factory=set)
-    counts: Counter[str] = field(default_factory=Counter)  # KINDS -> images, plus "still_skipped"
+    # KINDS -> images, plus "still_skipped", "still_dropped" and "restored" (update_dedupe)
+    counts: Counter[str] = field(default_factory=Counter)
     per_class: dict[str, Counter[str]] = field(default_factory=dict)
 
     def count(self, kind: str, cls: str) -> None:
@@ -58,6 +61,11 @@ class Changes:
     # kept rows whose size and mtime the catalog did not know (a dataset converted from a remote
     # listing): row -> (size, mtime_ns) as the walk's stat found them, for the new catalog
     refreshed: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # --dedupe drop (update_dedupe.resolve): images to encode that are later copies (Task.rel ->
+    # (digest, the kept copy's rel)), for the engine to leave out; and kept rows whose record leaves
+    # for an earlier copy (they stay in the catalog as dropped)
+    drop: dict[str, tuple[str, str]] = field(default_factory=dict)
+    demoted: set[int] = field(default_factory=set)
 
     @property
     def nothing(self) -> bool:
@@ -72,7 +80,7 @@ class Changes:
             "vanished_classes": self.vanished_classes,
             "splits": {
                 s: {
-                    **{k: sc.counts.get(k, 0) for k in (*KINDS, "still_skipped")},
+                    **{k: sc.counts.get(k, 0) for k in (*KINDS, *AFTER)},
                     "classes": {c: {k: n.get(k, 0) for k in KINDS} for c, n in sorted(sc.per_class.items())},
                 }
                 for s, sc in self.splits.items()
@@ -140,7 +148,9 @@ def diff(found: Discovery, cat: Catalog, old_classes: list[str], check_content: 
                 same = digest is not None and bytes.fromhex(digest) == cat.digests[r]
             if same and not moved:
                 kept.append(r)
-                sc.count("unchanged" if state == CONVERTED else "still_skipped", cls)
+                sc.count(
+                    "unchanged" if state == CONVERTED else "still_skipped" if state == SKIPPED else "still_dropped", cls
+                )
                 continue
             if state == CONVERTED:  # its record leaves the shard that holds it, in the split it was in
                 splits.setdefault(cat.splits[r], SplitChanges()).gone.add(r)

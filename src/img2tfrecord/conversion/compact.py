@@ -33,7 +33,7 @@ from img2tfrecord.conversion.write import ShardInfo
 from img2tfrecord.errors import DataError, Interrupted, UsageError, option
 from img2tfrecord.format import catalog as catalog_file
 from img2tfrecord.format import tfds as tfds_metadata
-from img2tfrecord.format.catalog import CATALOG_NAME, CONVERTED, SKIPPED, Catalog
+from img2tfrecord.format.catalog import CATALOG_NAME, CONVERTED, DROPPED, SKIPPED, Catalog
 from img2tfrecord.format.framing import HEADER_BYTES, RECORD_OVERHEAD, is_record_header
 from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME, created_stamp, labels_text, manifest_text
 from img2tfrecord.format.naming import shard_name
@@ -60,7 +60,7 @@ def layout(rec: Recorded, settings: ShardSettings) -> tuple[dict[str, list[_Targ
     names += [s for s in dict.fromkeys(cat.splits) if s and s not in names]
     candidates: dict[str, list[int]] = {s: [] for s in names}
     for r, state in enumerate(cat.states):
-        if state in (CONVERTED, SKIPPED) and cat.splits[r] in candidates:
+        if state in (CONVERTED, SKIPPED, DROPPED) and cat.splits[r] in candidates:  # convert's planned tasks
             candidates[cat.splits[r]].append(r)
     for rows in candidates.values():
         rows.sort(key=lambda r: (order_key(cat.rels[r], seed), cat.rels[r]))

@@ -160,11 +160,6 @@ def update(
         rec.options | {"shard_request": rec.manifest.get("shard_request")}, options, input_dir, output_dir
     )
     settings = recorded_settings(rec.options, fsync=fsync, strict=strict)
-    if settings.dedupe == "drop":
-        raise UsageError(
-            f"{output_dir} was converted with {option('dedupe', 'drop')}, which update does not apply across "
-            f"versions yet: run convert with {option('overwrite', True)} and the same options"
-        )
     if dry_run:
         changes = _changes(input_dir, rec, file_list, check_content, emit)
         return _summary(input_dir, output_dir, rec, changes, _layout(changes, rec, settings), timing, dry_run=True)
@@ -230,7 +225,12 @@ def _changes(input_dir: str, rec: Recorded, file_list: str | None, check_content
         emit("warning", w)
     for skip in found.skipped:
         emit("skipped", f"{skip['path']}: {skip['reason']}")
-    return diff(found, rec.catalog, rec.classes, check_content)
+    changes = diff(found, rec.catalog, rec.classes, check_content)
+    if rec.options.get("dedupe") == "drop":  # the copy a fresh convert keeps, across versions
+        from img2tfrecord.conversion.update_dedupe import resolve
+
+        resolve(changes, int(rec.options.get("seed") or 0))
+    return changes
 
 
 @dataclass
@@ -486,6 +486,7 @@ def _build(
         + [skip | {"split": sh.split} for sh, o in zip(planned, outcomes) for skip in o.skipped],
         "still_skipped": sum(sc.counts.get("still_skipped", 0) for sc in changes.splits.values()),
         "records": sum(sp["records"] for sp in manifest["splits"].values()),
+        "duplicates": {k: v for k, v in manifest["duplicates"].items() if k != "groups"},  # as convert's summary
         "elapsed_seconds": round(time.perf_counter() - timing.start, 3),
     }
     return _Built(files, metadata, report, warnings)
@@ -530,6 +531,7 @@ def _encode(
         shards=planned,
         settings=settings,
         options=rec.options | {"update_of": manifest_digest(rec.text)},  # the journal's fingerprint
+        drop=changes.drop if settings.dedupe == "drop" else None,
     )
     log = journal(ws, plan, work, run, emit, rewrites)
     timing.reused = frozenset(run.reused)
@@ -576,6 +578,9 @@ def _summary(
         "elapsed_seconds": round(time.perf_counter() - timing.start, 3),
     }
     out["bytes_needed"] = _needed(changes, layout, _settings_of(rec))
+    if rec.options.get("dedupe") == "drop":  # update_dedupe's decisions
+        restored = sum(sc.counts.get("restored", 0) for sc in changes.splits.values())
+        out["dedupe"] = {"dropped": len(changes.drop), "displaced": len(changes.demoted), "restored": restored}
     out["shards_to_write"] = sum(v["new"] for v in out["shards"].values())
     out["shards_to_rewrite"] = sum(v["rewritten"] for v in out["shards"].values())
     return out

@@ -15,7 +15,7 @@ from img2tfrecord.conversion import dedupe
 from img2tfrecord.conversion.changes import Changes
 from img2tfrecord.conversion.events import EventSink
 from img2tfrecord.conversion.options import ShardSettings
-from img2tfrecord.format.catalog import CONVERTED, SKIPPED, Catalog, kind_of
+from img2tfrecord.format.catalog import CONVERTED, DROPPED, SKIPPED, Catalog, kind_of
 from img2tfrecord.format.manifest import build_manifest, manifest_digest
 from img2tfrecord.format.schema import utf8_text
 
@@ -42,11 +42,16 @@ def new_catalog(
     `final_new`: an old shard's / a new shard's provisional name -> its name in the new version."""
     cat = Catalog(has_digests=settings.digests)
     for r in changes.kept_rows:
-        shard, record = old.shards[r], old.records[r]
-        if old.states[r] == CONVERTED:
-            record = renumber.get((shard, record), record)
-            shard = final_of[shard]
-        cat.add_row(old, r, shard, record)
+        if r in changes.demoted:  # a later copy now (update_dedupe): a dropped row, as convert writes one
+            cat.add(
+                old.rels[r], old.sizes[r], old.mtimes[r], old.digests[r], DROPPED, old.splits[r], cls=old.classes[r]
+            )
+        else:
+            shard, record = old.shards[r], old.records[r]
+            if old.states[r] == CONVERTED:
+                record = renumber.get((shard, record), record)
+                shard = final_of[shard]
+            cat.add_row(old, r, shard, record)
         if r in changes.refreshed:
             cat.sizes[-1], cat.mtimes[-1] = changes.refreshed[r]
     for r in range(len(new_rows)):
@@ -96,14 +101,16 @@ def manifest_of(
         split_info[s] = {"records": records, "class_counts": counts[s], "shards": sp["shards"]}
     duplicates: dict[str, Any] = {"mode": "off"}
     if settings.dedupe != "off":
+        dropped_rows = [r for r in range(len(cat)) if cat.states[r] == DROPPED]
         digests = Counter(cat.digests[r] for r in range(len(cat)) if cat.states[r] == CONVERTED)
+        digests.update(cat.digests[r] for r in dropped_rows)
         twice = {d for d, n in digests.items() if n > 1}
         rows = sorted(
             (r for r in range(len(cat)) if cat.states[r] == CONVERTED and cat.digests[r] in twice),
             key=lambda r: (order[cat.splits[r]], cat.shards[r], cat.records[r]),
         )
         seen_twice = [(cat.digests[r].hex(), text_of(cat.rels[r]), cat.splits[r], cat.classes[r]) for r in rows]
-        duplicates = dedupe.report(settings.dedupe, seen_twice, [])
+        duplicates = dedupe.report(settings.dedupe, seen_twice, _dropped(rec, cat, dropped_rows, rows, order))
         if (line := dedupe.summary_line(duplicates)) and warnings is not None:
             warnings.append(line)
             if emit:
@@ -127,6 +134,40 @@ def manifest_of(
         parent=manifest_digest(rec.text),
         shard_request=old.get("shard_request"),
     )
+
+
+def _dropped(
+    rec: Parent, cat: Catalog, dropped_rows: list[int], kept_rows: list[int], order: dict[str, int]
+) -> list[dict[str, str]]:
+    """The dropped copies as convert lists them (`dedupe.report`): in plan order (split, hash, path),
+    each with the copy kept: the converted row of its digest among `kept_rows`; for a copy of a file
+    that was skipped (no digest in the catalog), what the previous dataset.json said."""
+    from img2tfrecord.conversion.splits import order_key
+
+    seed = int((rec.manifest.get("options") or {}).get("seed") or 0)
+    kept = {cat.digests[r]: text_of(cat.rels[r]) for r in kept_rows}
+    before = {
+        d.get("path"): d.get("duplicate_of", "") for d in (rec.manifest.get("duplicates") or {}).get("dropped") or []
+    }
+    last = len(order)
+    rows = sorted(
+        dropped_rows, key=lambda r: (order.get(cat.splits[r], last), order_key(cat.rels[r], seed), cat.rels[r])
+    )
+    out = []
+    for r in rows:
+        path = text_of(cat.rels[r])
+        digest = cat.digests[r]
+        kept_copy = kept.get(digest) or before.get(path, "")
+        out.append(
+            {
+                "path": path,
+                "split": cat.splits[r],
+                "class": cat.classes[r],
+                "digest": digest.hex(),
+                "duplicate_of": kept_copy,
+            }
+        )
+    return out
 
 
 def text_of(rel: bytes) -> str:
