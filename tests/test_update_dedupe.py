@@ -156,6 +156,9 @@ def test_removing_the_kept_copy_encodes_the_first_dropped_one(tmp_path: Path, cl
     (src / kept).unlink()
     dry = _update(cli, src, out, "--dry-run")
     assert dry["dedupe"]["restored"] == 1 and dry["shards_to_write"] == 1
+    text = _ok(cli("update", src, out, "--dry-run")).output
+    assert "duplicates (--dedupe drop): 1 dropped copy encoded again (the kept copy left)" in text
+    assert "1 still dropped (copies)" in text
     s = _update(cli, src, out)
     assert s["dedupe"] == {"dropped": 0, "displaced": 0, "restored": 1}
     first = dup["dropped"][0]["path"]  # the first dropped copy in plan order: a fresh convert keeps it
@@ -217,3 +220,24 @@ def test_dedupe_report_finds_copies_across_old_and_new_images(tmp_path: Path, cl
         tuple(sorted(["a/new.png", "b/new_copy.png"])),
     }
     _like_fresh(cli, src, out, fresh, opts)
+
+
+def test_check_content_finds_a_dropped_copy_changed_in_place(tmp_path: Path, cli) -> None:
+    """Same size and mtime, other bytes: with --check-content the copy is a new image, encoded."""
+    import os
+
+    src, out, fresh, files = _dataset(tmp_path)
+    twin = src / "b" / "twin.jpg"
+    shutil.copy(files["a"][1], twin)
+    _ok(cli("convert", src, out, *DROP))
+    dropped = json.loads((out / "dataset.json").read_text())["duplicates"]["dropped"][0]["path"]
+    target = src / dropped
+    st = target.stat()
+    data = bytearray(target.read_bytes())
+    data[-3] ^= 0xFF  # in the JPEG's entropy-coded data: still a valid image, no longer a copy
+    target.write_bytes(bytes(data))
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert _update(cli, src, out, "--dry-run")["up_to_date"]
+    s = _update(cli, src, out, "--check-content")
+    assert sum(sp["changed"] for sp in s["splits"].values()) == 1 and s["duplicates"]["dropped"] == []
+    _like_fresh(cli, src, out, fresh)

@@ -142,7 +142,7 @@ def diff(found: Discovery, cat: Catalog, old_classes: list[str], check_content: 
             if unknown and state == CONVERTED and not check_content:
                 refreshed[r] = (table.sizes[i], table.mtimes[i])  # known from now on
             moved = cat.splits[r] != s or cat.classes[r] != cls
-            if same and not moved and state == CONVERTED and check_content and cat.has_digests:
+            if same and not moved and state != SKIPPED and check_content and cat.has_digests:  # a dropped copy too
                 refreshed.pop(r, None)
                 digest = digest_file(table.task(i).path)
                 same = digest is not None and bytes.fromhex(digest) == cat.digests[r]
