@@ -3,8 +3,8 @@
 After updates, a split holds its first shards, some rewritten, and shards appended per update.
 `compact` puts every record where `convert INPUT OUT2 --labels OUTPUT/labels.txt` (same options)
 would: each split's images in hash order (conversion.splits), cut as that run's plan cuts them
-(the shard count from dataset.json's `shard_request`, images skipped by their converter taken
-out, re-cut when that unbalances the counts, as `write.rebalance` does). It reads no image and
+(the shard count from dataset.json's `shard_request`, images skipped or dropped as copies by their
+converter taken out, re-cut when that unbalances the counts, as `write.rebalance` does). It reads no image and
 encodes nothing: the catalog says where each record is, and the records are copied (byte ranges
 with `copy_file_range` for uncompressed shards; through TensorFlow's record writer, from a
 decompressed copy, for gzip/zlib ones). So the shards, indexes, labels.txt, TFDS metadata and
