@@ -241,3 +241,22 @@ def test_check_content_finds_a_dropped_copy_changed_in_place(tmp_path: Path, cli
     s = _update(cli, src, out, "--check-content")
     assert sum(sp["changed"] for sp in s["splits"].values()) == 1 and s["duplicates"]["dropped"] == []
     _like_fresh(cli, src, out, fresh)
+
+
+def test_split_folders_keep_the_copy_of_the_first_split(tmp_path: Path, cli) -> None:
+    """INPUT/train/ and INPUT/validation/: the plan takes train first, so a new copy in train of a
+    validation image displaces it, and a new copy in validation of a train image is dropped."""
+    src, out, fresh = tmp_path / "in", tmp_path / "out", tmp_path / "fresh"
+    train = make_dataset(src / "train", {"a": 3, "b": 3}, size=(16, 12))
+    val = make_dataset(src / "validation", {"a": 2, "b": 2}, size=(16, 12), seed=5)
+    opts = ("--dedupe", "drop")
+    _ok(cli("convert", src, out, *opts))
+    shutil.copy(train["a"][1], src / "validation" / "b" / "copy_of_train.jpg")
+    shutil.copy(val["a"][0], src / "train" / "b" / "copy_of_validation.png")
+    s = _update(cli, src, out)
+    assert s["dedupe"] == {"dropped": 1, "displaced": 1, "restored": 0}
+    assert {(d["path"], d["duplicate_of"]) for d in s["duplicates"]["dropped"]} == {
+        ("validation/b/copy_of_train.jpg", "train/a/img_001.jpg"),
+        ("validation/a/img_000.png", "train/b/copy_of_validation.png"),
+    }
+    _like_fresh(cli, src, out, fresh, opts)
