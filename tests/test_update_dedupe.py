@@ -260,3 +260,33 @@ def test_split_folders_keep_the_copy_of_the_first_split(tmp_path: Path, cli) -> 
         ("validation/a/img_000.png", "train/b/copy_of_validation.png"),
     }
     _like_fresh(cli, src, out, fresh, opts)
+
+
+def test_copies_of_a_skipped_file(tmp_path: Path, cli) -> None:
+    """A file convert skips (invalid) still has a content: its later copies are dropped as its
+    copies, and an earlier new copy (skipped too) makes the old one a dropped copy; removed, the
+    first of its dropped copies is tried (and skipped) as a fresh convert tries it."""
+    src, out, fresh, files = _dataset(tmp_path)
+    broken = src / "a" / "broken.jpg"
+    broken.write_bytes(b"\xff\xd8\xff not a jpeg at all")
+    _ok(cli("convert", src, out, *DROP))
+    assert [s["path"] for s in json.loads((out / "dataset.json").read_text())["skipped"]] == ["a/broken.jpg"]
+    later = _name(src / "b", "later", ".jpg", after="a/broken.jpg")
+    shutil.copy(broken, later)
+    s = _update(cli, src, out)
+    assert s["dedupe"] == {"dropped": 1, "displaced": 0, "restored": 0} and s["skipped"] == []
+    assert s["duplicates"]["dropped"][0]["duplicate_of"] == "a/broken.jpg"
+    _like_fresh(cli, src, out, fresh)
+    earlier = _name(src / "b", "earlier", ".jpg", before="a/broken.jpg")
+    shutil.copy(broken, earlier)
+    s = _update(cli, src, out)
+    assert [x["path"] for x in s["skipped"]] == [_rel(src, earlier)]  # tried, and invalid too
+    assert {d["path"]: d["duplicate_of"] for d in s["duplicates"]["dropped"]} == {
+        "a/broken.jpg": _rel(src, earlier),
+        _rel(src, later): _rel(src, earlier),
+    }
+    _like_fresh(cli, src, out, fresh)
+    earlier.unlink()  # the skipped first copy gone: convert would try the next one
+    s = _update(cli, src, out)
+    assert s["dedupe"]["restored"] == 1 and [x["path"] for x in s["skipped"]] == ["a/broken.jpg"]
+    _like_fresh(cli, src, out, fresh)

@@ -62,10 +62,12 @@ class Changes:
     # listing): row -> (size, mtime_ns) as the walk's stat found them, for the new catalog
     refreshed: dict[int, tuple[int, int]] = field(default_factory=dict)
     # --dedupe drop (update_dedupe.resolve): images to encode that are later copies (Task.rel ->
-    # (digest, the kept copy's rel)), for the engine to leave out; and kept rows whose record leaves
-    # for an earlier copy (they stay in the catalog as dropped)
+    # (digest, the kept copy's rel)), for the engine to leave out; kept rows that are later copies
+    # now (-> their digest: a converted one's record leaves, a skipped one is a dropped copy now);
+    # and the kept copy of each copy it placed, by path as dataset.json writes them
     drop: dict[str, tuple[str, str]] = field(default_factory=dict)
-    demoted: set[int] = field(default_factory=set)
+    demoted: dict[int, bytes] = field(default_factory=dict)
+    kept_copy: dict[str, str] = field(default_factory=dict)
 
     @property
     def nothing(self) -> bool:

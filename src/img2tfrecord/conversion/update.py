@@ -229,7 +229,8 @@ def _changes(input_dir: str, rec: Recorded, file_list: str | None, check_content
     if rec.options.get("dedupe") == "drop":  # the copy a fresh convert keeps, across versions
         from img2tfrecord.conversion.update_dedupe import resolve
 
-        resolve(changes, int(rec.options.get("seed") or 0))
+        before = (rec.manifest.get("duplicates") or {}).get("dropped") or []
+        resolve(changes, int(rec.options.get("seed") or 0), {d["path"]: d["duplicate_of"] for d in before})
     return changes
 
 
@@ -455,6 +456,7 @@ def _build(
         ignored_files=changes.found.ignored_files,
         excluded_files=changes.found.excluded_files,
         walk_skipped=list(changes.found.skipped),
+        kept_copy=changes.kept_copy,
         warnings=warnings,
         emit=emit,
     )

@@ -13,9 +13,11 @@ dropped) and the images to encode, and the first of them in plan order is kept:
 - a copy dropped before whose kept copy left (removed or changed) and that is now the first is
   encoded again (`restored`: read from the input as an added image would be).
 
-So `update` then `compact` gives what `convert --dedupe drop` gives. Not knowable: the digest of a
-file that was skipped (unreadable or invalid: the catalog has no digest for it), so a copy of it
-is not recognised as one; convert drops it, update tries it and skips it too. No record differs.
+A file convert skipped (invalid) has a content too, and convert drops its later copies: the
+catalog keeps no digest for it, so when there are images to encode the files still skipped are
+read for theirs (there are few), and a skipped file that left is found as the `duplicate_of` of
+its dropped copies in the previous dataset.json. So `update` then `compact` gives what
+`convert --dedupe drop` gives (tests/test_update_dedupe.py).
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from typing import NamedTuple
 from img2tfrecord.conversion.changes import Changes
 from img2tfrecord.conversion.splits import order_key
 from img2tfrecord.conversion.table import TaskView, decode_name
-from img2tfrecord.format.catalog import CONVERTED, DROPPED, NO_DIGEST
+from img2tfrecord.conversion.update_manifest import text_of
+from img2tfrecord.format.catalog import CONVERTED, DROPPED, NO_DIGEST, SKIPPED
+from img2tfrecord.format.schema import utf8_text
 
 
 class _Copy(NamedTuple):
@@ -39,10 +43,12 @@ class _Copy(NamedTuple):
     row: int  # its catalog row, -1 for an image to encode
 
 
-def resolve(changes: Changes, seed: int) -> None:
-    """Decide (see the module docstring) into `changes`: `drop` for the engine; `demoted` rows join
-    their split's `gone`; restored ones leave `kept_rows` and join `encode` in plan order. Reads
-    the images to encode (their digests, as convert's pre-pass does), nothing else."""
+def resolve(changes: Changes, seed: int, dropped_before: dict[str, str]) -> None:
+    """Decide (see the module docstring) into `changes`: `drop` for the engine; `demoted` rows (a
+    converted one's record joins its split's `gone`); restored ones leave `kept_rows` and join
+    `encode` in plan order; `kept_copy` for dataset.json. `dropped_before`: the previous
+    dataset.json's dropped copies (path -> kept copy). Reads the images to encode (their digests, as
+    convert's pre-pass does) and, when there are some, the files still skipped; nothing else."""
     from img2tfrecord.conversion.encode import digest_file
 
     cat, views = changes.catalog, changes.found.splits
@@ -61,16 +67,26 @@ def resolve(changes: Changes, seed: int) -> None:
         for r in sc.gone:
             if cat.digests[r] != NO_DIGEST:
                 copies.setdefault(cat.digests[r], [])
+    kept = set(changes.kept_rows)
+    _skipped_copies_left(changes, kept, dropped_before, copies)
     if not copies:
         return
-    kept = set(changes.kept_rows)
-    restored: list[int] = []
+    digests: dict[int, bytes] = {}  # kept row -> its digest (a skipped file's: read now)
     for r in changes.kept_rows:
-        digest = cat.digests[r]
-        if digest in copies and cat.states[r] in (CONVERTED, DROPPED) and cat.splits[r] in place:
+        state = cat.states[r]
+        if state == SKIPPED and any(copies.values()):  # an invalid file has a content too: convert drops its copies
+            hexed = digest_file(table.task(_image_of(views[cat.splits[r]], cat.rels[r], seed)).path)
+            if hexed is not None:
+                digests[r] = bytes.fromhex(hexed)
+        elif state != SKIPPED:
+            digests[r] = cat.digests[r]
+    restored: list[int] = []
+    for r, digest in digests.items():
+        if digest in copies and cat.splits[r] in place:
             s = cat.splits[r]
-            key = order_key(cat.rels[r], seed)
-            copies[digest].append(_Copy(place[s], key, _image_of(views[s], cat.rels[r], key, seed), r))
+            copies[digest].append(
+                _Copy(place[s], order_key(cat.rels[r], seed), _image_of(views[s], cat.rels[r], seed), r)
+            )
     for digest, group in copies.items():
         if not group:
             continue
@@ -80,20 +96,42 @@ def resolve(changes: Changes, seed: int) -> None:
         if first.row >= 0 and cat.states[first.row] == DROPPED:
             restored.append(first.row)
         for c in group[1:]:
+            name = decode_name(cat.rels[c.row]) if c.row >= 0 else table.rel(c.image)
+            changes.kept_copy[utf8_text(name)] = utf8_text(first_rel)
             if c.row < 0:
-                changes.drop[table.rel(c.image)] = (digest.hex(), first_rel)
-            elif cat.states[c.row] == CONVERTED:
-                changes.demoted.add(c.row)
-                changes.splits[cat.splits[c.row]].gone.add(c.row)
+                changes.drop[name] = (digest.hex(), first_rel)
+            elif cat.states[c.row] != DROPPED:  # converted (its record leaves) or skipped: dropped now
+                changes.demoted[c.row] = digest
+                sc = changes.splits[cat.splits[c.row]]
+                if cat.states[c.row] == CONVERTED:
+                    sc.gone.add(c.row)
+                else:
+                    sc.counts["still_skipped"] -= 1
+                    sc.counts["still_dropped"] += 1
     if restored:
         _restore(changes, restored, kept, seed)
 
 
-def _image_of(view: TaskView, rel: bytes, key: int, seed: int) -> int:
+def _skipped_copies_left(
+    changes: Changes, kept: set[int], dropped_before: dict[str, str], copies: dict[bytes, list[_Copy]]
+) -> None:
+    """The dropped copies of a skipped file that is removed or changed: their content joins
+    `copies`, so the first of them is tried again (the catalog knows no digest of a skipped file;
+    the previous dataset.json says which file each dropped copy was a copy of)."""
+    cat = changes.catalog
+    gone = {text_of(cat.rels[r]) for r in range(len(cat)) if cat.states[r] == SKIPPED and r not in kept}
+    if not gone:
+        return
+    for r in kept:
+        if cat.states[r] == DROPPED and dropped_before.get(text_of(cat.rels[r])) in gone:
+            copies.setdefault(cat.digests[r], [])
+
+
+def _image_of(view: TaskView, rel: bytes, seed: int) -> int:
     """The walk's image number of `rel` in `view` (hash order, ties in image order), by bisection."""
     table = view.table
     order = view.order
-    j = bisect.bisect_left(order, key, key=lambda i: order_key(table.rel_bytes(i), seed))
+    j = bisect.bisect_left(order, order_key(rel, seed), key=lambda i: order_key(table.rel_bytes(i), seed))
     while j < len(order) and table.rel_bytes(order[j]) != rel:
         j += 1
     if j == len(order):
@@ -108,7 +146,7 @@ def _restore(changes: Changes, rows: list[int], kept: set[int], seed: int) -> No
     by_split: dict[str, list[int]] = {}
     for r in rows:
         s = cat.splits[r]
-        by_split.setdefault(s, []).append(_image_of(views[s], cat.rels[r], order_key(cat.rels[r], seed), seed))
+        by_split.setdefault(s, []).append(_image_of(views[s], cat.rels[r], seed))
         kept.discard(r)
         sc = changes.splits[s]
         sc.counts["still_dropped"] -= 1

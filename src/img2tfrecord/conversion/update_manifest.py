@@ -43,9 +43,8 @@ def new_catalog(
     cat = Catalog(has_digests=settings.digests)
     for r in changes.kept_rows:
         if r in changes.demoted:  # a later copy now (update_dedupe): a dropped row, as convert writes one
-            cat.add(
-                old.rels[r], old.sizes[r], old.mtimes[r], old.digests[r], DROPPED, old.splits[r], cls=old.classes[r]
-            )
+            digest = changes.demoted[r]  # a skipped file's, read by update_dedupe
+            cat.add(old.rels[r], old.sizes[r], old.mtimes[r], digest, DROPPED, old.splits[r], cls=old.classes[r])
         else:
             shard, record = old.shards[r], old.records[r]
             if old.states[r] == CONVERTED:
@@ -72,12 +71,14 @@ def manifest_of(
     excluded_files: int,
     walk_skipped: list[dict[str, str]],
     skipped_rows: list[int] | None = None,
+    kept_copy: dict[str, str] | None = None,
     warnings: list[str] | None = None,
     emit: EventSink | None = None,
 ) -> dict[str, Any]:
     """dataset.json of the version after `rec` (update's and compact's), its counts taken from its
     catalog `cat`: class counts, formats and depths, the skipped images (`skipped_rows`, in that
-    order; default: the catalog's), the duplicate report. `split_info` holds each split's shards."""
+    order; default: the catalog's), the duplicate report (`kept_copy`: the kept copy of the copies
+    update_dedupe placed). `split_info` holds each split's shards."""
     counts: dict[str, dict[str, int]] = {s: dict.fromkeys(classes, 0) for s in split_info}
     merged: dict[str, Counter[str]] = {k: Counter() for k in ("formats", "depths", "transcoded", "reduced")}
     order = {s: i for i, s in enumerate(split_info)}
@@ -110,7 +111,9 @@ def manifest_of(
             key=lambda r: (order[cat.splits[r]], cat.shards[r], cat.records[r]),
         )
         seen_twice = [(cat.digests[r].hex(), text_of(cat.rels[r]), cat.splits[r], cat.classes[r]) for r in rows]
-        duplicates = dedupe.report(settings.dedupe, seen_twice, _dropped(rec, cat, dropped_rows, rows, order))
+        duplicates = dedupe.report(
+            settings.dedupe, seen_twice, _dropped(rec, cat, dropped_rows, rows, order, kept_copy or {})
+        )
         if (line := dedupe.summary_line(duplicates)) and warnings is not None:
             warnings.append(line)
             if emit:
@@ -137,11 +140,17 @@ def manifest_of(
 
 
 def _dropped(
-    rec: Parent, cat: Catalog, dropped_rows: list[int], kept_rows: list[int], order: dict[str, int]
+    rec: Parent,
+    cat: Catalog,
+    dropped_rows: list[int],
+    kept_rows: list[int],
+    order: dict[str, int],
+    kept_copy: dict[str, str],
 ) -> list[dict[str, str]]:
     """The dropped copies as convert lists them (`dedupe.report`): in plan order (split, hash, path),
-    each with the copy kept: the converted row of its digest among `kept_rows`; for a copy of a file
-    that was skipped (no digest in the catalog), what the previous dataset.json said."""
+    each with the copy kept: as this update placed it (`kept_copy`), else the converted row of its
+    digest among `kept_rows`, else (a copy of a skipped file: the catalog has no digest for that
+    one) what the previous dataset.json said."""
     from img2tfrecord.conversion.splits import order_key
 
     seed = int((rec.manifest.get("options") or {}).get("seed") or 0)
@@ -157,14 +166,14 @@ def _dropped(
     for r in rows:
         path = text_of(cat.rels[r])
         digest = cat.digests[r]
-        kept_copy = kept.get(digest) or before.get(path, "")
+        copy_of = kept_copy.get(path) or kept.get(digest) or before.get(path, "")
         out.append(
             {
                 "path": path,
                 "split": cat.splits[r],
                 "class": cat.classes[r],
                 "digest": digest.hex(),
-                "duplicate_of": kept_copy,
+                "duplicate_of": copy_of,
             }
         )
     return out
