@@ -71,19 +71,20 @@ def resolve(changes: Changes, seed: int, dropped_before: dict[str, str]) -> None
     _skipped_copies_left(changes, kept, dropped_before, copies)
     if not copies:
         return
-    digests: dict[int, bytes] = {}  # kept row -> its digest (a skipped file's: read now)
-    for r in changes.kept_rows:
-        state = cat.states[r]
-        if state == SKIPPED and any(copies.values()):  # an invalid file has a content too: convert drops its copies
-            hexed = digest_file(table.task(_image_of(views[cat.splits[r]], cat.rels[r], seed)).path)
-            if hexed is not None:
-                digests[r] = bytes.fromhex(hexed)
-        elif state != SKIPPED:
-            digests[r] = cat.digests[r]
+    new_copies = any(copies.values())  # images to encode with a digest
     restored: list[int] = []
-    for r, digest in digests.items():
-        if digest in copies and cat.splits[r] in place:
-            s = cat.splits[r]
+    for r in changes.kept_rows:
+        s = cat.splits[r]
+        if s not in place:
+            continue
+        if cat.states[r] != SKIPPED:
+            digest = cat.digests[r]
+        elif new_copies:  # an invalid file has a content too, and convert drops its copies: read it
+            hexed = digest_file(table.task(_image_of(views[s], cat.rels[r], seed)).path)
+            digest = bytes.fromhex(hexed) if hexed is not None else NO_DIGEST
+        else:
+            continue
+        if digest in copies:
             copies[digest].append(
                 _Copy(place[s], order_key(cat.rels[r], seed), _image_of(views[s], cat.rels[r], seed), r)
             )
@@ -119,6 +120,8 @@ def _skipped_copies_left(
     `copies`, so the first of them is tried again (the catalog knows no digest of a skipped file;
     the previous dataset.json says which file each dropped copy was a copy of)."""
     cat = changes.catalog
+    if not dropped_before:
+        return
     gone = {text_of(cat.rels[r]) for r in range(len(cat)) if cat.states[r] == SKIPPED and r not in kept}
     if not gone:
         return
