@@ -12,6 +12,7 @@ and the old dataset.json's sha256 as `parent`. Every record-shaping option is th
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -54,6 +55,10 @@ from img2tfrecord.format.manifest import (
 )
 from img2tfrecord.format.naming import shard_name
 
+# The extension modules update imports: loaded before the record writer starts loading in a thread
+# (`write.preloading`): numpy (the catalog's columns) and the JPEG decoder, the lock's fcntl, the local
+# engine's process pool (multiprocessing).
+_EXTENSIONS = ("numpy", "simplejpeg", "fcntl", "img2tfrecord.conversion.engines.local")
 NEW_DIR = ".update-new"  # inside the build folder: new and rewritten shards under provisional names
 REWRITE = "rewrite-"  # the provisional name of a rewritten shard: REWRITE + its old name
 
@@ -75,12 +80,18 @@ class Recorded:
         return list(self.manifest.get("classes") or [])
 
 
-def read_recorded(output_dir: str) -> Recorded:
-    """OUTPUT's dataset.json and catalog; UsageError when OUTPUT is no dataset `update` can extend."""
+def read_recorded(output_dir: str, known: Recorded | None = None) -> Recorded:
+    """OUTPUT's dataset.json and catalog; UsageError when OUTPUT is no dataset `update` can extend.
+
+    `known`: what an earlier call read, returned again when dataset.json is the same bytes (every
+    publish writes a new dataset.json, with its version, beside its catalog), so the catalog is
+    decoded once."""
     path = fs.join(output_dir, MANIFEST_NAME)
     if not fs.exists(path):
         raise UsageError(f"{output_dir} holds no dataset ({MANIFEST_NAME} is missing): run convert first")
     raw = fs.read_bytes(path)
+    if known is not None and raw == known.text.encode("utf-8"):
+        return known
     try:
         manifest = parse_manifest(raw)  # the one validation every reader of dataset.json uses
     except ManifestError as e:
@@ -155,14 +166,35 @@ def update(
     for path, what in ((input_dir, "input"), (output_dir, "output"), (file_list or "", option("file_list"))):
         fs.check_remote(path, what)
     check_paths(input_dir, output_dir)
-    rec = read_recorded(output_dir)
-    refuse_other_options(
-        rec.options | {"shard_request": rec.manifest.get("shard_request")}, options, input_dir, output_dir
-    )
-    settings = recorded_settings(rec.options, fsync=fsync, strict=strict)
-    if dry_run:
-        changes = _changes(input_dir, rec, file_list, check_content, emit)
-        return _summary(input_dir, output_dir, rec, changes, _layout(changes, rec, settings), timing, dry_run=True)
+    # the record writer loads in a thread while the catalog is read and the input walked (not in a dry run)
+    with contextlib.nullcontext() if dry_run else writer.preloading(output_dir, first=_EXTENSIONS):
+        rec = read_recorded(output_dir)
+        refuse_other_options(
+            rec.options | {"shard_request": rec.manifest.get("shard_request")}, options, input_dir, output_dir
+        )
+        settings = recorded_settings(rec.options, fsync=fsync, strict=strict)
+        if dry_run:
+            changes = _changes(input_dir, rec, file_list, check_content, emit)
+            return _summary(input_dir, output_dir, rec, changes, _layout(changes, rec, settings), timing, dry_run=True)
+        return _apply(
+            input_dir, output_dir, rec, settings, check_content, resume, workers, file_list, emit, progress, timing
+        )
+
+
+def _apply(
+    input_dir: str,
+    output_dir: str,
+    rec: Recorded,
+    settings: ShardSettings,
+    check_content: bool,
+    resume: bool,
+    workers: int | None,
+    file_list: str | None,
+    emit: EventSink,
+    progress: Callable[[int, int, int], None] | None,
+    timing: Timing,
+) -> dict[str, Any]:
+    """`update` under OUTPUT's lock: the changes, the new version built and published."""
     from img2tfrecord.conversion import publish
 
     ws = publish.workspace(output_dir)
@@ -171,7 +203,7 @@ def update(
     try:
         publish.recover(ws)
         check_unfinished(ws, resume)
-        rec = read_recorded(output_dir)  # as it is now that we hold the lock
+        rec = read_recorded(output_dir, rec)  # as it is now that we hold the lock
         changes = _changes(input_dir, rec, file_list, check_content, emit)
         layout = _layout(changes, rec, settings)
         if changes.nothing:

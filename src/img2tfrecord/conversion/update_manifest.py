@@ -8,6 +8,7 @@ duplicates) are recomputed from the new catalog, never carried over, so they can
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from typing import Any, Protocol
 
@@ -15,9 +16,11 @@ from img2tfrecord.conversion import dedupe
 from img2tfrecord.conversion.changes import Changes
 from img2tfrecord.conversion.events import EventSink
 from img2tfrecord.conversion.options import ShardSettings
-from img2tfrecord.format.catalog import CONVERTED, DROPPED, SKIPPED, Catalog, kind_of
+from img2tfrecord.format.catalog import DROPPED, SKIPPED, Catalog, kind_of
 from img2tfrecord.format.manifest import build_manifest, manifest_digest
 from img2tfrecord.format.schema import utf8_text
+
+_IS_DROPPED = bytes(int(i == DROPPED) for i in range(256))  # a bytes.translate table
 
 
 class Parent(Protocol):
@@ -40,23 +43,38 @@ def new_catalog(
 
     `renumber`: (old shard, record) -> its record number in the rewritten shard; `final_of` /
     `final_new`: an old shard's / a new shard's provisional name -> its name in the new version."""
-    cat = Catalog(has_digests=settings.digests)
-    for r in changes.kept_rows:
-        if r in changes.demoted:  # a later copy now (update_dedupe): a dropped row, as convert writes one
-            digest = changes.demoted[r]  # a skipped file's, read by update_dedupe
-            cat.add(old.rels[r], old.sizes[r], old.mtimes[r], digest, DROPPED, old.splits[r], cls=old.classes[r])
-        else:
-            shard, record = old.shards[r], old.records[r]
-            if old.states[r] == CONVERTED:
-                record = renumber.get((shard, record), record)
-                shard = final_of[shard]
-            cat.add_row(old, r, shard, record)
+    kept = changes.kept_rows
+    cat = old.take(kept)  # then each record's new shard name and number
+    cat.has_digests = settings.digests
+    if changes.demoted:
+        _drop_rows(cat, kept, changes.demoted)
+    names, codes, records = old.shards.values, cat.shards.codes, cat.records
+    final_code = {c: cat.shards.code(final_of[v]) for c, v in enumerate(names) if v in final_of}
+    for j in itertools.compress(range(len(kept)), cat.converted()):
+        c = codes[j]
+        if renumber:
+            records[j] = renumber.get((names[c], records[j]), records[j])
+        codes[j] = final_code[c]
+    for j, r in enumerate(kept):
         if r in changes.refreshed:
-            cat.sizes[-1], cat.mtimes[-1] = changes.refreshed[r]
+            cat.sizes[j], cat.mtimes[j] = changes.refreshed[r]
     for r in range(len(new_rows)):
         shard = new_rows.shards[r]
         cat.add_row(new_rows, r, final_new.get(shard, shard), new_rows.records[r])
     return cat
+
+
+def _drop_rows(cat: Catalog, kept: list[int], demoted: dict[int, bytes]) -> None:
+    """The kept rows update_dedupe found to be later copies now, made dropped rows as convert writes
+    them (no shard, record or kind; the digest: a skipped file's is known only now)."""
+    w = cat.digests.width
+    for j, r in enumerate(kept):
+        digest = demoted.get(r)
+        if digest is not None:
+            cat.states[j] = DROPPED
+            cat.reasons[j], cat.shards[j], cat.kinds[j] = "", "", ""
+            cat.records[j], cat.lengths[j] = -1, 0
+            cat.digests.blob[j * w : j * w + w] = digest
 
 
 def manifest_of(
@@ -82,16 +100,15 @@ def manifest_of(
     counts: dict[str, dict[str, int]] = {s: dict.fromkeys(classes, 0) for s in split_info}
     merged: dict[str, Counter[str]] = {k: Counter() for k in ("formats", "depths", "transcoded", "reduced")}
     order = {s: i for i, s in enumerate(split_info)}
-    for r in range(len(cat)):
-        if cat.states[r] == CONVERTED:
-            counts[cat.splits[r]][cat.classes[r]] += 1
-            kind = kind_of(cat.kinds[r])
-            merged["formats"][kind.fmt] += 1
-            merged["depths"][kind.depth] += 1
-            if kind.transcoded:
-                merged["transcoded"][kind.transcoded] += 1
-            if kind.reduced:
-                merged["reduced"][kind.reduced] += 1
+    for (split, cls, key), n in cat.tally().items():
+        counts[split][cls] += n
+        kind = kind_of(key)
+        merged["formats"][kind.fmt] += n
+        merged["depths"][kind.depth] += n
+        if kind.transcoded:
+            merged["transcoded"][kind.transcoded] += n
+        if kind.reduced:
+            merged["reduced"][kind.reduced] += n
     if skipped_rows is None:
         skipped_rows = [r for r in range(len(cat)) if cat.states[r] == SKIPPED]
     skipped = list(walk_skipped) + [  # the walk's (folders it cannot list), then the images'
@@ -102,18 +119,15 @@ def manifest_of(
         split_info[s] = {"records": records, "class_counts": counts[s], "shards": sp["shards"]}
     duplicates: dict[str, Any] = {"mode": "off"}
     if settings.dedupe != "off":
-        dropped_rows = [r for r in range(len(cat)) if cat.states[r] == DROPPED]
-        digests = Counter(cat.digests[r] for r in range(len(cat)) if cat.states[r] == CONVERTED)
-        digests.update(cat.digests[r] for r in dropped_rows)
-        twice = {d for d, n in digests.items() if n > 1}
-        rows = sorted(
-            (r for r in range(len(cat)) if cat.states[r] == CONVERTED and cat.digests[r] in twice),
-            key=lambda r: (order[cat.splits[r]], cat.shards[r], cat.records[r]),
-        )
-        seen_twice = [(cat.digests[r].hex(), text_of(cat.rels[r]), cat.splits[r], cat.classes[r]) for r in rows]
-        duplicates = dedupe.report(
-            settings.dedupe, seen_twice, _dropped(rec, cat, dropped_rows, rows, order, kept_copy or {})
-        )
+        rows = cat.duplicate_rows(order)
+        states = bytes(cat.states)
+        dropped_rows = list(itertools.compress(range(len(states)), states.translate(_IS_DROPPED)))
+        if dropped_rows:  # --dedupe drop: the kept copies of the dropped ones too
+            rows = _with_kept_copies(cat, rows, dropped_rows, order)
+        blob, w, rels, in_split, of_class = cat.digests.blob, cat.digests.width, cat.rels, cat.splits, cat.classes
+        seen_twice = [(blob[r * w : r * w + w].hex(), text_of(rels[r]), in_split[r], of_class[r]) for r in rows]
+        dropped = _dropped(rec, cat, dropped_rows, rows, order, kept_copy or {}) if dropped_rows else []
+        duplicates = dedupe.report(settings.dedupe, seen_twice, dropped)
         if (line := dedupe.summary_line(duplicates)) and warnings is not None:
             warnings.append(line)
             if emit:
@@ -137,6 +151,16 @@ def manifest_of(
         parent=manifest_digest(rec.text),
         shard_request=old.get("shard_request"),
     )
+
+
+def _with_kept_copies(cat: Catalog, rows: list[int], dropped_rows: list[int], order: dict[str, int]) -> list[int]:
+    """`rows` (converted rows another converted row duplicates) and the converted rows a dropped row
+    duplicates, in `Catalog.duplicate_rows`' order (split order, shard name, record)."""
+    w, blob = cat.digests.width, bytes(cat.digests.blob)
+    wanted = {blob[r * w : r * w + w] for r in dropped_rows}
+    more = [r for r in itertools.compress(range(len(cat)), cat.converted()) if blob[r * w : r * w + w] in wanted]
+    last = len(order)
+    return sorted(set(rows) | set(more), key=lambda r: (order.get(cat.splits[r], last), cat.shards[r], cat.records[r]))
 
 
 def _dropped(
