@@ -138,6 +138,38 @@ def test_skip_reasons_never_copy_a_non_image_file(tmp_path):
     }
 
 
+def test_inspect_names_a_non_tfrecord_file_without_quoting_it(tmp_path):
+    """`inspect` on files that are no TFRecord: the message names what each looks like (the same
+    words as a skip reason), never its first bytes (in hex or otherwise)."""
+    import io
+
+    from click.testing import CliRunner
+
+    from img2tfrecord.cli import main
+
+    def saved(fmt: str) -> bytes:
+        buf = io.BytesIO()
+        Image.fromarray(upright_rgb()).save(buf, fmt)
+        return buf.getvalue()
+
+    files = {
+        "key.bin": (bytes(range(256)) * 4, "unknown binary data"),
+        "photo.tif": (saved("TIFF"), "a TIFF (II*) image"),
+        "photo.webp": (saved("WEBP"), "a WebP image"),
+        "shadow": (SECRET.encode(), "text"),
+        "doc.pdf": (b"%PDF-1.7 s3cr3t" * 20, "a PDF document"),
+    }
+    runner = CliRunner()
+    for name, (data, kind) in files.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        res = runner.invoke(main, ["inspect", str(path)], catch_exceptions=False)
+        assert res.exit_code == 1, res.output
+        assert f"not a TFRecord file (no valid record header at byte 0; it looks like {kind})" in res.output
+        for leak in (data[:8].hex(" "), data[:8].hex(), data[:4].hex(" "), "root:", "s3cr3t"):
+            assert leak not in res.output, (name, leak, res.output)
+
+
 CHILD_SCRIPT = """
 import multiprocessing, sys
 from img2tfrecord import cstderr
