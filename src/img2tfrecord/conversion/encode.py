@@ -25,7 +25,8 @@ lost entropy-coded data skips it; a BMP TensorFlow refuses (bytes after the pixe
 PNG. Anything wrong with a file raises `SkipImage` with a short, true reason about *that* file:
 the format found from its magic bytes, the decoder's error, and what the C libraries printed or
 Pillow logged while it was read (`cstderr.reading`); a non-image is named, never quoted. A file
-is read whole only when its first bytes say it may be an image (`HEAD_BYTES`, `not_an_image`).
+is read whole only when its first bytes say it may be an image (`HEAD_BYTES`, `not_an_image`) of at
+most --max-pixels when its header is there (`too_many_pixels`).
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ class Result(NamedTuple):
 def encode_image(path: str, opts: EncodeOptions) -> Result:
     """Read and check one file; return how to store it, or raise SkipImage (with what the C
     decoders printed about it, if anything)."""
-    data = _read(path)
+    data = _read(path, opts.max_pixels)
     kind = sniff(data)
     failed: SkipImage | None = None
     with cstderr.reading() as said:  # what the decoders say now is about this image, and only this one
@@ -217,11 +218,17 @@ def _source_bits(im: Image.Image, data: bytes) -> int:
 
 
 def _check_pixels(width: int, height: int, opts: EncodeOptions) -> None:
-    if width * height > opts.max_pixels:
-        raise SkipImage(
-            f"{width}x{height} = {width * height:,} pixels exceeds --max-pixels {opts.max_pixels:,} "
-            "(possible decompression bomb); raise --max-pixels to include it"
-        )
+    if (why := _pixels_problem(width, height, opts.max_pixels)) is not None:
+        raise SkipImage(why)
+
+
+def _pixels_problem(width: int, height: int, max_pixels: int) -> str | None:
+    if width * height <= max_pixels:
+        return None
+    return (
+        f"{width}x{height} = {width * height:,} pixels exceeds --max-pixels {max_pixels:,} "
+        "(possible decompression bomb); raise --max-pixels to include it"
+    )
 
 
 def _check_jpeg_scan(data: bytes) -> None:
@@ -322,10 +329,11 @@ def to_record(task: Task, result: Result) -> bytes:
     )
 
 
-def _read(path: str) -> bytes:
+def _read(path: str, max_pixels: int | None = None) -> bytes:
     """The file's bytes, read through one open file descriptor (one fstat, one read; a file of 64 KiB
-    or more: its first 64 KiB first, to know it is an image, then all of it in one read into the
-    bytes returned, where joining a second read to the first copied every photo once more)."""
+    or more: its first 64 KiB first, to know it is an image of at most `max_pixels` pixels, then all
+    of it in one read into the bytes returned, where joining a second read to the first copied every
+    photo once more)."""
     import errno
     import stat
 
@@ -352,7 +360,7 @@ def _read(path: str) -> bytes:
                 else:  # read it only if its first bytes say it is an image; then whole, in one read
                     head = os.pread(fd, HEAD_BYTES, 0)  # (the file offset stays at 0)
                     with cstderr.reading():  # what Pillow's readers say while sniffing is said to no one
-                        why = not_an_image(head)
+                        why = not_an_image(head) or too_many_pixels(head, max_pixels)
                     if why is not None:
                         raise SkipImage(why)
                     del head
@@ -409,6 +417,43 @@ def not_an_image(head: bytes) -> str | None:
         return describe_unknown(head)
     except Exception:  # a reader took the header and wanted more bytes: read them
         return None
+    return None
+
+
+def too_many_pixels(head: bytes, max_pixels: int | None) -> str | None:
+    """The --max-pixels skip reason when the header in a file's first bytes says it is too big, so
+    that a 30,000 x 30,000 image (a PNG bomb of a few hundred KB, or a real 2 GB scan) is skipped
+    without reading the rest; None when it fits or its size is not in `head` (the full read decides)."""
+    size = header_size(head) if max_pixels is not None else None
+    return _pixels_problem(*size, max_pixels) if size is not None and max_pixels is not None else None
+
+
+def header_size(head: bytes) -> tuple[int, int] | None:
+    """(width, height) from an image's header in `head` (a file's first bytes); None if not there."""
+    if head.startswith(b"\xff\xd8") and (frame := probe_jpeg(jpeg_header_view(head))) is not None:
+        return frame.width, frame.height
+    if (hdr := png_header(head)) is not None:
+        return hdr.width, hdr.height
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":  # Pillow's WebP reader wants the whole file
+        return _webp_size(head)
+    try:  # Pillow's readers parse headers only at open (Image.MAX_IMAGE_PIXELS is lifted above)
+        with warnings.catch_warnings(), Image.open(io.BytesIO(head)) as im:
+            warnings.simplefilter("ignore")
+            return im.size
+    except Exception:  # the header reaches past `head`, or is no header: the full read will tell
+        return None
+
+
+def _webp_size(head: bytes) -> tuple[int, int] | None:
+    """A WebP's canvas from its first chunk (VP8X, lossless VP8L or lossy VP8), per the RIFF spec."""
+    chunk = head[12:16]
+    if chunk == b"VP8X" and len(head) >= 30:
+        return int.from_bytes(head[24:27], "little") + 1, int.from_bytes(head[27:30], "little") + 1
+    if chunk == b"VP8L" and len(head) >= 25 and head[20] == 0x2F:
+        bits = int.from_bytes(head[21:25], "little")
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    if chunk == b"VP8 " and len(head) >= 30 and head[23:26] == b"\x9d\x01\x2a":
+        return int.from_bytes(head[26:28], "little") & 0x3FFF, int.from_bytes(head[28:30], "little") & 0x3FFF
     return None
 
 
