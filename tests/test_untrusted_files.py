@@ -82,7 +82,7 @@ def test_a_file_around_the_sniffed_head_is_read_whole_and_once(tmp_path):
 
     import numpy as np
 
-    from img2tfrecord.conversion.encode import HEAD_BYTES, _read
+    from img2tfrecord.conversion.source import HEAD_BYTES, read_source
 
     buf = io.BytesIO()
     Image.fromarray(np.random.default_rng(3).integers(0, 255, (400, 400, 3), dtype=np.uint8)).save(
@@ -94,7 +94,7 @@ def test_a_file_around_the_sniffed_head_is_read_whole_and_once(tmp_path):
         data = jpeg[:3] + bytes(range(256)) * (n // 256 + 1) if n < len(jpeg) else jpeg
         path = tmp_path / f"f{n}.jpg"
         path.write_bytes(data[:n])
-        assert _read(str(path)) == data[:n]
+        assert read_source(str(path)) == data[:n]
 
 
 def test_skip_reasons_never_copy_a_non_image_file(tmp_path):
@@ -196,8 +196,9 @@ def test_an_image_over_max_pixels_is_skipped_by_its_header_before_it_is_read(tmp
     from click.testing import CliRunner
 
     from img2tfrecord.cli import main
-    from img2tfrecord.conversion.encode import HEAD_BYTES, SkipImage, encode_image
+    from img2tfrecord.conversion.encode import SkipImage, encode_image
     from img2tfrecord.conversion.options import EncodeOptions
+    from img2tfrecord.conversion.source import HEAD_BYTES
 
     src = tmp_path / "in" / "a"
     src.mkdir(parents=True)
