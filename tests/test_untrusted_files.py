@@ -217,6 +217,7 @@ def test_an_image_over_max_pixels_is_skipped_by_its_header_before_it_is_read(tmp
             ("claims.webp", "16384x16384 = 268,435,456"),
         )
     }
+    Image.init()  # all of Pillow's readers imported now, not counted below
     for rel, reason in reasons.items():
         name = rel.removeprefix("a/")
         path = src / name
@@ -237,6 +238,63 @@ def test_an_image_over_max_pixels_is_skipped_by_its_header_before_it_is_read(tmp
         assert f"skipped: {rel}: {reason}" in res.stderr
     skipped = json.loads((tmp_path / "out" / "dataset.json").read_text())["skipped"]
     assert {s["path"]: s["reason"] for s in skipped} == reasons
+
+
+def test_a_remote_file_is_sniffed_before_it_is_read_whole(tmp_path):
+    """gs:// inputs (TensorFlow's ram:// here) are judged by their first 64 KiB as local files are:
+    4 MB of binary junk named .jpg and a PNG bomb cost that much, not the object; a real photo
+    comes back byte for byte; `convert` from ram:// gives the local run's reasons."""
+    import io
+    import tracemalloc
+
+    import numpy as np
+    from click.testing import CliRunner
+
+    from img2tfrecord.cli import main
+    from img2tfrecord.conversion.encode import SkipImage
+    from img2tfrecord.conversion.source import HEAD_BYTES, read_source
+    from img2tfrecord.tf_import import tensorflow
+
+    buf = io.BytesIO()
+    Image.fromarray(np.random.default_rng(7).integers(0, 255, (640, 640, 3), dtype=np.uint8)).save(buf, "JPEG")
+    files = {
+        "a/junk.jpg": bytes(range(256)) * (16 << 10),  # 4 MB, no known magic
+        "a/bomb.png": png_bomb(30_000, 30_000),
+        "a/photo.jpg": buf.getvalue(),
+        "a/small.png": b"\x89PNG\r\n\x1a\n" + b"\x00" * 100,  # under 64 KiB: read whole, then judged
+    }
+    gfile = tensorflow().io.gfile
+    gfile.makedirs("ram://sniff/in/a")
+    for rel, data in files.items():
+        with gfile.GFile(f"ram://sniff/in/{rel}", "wb") as f:
+            f.write(data)
+    assert len(files["a/photo.jpg"]) > 2 * HEAD_BYTES
+    assert read_source("ram://sniff/in/a/photo.jpg") == files["a/photo.jpg"]
+    Image.init()  # all of Pillow's readers imported now, not counted in the sniff below
+    for rel in ("a/junk.jpg", "a/bomb.png"):
+        tracemalloc.start()
+        try:
+            with pytest.raises(SkipImage):
+                read_source(f"ram://sniff/in/{rel}", 100_000_000)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 3 * HEAD_BYTES, f"{rel}: {peak:,} bytes allocated for a {len(files[rel]):,}-byte object"
+
+    local = tmp_path / "in"
+    for rel, data in files.items():
+        (local / rel).parent.mkdir(parents=True, exist_ok=True)
+        (local / rel).write_bytes(data)
+    runner = CliRunner()
+    reasons = []
+    for source, out in (("ram://sniff/in", tmp_path / "remote"), (str(local), tmp_path / "local")):
+        res = runner.invoke(main, ["convert", source, str(out), "--workers", "1"], catch_exceptions=False)
+        assert res.exit_code == 0, res.output
+        reasons.append({s["path"]: s["reason"] for s in json.loads((out / "dataset.json").read_text())["skipped"]})
+    assert reasons[0] == reasons[1]
+    assert sorted(reasons[0]) == ["a/bomb.png", "a/junk.jpg", "a/small.png"]
+    assert reasons[0]["a/junk.jpg"] == "not an image: unknown binary data"
+    assert "exceeds --max-pixels 100,000,000" in reasons[0]["a/bomb.png"]
 
 
 def test_inspect_names_a_non_tfrecord_file_without_quoting_it(tmp_path):
