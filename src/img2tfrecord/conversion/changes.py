@@ -13,6 +13,7 @@ with --labels: that list stays the set of classes); a class with no image left k
 
 from __future__ import annotations
 
+import itertools
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from img2tfrecord.conversion.walk import discover, stat_remote
 from img2tfrecord.format.catalog import CONVERTED, SKIPPED, Catalog
 from img2tfrecord.format.schema import utf8_text
 
+_UNSEEN = bytes([1]) + bytes(255)  # a bytes.translate table: 0 (not seen) -> 1, else 0
 KINDS = ("added", "removed", "changed", "unchanged", "retried")
 
 
@@ -112,49 +114,64 @@ def diff(found: Discovery, cat: Catalog, old_classes: list[str], check_content: 
     table = _table(found)
     texts = [utf8_text(c) for c in table.classes]
     group_class = [texts[g.cls] for g in table.groups]
+    group_code = [cat.classes.lookup.get(c, -1) for c in group_class]  # the class as the catalog codes it
     row_of = {rel: r for r, rel in enumerate(cat.rels)}
-    seen: set[int] = set()
+    seen = bytearray(len(cat))  # 1: the walk found the row's path
     kept: list[int] = []
     refreshed: dict[int, tuple[int, int]] = {}
     splits = {s: SplitChanges() for s in found.splits}
+    # the catalog's columns and the table's, as locals: this loop runs once per image of the dataset
+    sizes, mtimes, states, split_codes, class_codes = (
+        cat.sizes,
+        cat.mtimes,
+        cat.states,
+        cat.splits.codes,
+        cat.classes.codes,
+    )
+    names, offsets, groups, group_of = table.names, table.offsets, table.groups, table.group_of
+    prefixes = [g.prefix for g in groups]
     for s, view in found.splits.items():
         sc = splits[s]
+        tally: Counter[tuple[str, str]] = Counter()  # (kind, class) -> images
+        here = cat.splits.lookup.get(s, -1)
         for i in view.order:
-            rel = table.rel_bytes(i)
-            cls = group_class[table.group_of[i]]
+            g = group_of[i]
+            rel = prefixes[g] + names[offsets[i] : offsets[i + 1]]
+            cls = group_class[g]
             r = row_of.get(rel)
             if r is None:
                 sc.encode.append(i)
-                sc.count("added", cls)
+                tally["added", cls] += 1
                 continue
-            seen.add(r)
-            state = cat.states[r]
-            unknown = cat.sizes[r] == 0 and cat.mtimes[r] == 0  # converted from a listing (remote input)
-            same = unknown or (cat.sizes[r] == table.sizes[i] and cat.mtimes[r] == table.mtimes[i])
+            seen[r] = 1
+            state = states[r]
+            unknown = sizes[r] == 0 and mtimes[r] == 0  # converted from a listing (remote input)
+            same = unknown or (sizes[r] == table.sizes[i] and mtimes[r] == table.mtimes[i])
             if unknown and state == CONVERTED and not check_content:
                 refreshed[r] = (table.sizes[i], table.mtimes[i])  # known from now on
-            moved = cat.splits[r] != s or cat.classes[r] != cls
+            moved = split_codes[r] != here or class_codes[r] != group_code[g]
             if same and not moved and state == CONVERTED and check_content and cat.has_digests:
                 refreshed.pop(r, None)
                 digest = digest_file(table.task(i).path)
                 same = digest is not None and bytes.fromhex(digest) == cat.digests[r]
             if same and not moved:
                 kept.append(r)
-                sc.count("unchanged" if state == CONVERTED else "still_skipped", cls)
+                tally["unchanged" if state == CONVERTED else "still_skipped", cls] += 1
                 continue
             if state == CONVERTED:  # its record leaves the shard that holds it, in the split it was in
                 splits.setdefault(cat.splits[r], SplitChanges()).gone.add(r)
             sc.encode.append(i)
-            sc.count("retried" if state == SKIPPED else "changed", cls)
-    for r in range(len(cat)):
-        if r in seen:
-            continue
+            tally["retried" if state == SKIPPED else "changed", cls] += 1
+        for (kind, cls), n in tally.items():
+            sc.counts[kind] += n
+            sc.per_class.setdefault(cls, Counter())[kind] += n
+    for r in itertools.compress(range(len(cat)), seen.translate(_UNSEEN)):
         s = cat.splits[r]
         sc = splits.setdefault(s, SplitChanges())
-        if cat.states[r] == CONVERTED:
+        if states[r] == CONVERTED:
             sc.gone.add(r)
         sc.count("removed", cat.classes[r])
-    present = {group_class[table.group_of[i]] for view in found.splits.values() for i in view.order}
+    present = {group_class[g] for view in found.splits.values() for g in set(map(group_of.__getitem__, view.order))}
     return Changes(
         found=found,
         catalog=cat,

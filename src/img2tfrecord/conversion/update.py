@@ -12,6 +12,8 @@ and the old dataset.json's sha256 as `parent`. Every record-shaping option is th
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
 import os
 import time
@@ -55,7 +57,12 @@ from img2tfrecord.format.manifest import (
     parse_manifest,
 )
 from img2tfrecord.format.naming import shard_name
+from img2tfrecord.format.schema import utf8_text
 
+# The extension modules update imports: loaded before the record writer starts loading in a thread
+# (`write.preloading`): numpy (the catalog's columns) and the JPEG decoder, the lock's fcntl, the local
+# engine's process pool (multiprocessing).
+_EXTENSIONS = ("numpy", "simplejpeg", "fcntl", "img2tfrecord.conversion.engines.local")
 NEW_DIR = ".update-new"  # inside the build folder: new and rewritten shards under provisional names
 REWRITE = "rewrite-"  # the provisional name of a rewritten shard: REWRITE + its old name
 
@@ -77,12 +84,18 @@ class Recorded:
         return list(self.manifest.get("classes") or [])
 
 
-def read_recorded(output_dir: str) -> Recorded:
-    """OUTPUT's dataset.json and catalog; UsageError when OUTPUT is no dataset `update` can extend."""
+def read_recorded(output_dir: str, known: Recorded | None = None) -> Recorded:
+    """OUTPUT's dataset.json and catalog; UsageError when OUTPUT is no dataset `update` can extend.
+
+    `known`: what an earlier call read, returned again when dataset.json is the same bytes (every
+    publish writes a new dataset.json, with its version, beside its catalog), so the catalog is
+    decoded once."""
     path = fs.join(output_dir, MANIFEST_NAME)
     if not fs.exists(path):
         raise UsageError(f"{output_dir} holds no dataset ({MANIFEST_NAME} is missing): run convert first")
     raw = fs.read_bytes(path)
+    if known is not None and raw == known.text.encode("utf-8"):
+        return known
     try:
         manifest = parse_manifest(raw)  # the one validation every reader of dataset.json uses
     except ManifestError as e:
@@ -157,19 +170,40 @@ def update(
     for path, what in ((input_dir, "input"), (output_dir, "output"), (file_list or "", option("file_list"))):
         fs.check_remote(path, what)
     check_paths(input_dir, output_dir)
-    rec = read_recorded(output_dir)
-    refuse_other_options(
-        rec.options | {"shard_request": rec.manifest.get("shard_request")}, options, input_dir, output_dir
-    )
-    settings = recorded_settings(rec.options, fsync=fsync, strict=strict)
-    if settings.dedupe == "drop":
-        raise UsageError(
-            f"{output_dir} was converted with {option('dedupe', 'drop')}, which update does not apply across "
-            f"versions yet: run convert with {option('overwrite', True)} and the same options"
+    # the record writer loads in a thread while the catalog is read and the input walked (not in a dry run)
+    with contextlib.nullcontext() if dry_run else writer.preloading(output_dir, first=_EXTENSIONS):
+        rec = read_recorded(output_dir)
+        refuse_other_options(
+            rec.options | {"shard_request": rec.manifest.get("shard_request")}, options, input_dir, output_dir
         )
-    if dry_run:
-        changes = _changes(input_dir, rec, file_list, check_content, emit)
-        return _summary(input_dir, output_dir, rec, changes, _layout(changes, rec, settings), timing, dry_run=True)
+        settings = recorded_settings(rec.options, fsync=fsync, strict=strict)
+        if settings.dedupe == "drop":
+            raise UsageError(
+                f"{output_dir} was converted with {option('dedupe', 'drop')}, which update does not apply across "
+                f"versions yet: run convert with {option('overwrite', True)} and the same options"
+            )
+        if dry_run:
+            changes = _changes(input_dir, rec, file_list, check_content, emit)
+            return _summary(input_dir, output_dir, rec, changes, _layout(changes, rec, settings), timing, dry_run=True)
+        return _apply(
+            input_dir, output_dir, rec, settings, check_content, resume, workers, file_list, emit, progress, timing
+        )
+
+
+def _apply(
+    input_dir: str,
+    output_dir: str,
+    rec: Recorded,
+    settings: ShardSettings,
+    check_content: bool,
+    resume: bool,
+    workers: int | None,
+    file_list: str | None,
+    emit: EventSink,
+    progress: Callable[[int, int, int], None] | None,
+    timing: Timing,
+) -> dict[str, Any]:
+    """`update` under OUTPUT's lock: the changes, the new version built and published."""
     from img2tfrecord.conversion import publish
 
     ws = publish.workspace(output_dir)
@@ -178,7 +212,7 @@ def update(
     try:
         publish.recover(ws)
         check_unfinished(ws, resume)
-        rec = read_recorded(output_dir)  # as it is now that we hold the lock
+        rec = read_recorded(output_dir, rec)  # as it is now that we hold the lock
         changes = _changes(input_dir, rec, file_list, check_content, emit)
         layout = _layout(changes, rec, settings)
         if changes.nothing:
@@ -555,15 +589,19 @@ def _new_catalog(
     for mine in slots.values():
         for slot in mine:
             renumber.update(slot.renumber)
-    cat = Catalog(has_digests=settings.digests)
-    for r in changes.kept_rows:
-        shard, record = old.shards[r], old.records[r]
-        if old.states[r] == CONVERTED:
-            record = renumber.get((shard, record), record)
-            shard = final_of[shard]
-        cat.add_row(old, r, shard, record)
+    kept = changes.kept_rows
+    cat = old.take(kept)  # then each record's new shard name and number
+    cat.has_digests = settings.digests
+    names, codes, records = old.shards.values, cat.shards.codes, cat.records
+    final_code = {c: cat.shards.code(final_of[v]) for c, v in enumerate(names) if v in final_of}
+    for j in itertools.compress(range(len(kept)), cat.converted()):
+        c = codes[j]
+        if renumber:
+            records[j] = renumber.get((names[c], records[j]), records[j])
+        codes[j] = final_code[c]
+    for j, r in enumerate(kept):
         if r in changes.refreshed:
-            cat.sizes[-1], cat.mtimes[-1] = changes.refreshed[r]
+            cat.sizes[j], cat.mtimes[j] = changes.refreshed[r]
     for r in range(len(new_rows)):
         shard = new_rows.shards[r]
         cat.add_row(new_rows, r, final_new.get(shard, shard), new_rows.records[r])
@@ -591,16 +629,15 @@ def manifest_of(
     counts: dict[str, dict[str, int]] = {s: dict.fromkeys(classes, 0) for s in split_info}
     merged: dict[str, Counter[str]] = {k: Counter() for k in ("formats", "depths", "transcoded", "reduced")}
     order = {s: i for i, s in enumerate(split_info)}
-    for r in range(len(cat)):
-        if cat.states[r] == CONVERTED:
-            counts[cat.splits[r]][cat.classes[r]] += 1
-            kind = kind_of(cat.kinds[r])
-            merged["formats"][kind.fmt] += 1
-            merged["depths"][kind.depth] += 1
-            if kind.transcoded:
-                merged["transcoded"][kind.transcoded] += 1
-            if kind.reduced:
-                merged["reduced"][kind.reduced] += 1
+    for (split, cls, key), n in cat.tally().items():
+        counts[split][cls] += n
+        kind = kind_of(key)
+        merged["formats"][kind.fmt] += n
+        merged["depths"][kind.depth] += n
+        if kind.transcoded:
+            merged["transcoded"][kind.transcoded] += n
+        if kind.reduced:
+            merged["reduced"][kind.reduced] += n
     if skipped_rows is None:
         skipped_rows = [r for r in range(len(cat)) if cat.states[r] == SKIPPED]
     skipped = list(walk_skipped) + [  # the walk's (folders it cannot list), then the images'
@@ -611,13 +648,9 @@ def manifest_of(
         split_info[s] = {"records": records, "class_counts": counts[s], "shards": sp["shards"]}
     duplicates: dict[str, Any] = {"mode": "off"}
     if settings.dedupe != "off":
-        digests = Counter(cat.digests[r] for r in range(len(cat)) if cat.states[r] == CONVERTED)
-        twice = {d for d, n in digests.items() if n > 1}
-        rows = sorted(
-            (r for r in range(len(cat)) if cat.states[r] == CONVERTED and cat.digests[r] in twice),
-            key=lambda r: (order[cat.splits[r]], cat.shards[r], cat.records[r]),
-        )
-        seen_twice = [(cat.digests[r].hex(), _text(cat.rels[r]), cat.splits[r], cat.classes[r]) for r in rows]
+        rows = cat.duplicate_rows(order)
+        blob, w, rels, in_split, of_class = cat.digests.blob, cat.digests.width, cat.rels, cat.splits, cat.classes
+        seen_twice = [(blob[r * w : r * w + w].hex(), _text(rels[r]), in_split[r], of_class[r]) for r in rows]
         duplicates = dedupe.report(settings.dedupe, seen_twice, [])
         if (line := dedupe.summary_line(duplicates)) and warnings is not None:
             warnings.append(line)
@@ -649,8 +682,6 @@ def _settings_of(rec: Recorded) -> ShardSettings:
 
 
 def _text(rel: bytes) -> str:
-    from img2tfrecord.format.schema import utf8_text
-
     return utf8_text(rel.decode("utf-8", "surrogateescape"))
 
 
