@@ -6,7 +6,8 @@ digest of its bytes; or its class or split, which only a --file-list or a split 
 and *unchanged* otherwise (a row converted from a remote listing knows neither size nor mtime:
 it counts as unchanged unless `check_content`, and the new catalog records what the stat found).
 A file skipped last time is tried again when it changed, and stays
-skipped (with its reason) when it did not. Classes keep their labels: the dataset's classes in
+skipped (with its reason) when it did not; a copy dropped last time (--dedupe drop) stays dropped
+unless it changed or `update_dedupe` restores it (its kept copy left). Classes keep their labels: the dataset's classes in
 their order, then the classes the walk finds that it lacks, sorted (unless the dataset was made
 with --labels: that list stays the set of classes); a class with no image left keeps its label.
 """
@@ -29,6 +30,7 @@ from img2tfrecord.format.schema import utf8_text
 
 _UNSEEN = bytes([1]) + bytes(255)  # a bytes.translate table: 0 (not seen) -> 1, else 0
 KINDS = ("added", "removed", "changed", "unchanged", "retried")
+AFTER = ("still_skipped", "still_dropped", "restored")  # counted per split, not per class
 
 
 @dataclass
@@ -38,7 +40,8 @@ class SplitChanges:
 
     encode: array = field(default_factory=lambda: array("q"))
     gone: set[int] = field(default_factory=set)
-    counts: Counter[str] = field(default_factory=Counter)  # KINDS -> images, plus "still_skipped"
+    # KINDS -> images, plus "still_skipped", "still_dropped" and "restored" (update_dedupe)
+    counts: Counter[str] = field(default_factory=Counter)
     per_class: dict[str, Counter[str]] = field(default_factory=dict)
 
     def count(self, kind: str, cls: str) -> None:
@@ -60,6 +63,13 @@ class Changes:
     # kept rows whose size and mtime the catalog did not know (a dataset converted from a remote
     # listing): row -> (size, mtime_ns) as the walk's stat found them, for the new catalog
     refreshed: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # --dedupe drop (update_dedupe.resolve): images to encode that are later copies (Task.rel ->
+    # (digest, the kept copy's rel)), for the engine to leave out; kept rows that are later copies
+    # now (-> their digest: a converted one's record leaves, a skipped one is a dropped copy now);
+    # and the kept copy of each copy it placed, by path as dataset.json writes them
+    drop: dict[str, tuple[str, str]] = field(default_factory=dict)
+    demoted: dict[int, bytes] = field(default_factory=dict)
+    kept_copy: dict[str, str] = field(default_factory=dict)
 
     @property
     def nothing(self) -> bool:
@@ -74,7 +84,7 @@ class Changes:
             "vanished_classes": self.vanished_classes,
             "splits": {
                 s: {
-                    **{k: sc.counts.get(k, 0) for k in (*KINDS, "still_skipped")},
+                    **{k: sc.counts.get(k, 0) for k in (*KINDS, *AFTER)},
                     "classes": {c: {k: n.get(k, 0) for k in KINDS} for c, n in sorted(sc.per_class.items())},
                 }
                 for s, sc in self.splits.items()
@@ -150,13 +160,15 @@ def diff(found: Discovery, cat: Catalog, old_classes: list[str], check_content: 
             if unknown and state == CONVERTED and not check_content:
                 refreshed[r] = (table.sizes[i], table.mtimes[i])  # known from now on
             moved = split_codes[r] != here or class_codes[r] != group_code[g]
-            if same and not moved and state == CONVERTED and check_content and cat.has_digests:
+            if same and not moved and state != SKIPPED and check_content and cat.has_digests:  # a dropped copy too
                 refreshed.pop(r, None)
                 digest = digest_file(table.task(i).path)
                 same = digest is not None and bytes.fromhex(digest) == cat.digests[r]
             if same and not moved:
                 kept.append(r)
-                tally["unchanged" if state == CONVERTED else "still_skipped", cls] += 1
+                tally[
+                    "unchanged" if state == CONVERTED else "still_skipped" if state == SKIPPED else "still_dropped", cls
+                ] += 1
                 continue
             if state == CONVERTED:  # its record leaves the shard that holds it, in the split it was in
                 splits.setdefault(cat.splits[r], SplitChanges()).gone.add(r)

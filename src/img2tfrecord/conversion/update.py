@@ -13,17 +13,14 @@ and the old dataset.json's sha256 as `parent`. Every record-shaping option is th
 from __future__ import annotations
 
 import contextlib
-import itertools
 import math
 import os
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from img2tfrecord import cstderr, fs
-from img2tfrecord.conversion import dedupe
 from img2tfrecord.conversion import write as writer
 from img2tfrecord.conversion.catalog import add_split
 from img2tfrecord.conversion.changes import Changes, diff, walk
@@ -32,6 +29,7 @@ from img2tfrecord.conversion.options import ShardSettings
 from img2tfrecord.conversion.plan import Plan, PlannedShard, check_paths, one_record_warning
 from img2tfrecord.conversion.publish import Workspace, reuse
 from img2tfrecord.conversion.table import TaskView
+from img2tfrecord.conversion.update_manifest import manifest_of, new_catalog
 from img2tfrecord.conversion.update_options import recorded_settings, refuse_other_options
 from img2tfrecord.conversion.update_resume import (
     ResumeState,
@@ -44,12 +42,11 @@ from img2tfrecord.conversion.write import ShardInfo
 from img2tfrecord.errors import DataError, Interrupted, UsageError, option
 from img2tfrecord.format import catalog as catalog_file
 from img2tfrecord.format import tfds as tfds_metadata
-from img2tfrecord.format.catalog import CATALOG_NAME, CONVERTED, SKIPPED, Catalog, kind_of
+from img2tfrecord.format.catalog import CATALOG_NAME, CONVERTED, Catalog
 from img2tfrecord.format.manifest import (
     LABELS_NAME,
     MANIFEST_NAME,
     ManifestError,
-    build_manifest,
     created_stamp,
     labels_text,
     manifest_digest,
@@ -57,7 +54,6 @@ from img2tfrecord.format.manifest import (
     parse_manifest,
 )
 from img2tfrecord.format.naming import shard_name
-from img2tfrecord.format.schema import utf8_text
 
 # The extension modules update imports: loaded before the record writer starts loading in a thread
 # (`write.preloading`): numpy (the catalog's columns) and the JPEG decoder, the lock's fcntl, the local
@@ -177,11 +173,6 @@ def update(
             rec.options | {"shard_request": rec.manifest.get("shard_request")}, options, input_dir, output_dir
         )
         settings = recorded_settings(rec.options, fsync=fsync, strict=strict)
-        if settings.dedupe == "drop":
-            raise UsageError(
-                f"{output_dir} was converted with {option('dedupe', 'drop')}, which update does not apply across "
-                f"versions yet: run convert with {option('overwrite', True)} and the same options"
-            )
         if dry_run:
             changes = _changes(input_dir, rec, file_list, check_content, emit)
             return _summary(input_dir, output_dir, rec, changes, _layout(changes, rec, settings), timing, dry_run=True)
@@ -266,7 +257,13 @@ def _changes(input_dir: str, rec: Recorded, file_list: str | None, check_content
         emit("warning", w)
     for skip in found.skipped:
         emit("skipped", f"{skip['path']}: {skip['reason']}")
-    return diff(found, rec.catalog, rec.classes, check_content)
+    changes = diff(found, rec.catalog, rec.classes, check_content)
+    if rec.options.get("dedupe") == "drop":  # the copy a fresh convert keeps, across versions
+        from img2tfrecord.conversion.update_dedupe import resolve
+
+        before = (rec.manifest.get("duplicates") or {}).get("dropped") or []
+        resolve(changes, int(rec.options.get("seed") or 0), {d["path"]: d["duplicate_of"] for d in before})
+    return changes
 
 
 @dataclass
@@ -477,7 +474,8 @@ def _build(
     if fs.is_remote(work):
         fs.rmtree(work)  # locally, `publish` removes it with what else is not part of the dataset
     # 4. the catalog of the new version
-    cat = _new_catalog(rec.catalog, changes, new_rows, slots, final_of, final_new, settings)
+    renumber = {key: n for mine in slots.values() for slot in mine for key, n in slot.renumber.items()}
+    cat = new_catalog(rec.catalog, changes, new_rows, renumber, final_of, final_new, settings)
     fs.write_bytes(fs.join(build, CATALOG_NAME), catalog_file.encode(cat))
     files.append(CATALOG_NAME)
     manifest = manifest_of(
@@ -490,6 +488,7 @@ def _build(
         ignored_files=changes.found.ignored_files,
         excluded_files=changes.found.excluded_files,
         walk_skipped=list(changes.found.skipped),
+        kept_copy=changes.kept_copy,
         warnings=warnings,
         emit=emit,
     )
@@ -521,6 +520,7 @@ def _build(
         + [skip | {"split": sh.split} for sh, o in zip(planned, outcomes) for skip in o.skipped],
         "still_skipped": sum(sc.counts.get("still_skipped", 0) for sc in changes.splits.values()),
         "records": sum(sp["records"] for sp in manifest["splits"].values()),
+        "duplicates": {k: v for k, v in manifest["duplicates"].items() if k != "groups"},  # as convert's summary
         "elapsed_seconds": round(time.perf_counter() - timing.start, 3),
     }
     return _Built(files, metadata, report, warnings)
@@ -565,6 +565,7 @@ def _encode(
         shards=planned,
         settings=settings,
         options=rec.options | {"update_of": manifest_digest(rec.text)},  # the journal's fingerprint
+        drop=changes.drop if settings.dedupe == "drop" else None,
     )
     log = journal(ws, plan, work, run, emit, rewrites)
     timing.reused = frozenset(run.reused)
@@ -575,114 +576,8 @@ def _encode(
     return LocalEngine(log, timing, workers, progress).run(plan, work, settings, emit)
 
 
-def _new_catalog(
-    old: Catalog,
-    changes: Changes,
-    new_rows: Catalog,
-    slots: dict[str, list[_Slot]],
-    final_of: dict[str, str],
-    final_new: dict[str, str],
-    settings: ShardSettings,
-) -> Catalog:
-    """The old rows that stay (shards and record numbers as they are now) and the new rows."""
-    renumber: dict[tuple[str, int], int] = {}
-    for mine in slots.values():
-        for slot in mine:
-            renumber.update(slot.renumber)
-    kept = changes.kept_rows
-    cat = old.take(kept)  # then each record's new shard name and number
-    cat.has_digests = settings.digests
-    names, codes, records = old.shards.values, cat.shards.codes, cat.records
-    final_code = {c: cat.shards.code(final_of[v]) for c, v in enumerate(names) if v in final_of}
-    for j in itertools.compress(range(len(kept)), cat.converted()):
-        c = codes[j]
-        if renumber:
-            records[j] = renumber.get((names[c], records[j]), records[j])
-        codes[j] = final_code[c]
-    for j, r in enumerate(kept):
-        if r in changes.refreshed:
-            cat.sizes[j], cat.mtimes[j] = changes.refreshed[r]
-    for r in range(len(new_rows)):
-        shard = new_rows.shards[r]
-        cat.add_row(new_rows, r, final_new.get(shard, shard), new_rows.records[r])
-    return cat
-
-
-def manifest_of(
-    rec: Recorded,
-    cat: Catalog,
-    classes: list[str],
-    split_info: dict[str, dict[str, Any]],
-    settings: ShardSettings,
-    *,
-    options: dict[str, Any],
-    ignored_files: int,
-    excluded_files: int,
-    walk_skipped: list[dict[str, str]],
-    skipped_rows: list[int] | None = None,
-    warnings: list[str] | None = None,
-    emit: EventSink | None = None,
-) -> dict[str, Any]:
-    """dataset.json of the version after `rec` (update's and compact's), its counts taken from its
-    catalog `cat`: class counts, formats and depths, the skipped images (`skipped_rows`, in that
-    order; default: the catalog's), the duplicate report. `split_info` holds each split's shards."""
-    counts: dict[str, dict[str, int]] = {s: dict.fromkeys(classes, 0) for s in split_info}
-    merged: dict[str, Counter[str]] = {k: Counter() for k in ("formats", "depths", "transcoded", "reduced")}
-    order = {s: i for i, s in enumerate(split_info)}
-    for (split, cls, key), n in cat.tally().items():
-        counts[split][cls] += n
-        kind = kind_of(key)
-        merged["formats"][kind.fmt] += n
-        merged["depths"][kind.depth] += n
-        if kind.transcoded:
-            merged["transcoded"][kind.transcoded] += n
-        if kind.reduced:
-            merged["reduced"][kind.reduced] += n
-    if skipped_rows is None:
-        skipped_rows = [r for r in range(len(cat)) if cat.states[r] == SKIPPED]
-    skipped = list(walk_skipped) + [  # the walk's (folders it cannot list), then the images'
-        {"path": _text(cat.rels[r]), "split": cat.splits[r], "reason": cat.reasons[r]} for r in skipped_rows
-    ]
-    for s, sp in split_info.items():
-        records = sum(int(e["records"]) for e in sp["shards"])
-        split_info[s] = {"records": records, "class_counts": counts[s], "shards": sp["shards"]}
-    duplicates: dict[str, Any] = {"mode": "off"}
-    if settings.dedupe != "off":
-        rows = cat.duplicate_rows(order)
-        blob, w, rels, in_split, of_class = cat.digests.blob, cat.digests.width, cat.rels, cat.splits, cat.classes
-        seen_twice = [(blob[r * w : r * w + w].hex(), _text(rels[r]), in_split[r], of_class[r]) for r in rows]
-        duplicates = dedupe.report(settings.dedupe, seen_twice, [])
-        if (line := dedupe.summary_line(duplicates)) and warnings is not None:
-            warnings.append(line)
-            if emit:
-                emit("warning", line)
-    old = rec.manifest
-    return build_manifest(
-        classes=classes,
-        label_offset=int(old.get("label_offset") or 0),
-        options=options,
-        splits=split_info,
-        skipped=skipped,
-        transcoded=dict(merged["transcoded"]),
-        formats=dict(merged["formats"]),
-        depths=dict(merged["depths"]),
-        reduced=dict(merged["reduced"]),
-        ignored_files=ignored_files,
-        engine="local",
-        duplicates=duplicates,
-        excluded_files=excluded_files,
-        version=int(old.get("version") or 1) + 1,
-        parent=manifest_digest(rec.text),
-        shard_request=old.get("shard_request"),
-    )
-
-
 def _settings_of(rec: Recorded) -> ShardSettings:
     return recorded_settings(rec.options, fsync=False, strict=False)
-
-
-def _text(rel: bytes) -> str:
-    return utf8_text(rel.decode("utf-8", "surrogateescape"))
 
 
 def _summary(
@@ -717,6 +612,9 @@ def _summary(
         "elapsed_seconds": round(time.perf_counter() - timing.start, 3),
     }
     out["bytes_needed"] = _needed(changes, layout, _settings_of(rec))
+    if rec.options.get("dedupe") == "drop":  # update_dedupe's decisions
+        restored = sum(sc.counts.get("restored", 0) for sc in changes.splits.values())
+        out["dedupe"] = {"dropped": len(changes.drop), "displaced": len(changes.demoted), "restored": restored}
     out["shards_to_write"] = sum(v["new"] for v in out["shards"].values())
     out["shards_to_rewrite"] = sum(v["rewritten"] for v in out["shards"].values())
     return out
