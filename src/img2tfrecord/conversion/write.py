@@ -143,10 +143,13 @@ def preloading(staging: str, first: Iterable[str] = ()) -> Iterator[None]:
     `first`: modules the block will import, imported before: loading an extension module (a
     `dlopen`) waits for the other thread's (glibc's loader lock), so one `import fcntl` in the
     block would stop it until the writer is loaded."""
+    from img2tfrecord.conversion.publish import signals_deferred
+
     for name in first:
         importlib.import_module(name)
     thread = threading.Thread(target=preload_writer, args=(staging,), name="import-tensorflow", daemon=True)
-    thread.start()
+    with signals_deferred():  # a signal while a thread starts unwinds after it, not inside it
+        thread.start()
     try:
         yield
     finally:
