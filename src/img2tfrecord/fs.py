@@ -420,6 +420,12 @@ def children(folder: AnyPath) -> list[AnyPath]:
     return sorted(folder.iterdir(), key=lambda p: p.name)
 
 
+def open_write(path: str) -> Any:
+    """A new binary file for writing: `open`, or a GFile for a remote path (an object appears
+    when the GFile is closed)."""
+    return gfile(path).GFile(path, "wb") if is_remote(path) else open(path, "wb")
+
+
 def open_read(path: str | os.PathLike[str]) -> Any:
     """A binary file for reading: `open`, or a GFile (read, seek, tell) for a remote path."""
     text = os.fspath(path)
