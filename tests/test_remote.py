@@ -216,3 +216,66 @@ def test_compact_of_a_remote_dataset_equals_a_fresh_remote_conversion(tmp_path: 
     assert sorted(f for sp in splits for f, _, _ in loaded(out, sp)) == sorted(
         str(p.relative_to(src)).encode() for p in src.rglob("*.*")
     )
+
+
+def test_a_remote_input_records_sizes_so_update_sees_a_changed_file(tmp_path: Path) -> None:
+    """convert of a ram:// INPUT asks each object's size and mtime (gfile.stat, in threads): the
+    catalog holds the same sizes as a local conversion's, the default shard count is the local
+    one (the same shards, byte for byte), and the first update sees a file whose size changed
+    without --check-content. (ram:// keeps no mtime, so there the size is what tells.)"""
+    from img2tfrecord.format import catalog
+
+    src, local = tmp_path / "in", tmp_path / "out"
+    files = make_dataset(src, {"a": 4, "b": 4}, size=(20, 16))
+    root, out = "ram://s7in/in", tmp_path / "remote-out"
+    upload(src, root)
+    convert(str(src), str(local))
+    convert(root, str(out))
+    cat = catalog.decode((out / catalog.CATALOG_NAME).read_bytes())
+    want = {str(p.relative_to(src)).encode(): p.stat().st_size for p in src.rglob("*.*")}
+    assert {bytes(cat.rels[r]): cat.sizes[r] for r in range(len(cat))} == want
+    assert {n: b for n, b in local_files(out).items() if "-of-" in n} == {
+        n: b for n, b in local_files(local).items() if "-of-" in n
+    }
+
+    changed = files["a"][1]
+    save(natural_image(36, 30, 999), changed, quality=70)  # another image, another size
+    rewrite(f"{root}/a/{changed.name}", changed.read_bytes())
+    dry = update(root, str(out), dry_run=True)
+    sp = dry["splits"]["train"]
+    assert (sp["added"], sp["removed"], sp["changed"], sp["unchanged"]) == (0, 0, 1, 7), sp
+    update(root, str(out))
+    got = {f: px for f, _, px in loaded(out)}
+    convert(str(src), str(local), overwrite=True)
+    assert got == {f: px for f, _, px in loaded(local)}
+    assert update(root, str(out), dry_run=True)["up_to_date"]
+
+
+def test_a_catalog_without_sizes_from_an_older_remote_conversion_is_filled_in(tmp_path: Path) -> None:
+    """A dataset converted from a remote listing before convert asked for sizes has 0/0 in its
+    catalog: its first update takes those images as unchanged (no --check-content), adds and
+    removes what changed in the listing, and records what its stat found, so the next update
+    compares sizes."""
+    from img2tfrecord.format import catalog
+
+    src, out = tmp_path / "in", tmp_path / "out"
+    files = make_dataset(src, {"a": 3, "b": 3}, size=(20, 16))
+    root = "ram://s7old/in"
+    upload(src, root)
+    convert(root, str(out), shards=2)
+    path = out / catalog.CATALOG_NAME
+    cat = catalog.decode(path.read_bytes())
+    for r in range(len(cat)):
+        cat.sizes[r] = cat.mtimes[r] = 0
+    path.write_bytes(catalog.encode(cat))
+    gfile().remove(f"{root}/a/{files['a'][0].name}")
+    s = update(root, str(out))
+    sp = s["splits"]["train"]
+    assert (sp["added"], sp["removed"], sp["changed"], sp["unchanged"]) == (0, 1, 0, 5), sp
+    cat = catalog.decode(path.read_bytes())
+    live = {bytes(cat.rels[r]): cat.sizes[r] for r in range(len(cat))}
+    assert live == {str(p.relative_to(src)).encode(): p.stat().st_size for p in src.rglob("*.*") if p != files["a"][0]}
+    changed = files["b"][1]
+    save(natural_image(36, 30, 998), changed, quality=70)
+    rewrite(f"{root}/b/{changed.name}", changed.read_bytes())
+    assert update(root, str(out), dry_run=True)["splits"]["train"]["changed"] == 1
