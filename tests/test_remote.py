@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -279,3 +283,139 @@ def test_a_catalog_without_sizes_from_an_older_remote_conversion_is_filled_in(tm
     save(natural_image(36, 30, 998), changed, quality=70)
     rewrite(f"{root}/b/{changed.name}", changed.read_bytes())
     assert update(root, str(out), dry_run=True)["splits"]["train"]["changed"] == 1
+
+
+def _failing_rename(monkeypatch: Any, out: str, after: int) -> None:
+    """fs.rename fails (EIO) on the shard move into `out` that follows `after` successful ones: a
+    publish in place cut short half-way, at an exact point."""
+    from img2tfrecord import fs
+
+    real, moved = fs.rename, []
+
+    def rename(a: str, b: str) -> None:
+        if b.startswith(out + "/") and "-of-" in b and ".img2tfrecord-staging" not in b:
+            if len(moved) == after:
+                raise OSError(5, "Input/output error")
+            moved.append(a)
+        real(a, b)
+
+    monkeypatch.setattr(fs, "rename", rename)
+
+
+def test_an_update_cut_short_mid_publish_on_an_object_store_is_finished_by_the_next_update(
+    tmp_path: Path, cli: Any, monkeypatch: Any
+) -> None:
+    """Issue 22 item 7 on object stores: an update whose in-place publish fails after its commit
+    (dataset.json gone, some shards moved) leaves a folder readers refuse, with what to run; the
+    next `update` rolls the publish forward from the staging folder: every file is that of the
+    same update on disk, and the input is then up to date."""
+    src, local = tmp_path / "in", tmp_path / "out"
+    files = make_dataset(src, {"a": 5, "b": 5}, size=(20, 16))
+    out = "ram://s7cut/out"
+    convert(str(src), str(local), shards=3)
+    convert(str(src), out, shards=3)
+    files["a"][1].unlink()
+    save(natural_image(24, 20, 700), src / "b" / "new.png")
+    update(str(src), str(local))
+
+    _failing_rename(monkeypatch, out, after=1)
+    with pytest.raises(img2tfrecord.errors.DataError, match=r"publishing the dataset in .* failed: Input/output error"):
+        update(str(src), out)
+    monkeypatch.undo()
+    assert not gfile().exists(f"{out}/dataset.json")
+    res = cli("inspect", out)
+    assert res.exit_code == 1 and "the publish of its new version was cut short" in res.output, res.output
+    with pytest.raises(img2tfrecord.errors.DataError, match="cut short"):
+        img2tfrecord.load(out)
+    with pytest.raises(img2tfrecord.errors.UsageError, match="without dry_run=True to finish it"):
+        update(str(src), out, dry_run=True)
+
+    s = update(str(src), out)
+    assert s["up_to_date"], s
+    assert remote_files(out) == local_files(local)
+    assert cli("inspect", out, "--verify").exit_code == 0
+    assert loaded(out) == loaded(local)
+
+
+def test_a_compact_cut_short_mid_publish_is_finished_by_convert_resume_or_the_next_compact(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The same for compact: the publish it committed is finished by whichever command comes next
+    (here the next compact, which then compacts the finished version: the shards a local compact
+    writes)."""
+    from img2tfrecord.conversion.compact import compact
+
+    src, local = tmp_path / "in", tmp_path / "out"
+    make_dataset(src, {"a": 4, "b": 4}, size=(20, 16))
+    out = "ram://s7cutc/out"
+    convert(str(src), str(local), shards=2)
+    convert(str(src), out, shards=2)
+    save(natural_image(24, 20, 701), src / "a" / "added.png")
+    update(str(src), str(local))
+    update(str(src), out)
+    compact(str(local))
+
+    _failing_rename(monkeypatch, out, after=0)
+    with pytest.raises(img2tfrecord.errors.DataError, match="publishing the dataset in .* failed"):
+        compact(out)
+    monkeypatch.undo()
+    assert not gfile().exists(f"{out}/dataset.json")
+    compact(out)  # finishes the cut-short one (version 3), then compacts that (version 4)
+    compact(str(local))
+    assert remote_files(out) == local_files(local)
+
+
+# --------------------------------------------------------------------------- a real kill, in place
+
+STRACE = shutil.which("strace")
+RENAME = re.compile(r'^\d+\s+rename\w*\((?:\d+, )?"([^"]+)", (?:\d+, )?"([^"]+)"')
+
+
+def _visible(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file() and not p.name.startswith(".")}
+
+
+@pytest.mark.skipif(STRACE is None, reason="strace is not installed (apt-get install strace)")
+def test_a_kill_during_an_in_place_publish_leaves_what_the_next_update_finishes(tmp_path: Path) -> None:
+    """SIGKILL (strace, at exact renames) during an update published in place (here: OUTPUT is the
+    current directory, as on a mount point or an object store): before its commit the old version
+    stays; after it the folder is refused by readers, saying what to run, and `update --resume`
+    (the same command) finishes the version the killed run had built: the bytes of an
+    uninterrupted update."""
+    from img2tfrecord.format.layout import check_complete
+
+    src, out, old_copy = tmp_path / "in", tmp_path / "out", tmp_path / "old"
+    files = make_dataset(src, {"a": 4, "b": 4}, size=(16, 12))
+    convert(str(src), str(out), shards=3, workers=1)
+    shutil.copytree(out, old_copy)
+    old = _visible(out)
+    files["a"][1].unlink()
+    save(natural_image(24, 20, 700), src / "b" / "new.png")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP")} | {"TF_CPP_MIN_LOG_LEVEL": "3"}
+    run = [sys.executable, "-m", "img2tfrecord", "update", str(src), str(out), "--workers", "1"]
+
+    def traced(*options: str) -> subprocess.CompletedProcess:
+        cmd = [STRACE, "-f", "-qq", *options, "-e", "trace=rename,renameat,renameat2", *run]
+        return subprocess.run(cmd, cwd=out, capture_output=True, text=True, env=env, timeout=120)
+
+    log = tmp_path / "renames.log"
+    assert traced("-o", str(log)).returncode == 0
+    new = _visible(out)
+    renames = [(m[1], m[2]) for line in log.read_text().splitlines() if (m := RENAME.match(line))]
+    commit = next(i for i, (_, b) in enumerate(renames) if b.endswith("/publishing.json")) + 1  # strace counts from 1
+    last = next(i for i, (_, b) in enumerate(renames) if b == str(out / "dataset.json")) + 1
+    assert commit < last
+    for n in sorted({commit, commit + 1, (commit + last) // 2, last}):
+        shutil.rmtree(out)
+        shutil.copytree(old_copy, out)
+        res = traced("-o", "/dev/null", "-e", f"inject=rename,renameat,renameat2:signal=SIGKILL:when={n}")
+        assert res.returncode == -9, (n, res.stderr)
+        if n <= commit:
+            assert _visible(out) == old, n
+        else:
+            assert "dataset.json" not in _visible(out), n
+            with pytest.raises(img2tfrecord.errors.DataError, match="the publish of its new version was cut short"):
+                check_complete(str(out))
+        update(str(src), str(out), workers=1, resume=True)
+        assert _visible(out) == new, n
+        assert not (out / ".img2tfrecord-staging").exists(), n

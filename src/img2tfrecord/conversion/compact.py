@@ -95,6 +95,9 @@ def compact(output_dir: str | os.PathLike[str], *, fsync: bool = True, dry_run: 
     """Rewrite the dataset in `output_dir` in a fresh conversion's layout, copying records; return the summary."""
     output_dir = os.fspath(output_dir)  # a pathlib.Path from Python
     created_stamp()
+    from img2tfrecord.conversion.publish import finish_cut_short
+
+    finish_cut_short(output_dir, dry_run)  # a publish in place (object stores) cut short: finished first
     rec = read_recorded(output_dir)
     settings = recorded_settings(rec.options, fsync=fsync, strict=False)
     targets, counts = layout(rec, settings)

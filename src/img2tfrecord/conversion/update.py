@@ -157,6 +157,9 @@ def update(
     for path, what in ((input_dir, "input"), (output_dir, "output"), (file_list or "", option("file_list"))):
         fs.check_remote(path, what)
     check_paths(input_dir, output_dir)
+    from img2tfrecord.conversion.publish import finish_cut_short
+
+    finish_cut_short(output_dir, dry_run)  # a publish in place (object stores) cut short: finished first
     rec = read_recorded(output_dir)
     refuse_other_options(
         rec.options | {"shard_request": rec.manifest.get("shard_request")}, options, input_dir, output_dir

@@ -15,7 +15,7 @@ from img2tfrecord.errors import DataError, UsageError, option, said
 from img2tfrecord.format.images import MAX_PIXELS
 from img2tfrecord.format.manifest import LABELS_NAME, MAX_MANIFEST_BYTES, ManifestError, parse_manifest
 from img2tfrecord.format.manifest import MANIFEST_NAME as MANIFEST
-from img2tfrecord.format.naming import _AUX_SUFFIXES, SHARD_RE, STAGING_DIR, shard_split
+from img2tfrecord.format.naming import _AUX_SUFFIXES, PUBLISHING_NAME, SHARD_RE, STAGING_DIR, shard_split
 
 if TYPE_CHECKING:  # pragma: no cover
     pass
@@ -118,7 +118,11 @@ def incomplete_reason(directory: str) -> str | None:
     except Exception:  # unreadable: the caller's own access says why
         return None
     shards = [m for m in map(SHARD_RE.match, sorted(names)) if m]
-    if not shards or MANIFEST in names:
+    if MANIFEST in names:
+        return None
+    if not shards and STAGING_DIR in names and fs.exists(fs.join(directory, STAGING_DIR, PUBLISHING_NAME)):
+        return f"no shard files yet and no {MANIFEST}"  # a publish in place cut short before its first move
+    if not shards:
         return None
     if names & {STAGING_DIR, MANIFEST + ".tmp", LABELS_NAME}:
         return f"{len(shards)} shard files but no {MANIFEST}, which convert writes last"
@@ -137,6 +141,11 @@ def incomplete_reason(directory: str) -> str | None:
 def check_complete(directory: str) -> None:
     """Refuse (DataError, one line) a folder that `incomplete_reason` finds incomplete."""
     why = incomplete_reason(directory)
+    if why is not None and fs.exists(fs.join(directory, STAGING_DIR, PUBLISHING_NAME)):
+        raise DataError(
+            f"{directory} is an incomplete dataset ({why}): the publish of its new version was cut short; the next "
+            f"update or compact of it, or the same convert with {option('resume', True)}, finishes it"
+        )
     if why is not None:
         raise DataError(
             f"{directory} is an incomplete dataset ({why}): a conversion into it was interrupted or is still "
