@@ -366,7 +366,7 @@ class RemotePath:
             # TensorFlow's ram:// calls any string prefix of a file name a directory (ram://o/train-0000
             # of ram://o/train-00000-of-00002); object stores match whole folder names (gs:// asks for
             # "train-0000/"). So on ram:// a directory is one that its parent lists.
-            if scheme(self._text) == "ram" and self.name not in listdir(str(self.parent)):
+            if scheme(self._text) == "ram" and self.name and self.name not in listdir(str(self.parent)):
                 return None
             return "dir"
         except Exception:  # NotFoundError, permission: as pathlib, "no" rather than an error
