@@ -24,6 +24,8 @@ def _changes_text(s: dict[str, Any]) -> list[str]:
         parts.append(f"{sp['unchanged']} unchanged")
         if sp["still_skipped"]:
             parts.append(f"{sp['still_skipped']} still skipped")
+        if sp.get("still_dropped"):
+            parts.append(f"{sp['still_dropped']} still dropped (copies)")
         sh = s["shards"].get(name, {})
         shards = f"shards: {sh.get('new', 0)} new, {sh.get('rewritten', 0)} rewritten, {sh.get('kept', 0)} kept"
         if sh.get("removed"):
@@ -37,6 +39,16 @@ def _changes_text(s: dict[str, Any]) -> list[str]:
         lines.append(
             f"  {plural(len(s['new_classes']), 'new class', 'new classes')} (the next labels): {', '.join(s['new_classes'])}"
         )
+    if d := s.get("dedupe"):  # a --dedupe drop dataset: the copy a fresh convert keeps
+        said = [
+            f"{plural(d['dropped'], 'new image')} dropped (a copy of one kept)" if d["dropped"] else "",
+            f"{plural(d['displaced'], 'record')} dropped for an earlier new copy" if d["displaced"] else "",
+            f"{plural(d['restored'], 'dropped copy', 'dropped copies')} encoded again (the kept copy left)"
+            if d["restored"]
+            else "",
+        ]
+        if any(said):
+            lines.append("  duplicates (--dedupe drop): " + ", ".join(x for x in said if x))
     if s["vanished_classes"]:
         lines.append(
             f"  {plural(len(s['vanished_classes']), 'class', 'classes')} with no image left (labels kept, 0 images): "

@@ -6,13 +6,15 @@ digest of its bytes; or its class or split, which only a --file-list or a split 
 and *unchanged* otherwise (a row converted from a remote listing knows neither size nor mtime:
 it counts as unchanged unless `check_content`, and the new catalog records what the stat found).
 A file skipped last time is tried again when it changed, and stays
-skipped (with its reason) when it did not. Classes keep their labels: the dataset's classes in
+skipped (with its reason) when it did not; a copy dropped last time (--dedupe drop) stays dropped
+unless it changed or `update_dedupe` restores it (its kept copy left). Classes keep their labels: the dataset's classes in
 their order, then the classes the walk finds that it lacks, sorted (unless the dataset was made
 with --labels: that list stays the set of classes); a class with no image left keeps its label.
 """
 
 from __future__ import annotations
 
+import itertools
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,7 +28,9 @@ from img2tfrecord.conversion.walk import discover, stat_remote
 from img2tfrecord.format.catalog import CONVERTED, SKIPPED, Catalog
 from img2tfrecord.format.schema import utf8_text
 
+_UNSEEN = bytes([1]) + bytes(255)  # a bytes.translate table: 0 (not seen) -> 1, else 0
 KINDS = ("added", "removed", "changed", "unchanged", "retried")
+AFTER = ("still_skipped", "still_dropped", "restored")  # counted per split, not per class
 
 
 @dataclass
@@ -36,7 +40,8 @@ class SplitChanges:
 
     encode: array = field(default_factory=lambda: array("q"))
     gone: set[int] = field(default_factory=set)
-    counts: Counter[str] = field(default_factory=Counter)  # KINDS -> images, plus "still_skipped"
+    # KINDS -> images, plus "still_skipped", "still_dropped" and "restored" (update_dedupe)
+    counts: Counter[str] = field(default_factory=Counter)
     per_class: dict[str, Counter[str]] = field(default_factory=dict)
 
     def count(self, kind: str, cls: str) -> None:
@@ -58,6 +63,13 @@ class Changes:
     # kept rows whose size and mtime the catalog did not know (a dataset converted from a remote
     # listing): row -> (size, mtime_ns) as the walk's stat found them, for the new catalog
     refreshed: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # --dedupe drop (update_dedupe.resolve): images to encode that are later copies (Task.rel ->
+    # (digest, the kept copy's rel)), for the engine to leave out; kept rows that are later copies
+    # now (-> their digest: a converted one's record leaves, a skipped one is a dropped copy now);
+    # and the kept copy of each copy it placed, by path as dataset.json writes them
+    drop: dict[str, tuple[str, str]] = field(default_factory=dict)
+    demoted: dict[int, bytes] = field(default_factory=dict)
+    kept_copy: dict[str, str] = field(default_factory=dict)
 
     @property
     def nothing(self) -> bool:
@@ -72,7 +84,7 @@ class Changes:
             "vanished_classes": self.vanished_classes,
             "splits": {
                 s: {
-                    **{k: sc.counts.get(k, 0) for k in (*KINDS, "still_skipped")},
+                    **{k: sc.counts.get(k, 0) for k in (*KINDS, *AFTER)},
                     "classes": {c: {k: n.get(k, 0) for k in KINDS} for c, n in sorted(sc.per_class.items())},
                 }
                 for s, sc in self.splits.items()
@@ -112,49 +124,66 @@ def diff(found: Discovery, cat: Catalog, old_classes: list[str], check_content: 
     table = _table(found)
     texts = [utf8_text(c) for c in table.classes]
     group_class = [texts[g.cls] for g in table.groups]
+    group_code = [cat.classes.lookup.get(c, -1) for c in group_class]  # the class as the catalog codes it
     row_of = {rel: r for r, rel in enumerate(cat.rels)}
-    seen: set[int] = set()
+    seen = bytearray(len(cat))  # 1: the walk found the row's path
     kept: list[int] = []
     refreshed: dict[int, tuple[int, int]] = {}
     splits = {s: SplitChanges() for s in found.splits}
+    # the catalog's columns and the table's, as locals: this loop runs once per image of the dataset
+    sizes, mtimes, states, split_codes, class_codes = (
+        cat.sizes,
+        cat.mtimes,
+        cat.states,
+        cat.splits.codes,
+        cat.classes.codes,
+    )
+    names, offsets, groups, group_of = table.names, table.offsets, table.groups, table.group_of
+    prefixes = [g.prefix for g in groups]
     for s, view in found.splits.items():
         sc = splits[s]
+        tally: Counter[tuple[str, str]] = Counter()  # (kind, class) -> images
+        here = cat.splits.lookup.get(s, -1)
         for i in view.order:
-            rel = table.rel_bytes(i)
-            cls = group_class[table.group_of[i]]
+            g = group_of[i]
+            rel = prefixes[g] + names[offsets[i] : offsets[i + 1]]
+            cls = group_class[g]
             r = row_of.get(rel)
             if r is None:
                 sc.encode.append(i)
-                sc.count("added", cls)
+                tally["added", cls] += 1
                 continue
-            seen.add(r)
-            state = cat.states[r]
-            unknown = cat.sizes[r] == 0 and cat.mtimes[r] == 0  # converted from a listing (remote input)
-            same = unknown or (cat.sizes[r] == table.sizes[i] and cat.mtimes[r] == table.mtimes[i])
+            seen[r] = 1
+            state = states[r]
+            unknown = sizes[r] == 0 and mtimes[r] == 0  # converted from a listing (remote input)
+            same = unknown or (sizes[r] == table.sizes[i] and mtimes[r] == table.mtimes[i])
             if unknown and state == CONVERTED and not check_content:
                 refreshed[r] = (table.sizes[i], table.mtimes[i])  # known from now on
-            moved = cat.splits[r] != s or cat.classes[r] != cls
-            if same and not moved and state == CONVERTED and check_content and cat.has_digests:
+            moved = split_codes[r] != here or class_codes[r] != group_code[g]
+            if same and not moved and state != SKIPPED and check_content and cat.has_digests:  # a dropped copy too
                 refreshed.pop(r, None)
                 digest = digest_file(table.task(i).path)
                 same = digest is not None and bytes.fromhex(digest) == cat.digests[r]
             if same and not moved:
                 kept.append(r)
-                sc.count("unchanged" if state == CONVERTED else "still_skipped", cls)
+                tally[
+                    "unchanged" if state == CONVERTED else "still_skipped" if state == SKIPPED else "still_dropped", cls
+                ] += 1
                 continue
             if state == CONVERTED:  # its record leaves the shard that holds it, in the split it was in
                 splits.setdefault(cat.splits[r], SplitChanges()).gone.add(r)
             sc.encode.append(i)
-            sc.count("retried" if state == SKIPPED else "changed", cls)
-    for r in range(len(cat)):
-        if r in seen:
-            continue
+            tally["retried" if state == SKIPPED else "changed", cls] += 1
+        for (kind, cls), n in tally.items():
+            sc.counts[kind] += n
+            sc.per_class.setdefault(cls, Counter())[kind] += n
+    for r in itertools.compress(range(len(cat)), seen.translate(_UNSEEN)):
         s = cat.splits[r]
         sc = splits.setdefault(s, SplitChanges())
-        if cat.states[r] == CONVERTED:
+        if states[r] == CONVERTED:
             sc.gone.add(r)
         sc.count("removed", cat.classes[r])
-    present = {group_class[table.group_of[i]] for view in found.splits.values() for i in view.order}
+    present = {group_class[g] for view in found.splits.values() for g in set(map(group_of.__getitem__, view.order))}
     return Changes(
         found=found,
         catalog=cat,

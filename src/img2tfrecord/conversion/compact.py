@@ -3,8 +3,8 @@
 After updates, a split holds its first shards, some rewritten, and shards appended per update.
 `compact` puts every record where `convert INPUT OUT2 --labels OUTPUT/labels.txt` (same options)
 would: each split's images in hash order (conversion.splits), cut as that run's plan cuts them
-(the shard count from dataset.json's `shard_request`, images skipped by their converter taken
-out, re-cut when that unbalances the counts, as `write.rebalance` does). It reads no image and
+(the shard count from dataset.json's `shard_request`, images skipped or dropped as copies by their
+converter taken out, re-cut when that unbalances the counts, as `write.rebalance` does). It reads no image and
 encodes nothing: the catalog says where each record is, and the records are copied (byte ranges
 with `copy_file_range` for uncompressed local shards, through `tf.io.gfile` reads for remote
 ones; through TensorFlow's record writer, from a decompressed copy, for gzip/zlib ones). So the shards, indexes, labels.txt, TFDS metadata and
@@ -33,7 +33,7 @@ from img2tfrecord.conversion.write import ShardInfo
 from img2tfrecord.errors import DataError, Interrupted, UsageError, option
 from img2tfrecord.format import catalog as catalog_file
 from img2tfrecord.format import tfds as tfds_metadata
-from img2tfrecord.format.catalog import CATALOG_NAME, CONVERTED, SKIPPED, Catalog
+from img2tfrecord.format.catalog import CATALOG_NAME, CONVERTED, DROPPED, SKIPPED, Catalog
 from img2tfrecord.format.framing import HEADER_BYTES, RECORD_OVERHEAD, is_record_header
 from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME, created_stamp, labels_text, manifest_text
 from img2tfrecord.format.naming import shard_name
@@ -60,7 +60,7 @@ def layout(rec: Recorded, settings: ShardSettings) -> tuple[dict[str, list[_Targ
     names += [s for s in dict.fromkeys(cat.splits) if s and s not in names]
     candidates: dict[str, list[int]] = {s: [] for s in names}
     for r, state in enumerate(cat.states):
-        if state in (CONVERTED, SKIPPED) and cat.splits[r] in candidates:
+        if state in (CONVERTED, SKIPPED, DROPPED) and cat.splits[r] in candidates:  # convert's planned tasks
             candidates[cat.splits[r]].append(r)
     for rows in candidates.values():
         rows.sort(key=lambda r: (order_key(cat.rels[r], seed), cat.rels[r]))

@@ -168,6 +168,9 @@ class Plan:
     skipped: list[dict[str, str]] = field(default_factory=list)  # what the walk could not read: path, split, reason
     shard_request: int | dict[str, int] | None = None  # --shards as asked (dataset.json's shard_request)
     notes: list[str] = field(default_factory=list)  # said once (junk folders ignored), not warnings
+    # --dedupe drop decided before the run (update: across versions, conversion.update_dedupe): the
+    # rel path of each copy to leave out -> (digest, kept copy's rel); None: the engine decides
+    drop: dict[str, tuple[str, str]] | None = None
 
     @property
     def images(self) -> int:

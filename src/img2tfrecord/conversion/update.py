@@ -12,16 +12,15 @@ and the old dataset.json's sha256 as `parent`. Every record-shaping option is th
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from img2tfrecord import cstderr, fs
-from img2tfrecord.conversion import dedupe
 from img2tfrecord.conversion import write as writer
 from img2tfrecord.conversion.catalog import add_split
 from img2tfrecord.conversion.changes import Changes, diff, walk
@@ -30,6 +29,7 @@ from img2tfrecord.conversion.options import ShardSettings
 from img2tfrecord.conversion.plan import Plan, PlannedShard, check_paths, one_record_warning
 from img2tfrecord.conversion.publish import Workspace, reuse
 from img2tfrecord.conversion.table import TaskView
+from img2tfrecord.conversion.update_manifest import manifest_of, new_catalog
 from img2tfrecord.conversion.update_options import recorded_settings, refuse_other_options
 from img2tfrecord.conversion.update_resume import (
     ResumeState,
@@ -42,12 +42,11 @@ from img2tfrecord.conversion.write import ShardInfo
 from img2tfrecord.errors import DataError, Interrupted, UsageError, option
 from img2tfrecord.format import catalog as catalog_file
 from img2tfrecord.format import tfds as tfds_metadata
-from img2tfrecord.format.catalog import CATALOG_NAME, CONVERTED, SKIPPED, Catalog, kind_of
+from img2tfrecord.format.catalog import CATALOG_NAME, CONVERTED, Catalog
 from img2tfrecord.format.manifest import (
     LABELS_NAME,
     MANIFEST_NAME,
     ManifestError,
-    build_manifest,
     created_stamp,
     labels_text,
     manifest_digest,
@@ -56,6 +55,10 @@ from img2tfrecord.format.manifest import (
 )
 from img2tfrecord.format.naming import shard_name
 
+# The extension modules update imports: loaded before the record writer starts loading in a thread
+# (`write.preloading`): numpy (the catalog's columns) and the JPEG decoder, the lock's fcntl, the local
+# engine's process pool (multiprocessing).
+_EXTENSIONS = ("numpy", "simplejpeg", "fcntl", "img2tfrecord.conversion.engines.local")
 NEW_DIR = ".update-new"  # inside the build folder: new and rewritten shards under provisional names
 REWRITE = "rewrite-"  # the provisional name of a rewritten shard: REWRITE + its old name
 
@@ -77,12 +80,18 @@ class Recorded:
         return list(self.manifest.get("classes") or [])
 
 
-def read_recorded(output_dir: str) -> Recorded:
-    """OUTPUT's dataset.json and catalog; UsageError when OUTPUT is no dataset `update` can extend."""
+def read_recorded(output_dir: str, known: Recorded | None = None) -> Recorded:
+    """OUTPUT's dataset.json and catalog; UsageError when OUTPUT is no dataset `update` can extend.
+
+    `known`: what an earlier call read, returned again when dataset.json is the same bytes (every
+    publish writes a new dataset.json, with its version, beside its catalog), so the catalog is
+    decoded once."""
     path = fs.join(output_dir, MANIFEST_NAME)
     if not fs.exists(path):
         raise UsageError(f"{output_dir} holds no dataset ({MANIFEST_NAME} is missing): run convert first")
     raw = fs.read_bytes(path)
+    if known is not None and raw == known.text.encode("utf-8"):
+        return known
     try:
         manifest = parse_manifest(raw)  # the one validation every reader of dataset.json uses
     except ManifestError as e:
@@ -160,19 +169,35 @@ def update(
     from img2tfrecord.conversion.publish import finish_cut_short
 
     finish_cut_short(output_dir, dry_run)  # a publish in place (object stores) cut short: finished first
-    rec = read_recorded(output_dir)
-    refuse_other_options(
-        rec.options | {"shard_request": rec.manifest.get("shard_request")}, options, input_dir, output_dir
-    )
-    settings = recorded_settings(rec.options, fsync=fsync, strict=strict)
-    if settings.dedupe == "drop":
-        raise UsageError(
-            f"{output_dir} was converted with {option('dedupe', 'drop')}, which update does not apply across "
-            f"versions yet: run convert with {option('overwrite', True)} and the same options"
+    # the record writer loads in a thread while the catalog is read and the input walked (not in a dry run)
+    with contextlib.nullcontext() if dry_run else writer.preloading(output_dir, first=_EXTENSIONS):
+        rec = read_recorded(output_dir)
+        refuse_other_options(
+            rec.options | {"shard_request": rec.manifest.get("shard_request")}, options, input_dir, output_dir
         )
-    if dry_run:
-        changes = _changes(input_dir, rec, file_list, check_content, emit)
-        return _summary(input_dir, output_dir, rec, changes, _layout(changes, rec, settings), timing, dry_run=True)
+        settings = recorded_settings(rec.options, fsync=fsync, strict=strict)
+        if dry_run:
+            changes = _changes(input_dir, rec, file_list, check_content, emit)
+            return _summary(input_dir, output_dir, rec, changes, _layout(changes, rec, settings), timing, dry_run=True)
+        return _apply(
+            input_dir, output_dir, rec, settings, check_content, resume, workers, file_list, emit, progress, timing
+        )
+
+
+def _apply(
+    input_dir: str,
+    output_dir: str,
+    rec: Recorded,
+    settings: ShardSettings,
+    check_content: bool,
+    resume: bool,
+    workers: int | None,
+    file_list: str | None,
+    emit: EventSink,
+    progress: Callable[[int, int, int], None] | None,
+    timing: Timing,
+) -> dict[str, Any]:
+    """`update` under OUTPUT's lock: the changes, the new version built and published."""
     from img2tfrecord.conversion import publish
 
     ws = publish.workspace(output_dir)
@@ -181,7 +206,7 @@ def update(
     try:
         publish.recover(ws)
         check_unfinished(ws, resume)
-        rec = read_recorded(output_dir)  # as it is now that we hold the lock
+        rec = read_recorded(output_dir, rec)  # as it is now that we hold the lock
         changes = _changes(input_dir, rec, file_list, check_content, emit)
         layout = _layout(changes, rec, settings)
         if changes.nothing:
@@ -235,7 +260,13 @@ def _changes(input_dir: str, rec: Recorded, file_list: str | None, check_content
         emit("warning", w)
     for skip in found.skipped:
         emit("skipped", f"{skip['path']}: {skip['reason']}")
-    return diff(found, rec.catalog, rec.classes, check_content)
+    changes = diff(found, rec.catalog, rec.classes, check_content)
+    if rec.options.get("dedupe") == "drop":  # the copy a fresh convert keeps, across versions
+        from img2tfrecord.conversion.update_dedupe import resolve
+
+        before = (rec.manifest.get("duplicates") or {}).get("dropped") or []
+        resolve(changes, int(rec.options.get("seed") or 0), {d["path"]: d["duplicate_of"] for d in before})
+    return changes
 
 
 @dataclass
@@ -446,7 +477,8 @@ def _build(
     if fs.is_remote(work):
         fs.rmtree(work)  # locally, `publish` removes it with what else is not part of the dataset
     # 4. the catalog of the new version
-    cat = _new_catalog(rec.catalog, changes, new_rows, slots, final_of, final_new, settings)
+    renumber = {key: n for mine in slots.values() for slot in mine for key, n in slot.renumber.items()}
+    cat = new_catalog(rec.catalog, changes, new_rows, renumber, final_of, final_new, settings)
     fs.write_bytes(fs.join(build, CATALOG_NAME), catalog_file.encode(cat))
     files.append(CATALOG_NAME)
     manifest = manifest_of(
@@ -459,6 +491,7 @@ def _build(
         ignored_files=changes.found.ignored_files,
         excluded_files=changes.found.excluded_files,
         walk_skipped=list(changes.found.skipped),
+        kept_copy=changes.kept_copy,
         warnings=warnings,
         emit=emit,
     )
@@ -490,6 +523,7 @@ def _build(
         + [skip | {"split": sh.split} for sh, o in zip(planned, outcomes) for skip in o.skipped],
         "still_skipped": sum(sc.counts.get("still_skipped", 0) for sc in changes.splits.values()),
         "records": sum(sp["records"] for sp in manifest["splits"].values()),
+        "duplicates": {k: v for k, v in manifest["duplicates"].items() if k != "groups"},  # as convert's summary
         "elapsed_seconds": round(time.perf_counter() - timing.start, 3),
     }
     return _Built(files, metadata, report, warnings)
@@ -534,6 +568,7 @@ def _encode(
         shards=planned,
         settings=settings,
         options=rec.options | {"update_of": manifest_digest(rec.text)},  # the journal's fingerprint
+        drop=changes.drop if settings.dedupe == "drop" else None,
     )
     log = journal(ws, plan, work, run, emit, rewrites)
     timing.reused = frozenset(run.reused)
@@ -544,117 +579,8 @@ def _encode(
     return LocalEngine(log, timing, workers, progress).run(plan, work, settings, emit)
 
 
-def _new_catalog(
-    old: Catalog,
-    changes: Changes,
-    new_rows: Catalog,
-    slots: dict[str, list[_Slot]],
-    final_of: dict[str, str],
-    final_new: dict[str, str],
-    settings: ShardSettings,
-) -> Catalog:
-    """The old rows that stay (shards and record numbers as they are now) and the new rows."""
-    renumber: dict[tuple[str, int], int] = {}
-    for mine in slots.values():
-        for slot in mine:
-            renumber.update(slot.renumber)
-    cat = Catalog(has_digests=settings.digests)
-    for r in changes.kept_rows:
-        shard, record = old.shards[r], old.records[r]
-        if old.states[r] == CONVERTED:
-            record = renumber.get((shard, record), record)
-            shard = final_of[shard]
-        cat.add_row(old, r, shard, record)
-        if r in changes.refreshed:
-            cat.sizes[-1], cat.mtimes[-1] = changes.refreshed[r]
-    for r in range(len(new_rows)):
-        shard = new_rows.shards[r]
-        cat.add_row(new_rows, r, final_new.get(shard, shard), new_rows.records[r])
-    return cat
-
-
-def manifest_of(
-    rec: Recorded,
-    cat: Catalog,
-    classes: list[str],
-    split_info: dict[str, dict[str, Any]],
-    settings: ShardSettings,
-    *,
-    options: dict[str, Any],
-    ignored_files: int,
-    excluded_files: int,
-    walk_skipped: list[dict[str, str]],
-    skipped_rows: list[int] | None = None,
-    warnings: list[str] | None = None,
-    emit: EventSink | None = None,
-) -> dict[str, Any]:
-    """dataset.json of the version after `rec` (update's and compact's), its counts taken from its
-    catalog `cat`: class counts, formats and depths, the skipped images (`skipped_rows`, in that
-    order; default: the catalog's), the duplicate report. `split_info` holds each split's shards."""
-    counts: dict[str, dict[str, int]] = {s: dict.fromkeys(classes, 0) for s in split_info}
-    merged: dict[str, Counter[str]] = {k: Counter() for k in ("formats", "depths", "transcoded", "reduced")}
-    order = {s: i for i, s in enumerate(split_info)}
-    for r in range(len(cat)):
-        if cat.states[r] == CONVERTED:
-            counts[cat.splits[r]][cat.classes[r]] += 1
-            kind = kind_of(cat.kinds[r])
-            merged["formats"][kind.fmt] += 1
-            merged["depths"][kind.depth] += 1
-            if kind.transcoded:
-                merged["transcoded"][kind.transcoded] += 1
-            if kind.reduced:
-                merged["reduced"][kind.reduced] += 1
-    if skipped_rows is None:
-        skipped_rows = [r for r in range(len(cat)) if cat.states[r] == SKIPPED]
-    skipped = list(walk_skipped) + [  # the walk's (folders it cannot list), then the images'
-        {"path": _text(cat.rels[r]), "split": cat.splits[r], "reason": cat.reasons[r]} for r in skipped_rows
-    ]
-    for s, sp in split_info.items():
-        records = sum(int(e["records"]) for e in sp["shards"])
-        split_info[s] = {"records": records, "class_counts": counts[s], "shards": sp["shards"]}
-    duplicates: dict[str, Any] = {"mode": "off"}
-    if settings.dedupe != "off":
-        digests = Counter(cat.digests[r] for r in range(len(cat)) if cat.states[r] == CONVERTED)
-        twice = {d for d, n in digests.items() if n > 1}
-        rows = sorted(
-            (r for r in range(len(cat)) if cat.states[r] == CONVERTED and cat.digests[r] in twice),
-            key=lambda r: (order[cat.splits[r]], cat.shards[r], cat.records[r]),
-        )
-        seen_twice = [(cat.digests[r].hex(), _text(cat.rels[r]), cat.splits[r], cat.classes[r]) for r in rows]
-        duplicates = dedupe.report(settings.dedupe, seen_twice, [])
-        if (line := dedupe.summary_line(duplicates)) and warnings is not None:
-            warnings.append(line)
-            if emit:
-                emit("warning", line)
-    old = rec.manifest
-    return build_manifest(
-        classes=classes,
-        label_offset=int(old.get("label_offset") or 0),
-        options=options,
-        splits=split_info,
-        skipped=skipped,
-        transcoded=dict(merged["transcoded"]),
-        formats=dict(merged["formats"]),
-        depths=dict(merged["depths"]),
-        reduced=dict(merged["reduced"]),
-        ignored_files=ignored_files,
-        engine="local",
-        duplicates=duplicates,
-        excluded_files=excluded_files,
-        version=int(old.get("version") or 1) + 1,
-        parent=manifest_digest(rec.text),
-        shard_request=old.get("shard_request"),
-    )
-
-
 def _settings_of(rec: Recorded) -> ShardSettings:
     return recorded_settings(rec.options, fsync=False, strict=False)
-
-
-def _text(rel: bytes) -> str:
-    from img2tfrecord.format.schema import utf8_text
-
-    return utf8_text(rel.decode("utf-8", "surrogateescape"))
 
 
 def _summary(
@@ -689,6 +615,9 @@ def _summary(
         "elapsed_seconds": round(time.perf_counter() - timing.start, 3),
     }
     out["bytes_needed"] = _needed(changes, layout, _settings_of(rec))
+    if rec.options.get("dedupe") == "drop":  # update_dedupe's decisions
+        restored = sum(sc.counts.get("restored", 0) for sc in changes.splits.values())
+        out["dedupe"] = {"dropped": len(changes.drop), "displaced": len(changes.demoted), "restored": restored}
     out["shards_to_write"] = sum(v["new"] for v in out["shards"].values())
     out["shards_to_rewrite"] = sum(v["rewritten"] for v in out["shards"].values())
     return out

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import importlib
 import os
 import sys
+import threading
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -130,6 +132,28 @@ def preload_writer(staging: str) -> None:
         load_writer(staging)
     except BaseException:
         pass
+
+
+@contextlib.contextmanager
+def preloading(staging: str, first: Iterable[str] = ()) -> Iterator[None]:
+    """The record writer loading in a thread while the block runs (update: while it reads the
+    catalog, walks and diffs), joined when the block ends: a process must not exit while a
+    thread is inside `dlopen`, which holds the loader's lock that exit's library teardown takes.
+
+    `first`: modules the block will import, imported before: loading an extension module (a
+    `dlopen`) waits for the other thread's (glibc's loader lock), so one `import fcntl` in the
+    block would stop it until the writer is loaded."""
+    from img2tfrecord.conversion.publish import signals_deferred
+
+    for name in first:
+        importlib.import_module(name)
+    thread = threading.Thread(target=preload_writer, args=(staging,), name="import-tensorflow", daemon=True)
+    with signals_deferred():  # a signal while a thread starts unwinds after it, not inside it
+        thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
 
 
 def load_writer(staging: str) -> None:

@@ -60,6 +60,9 @@ def kind_of(key: str) -> Kind:
 TABLED = ("reasons", "splits", "shards", "classes", "kinds")  # string columns: a table of values + an index per row
 
 
+_IS_CONVERTED = bytes(int(i == CONVERTED) for i in range(256))  # a bytes.translate table
+
+
 class CatalogError(ValueError):
     """A catalog that cannot be read; the message says why."""
 
@@ -283,6 +286,64 @@ class Catalog:
             src.kinds[r],
         )
 
+    def take(self, rows: Sequence[int]) -> Catalog:
+        """A catalog of these rows of this one, in this order (update's kept rows): column by column,
+        ~20x faster than `add_row` a row at a time (0.1 s for 16,000 rows)."""
+        out = Catalog(has_digests=self.has_digests)
+        get = self.rels.ends.__getitem__
+        starts = [get(r - 1) if r else 0 for r in rows]
+        ends = list(map(get, rows))
+        blob = self.rels.blob
+        out.rels.blob = bytearray(b"".join([blob[a:b] for a, b in zip(starts, ends)]))
+        out.rels.ends = array("q", itertools.accumulate(b - a for a, b in zip(starts, ends)))
+        w, digests = self.digests.width, self.digests.blob
+        out.digests.blob = bytearray(b"".join([digests[r * w : r * w + w] for r in rows]))
+        out.states = bytearray(map(self.states.__getitem__, rows))
+        for name in ("sizes", "mtimes", "records", "lengths"):
+            column: array = getattr(self, name)
+            setattr(out, name, array(column.typecode, map(column.__getitem__, rows)))
+        for name in TABLED:
+            src: Tabled = getattr(self, name)
+            dst: Tabled = getattr(out, name)
+            dst.values, dst.lookup = list(src.values), dict(src.lookup)
+            dst.codes = array("I", map(src.codes.__getitem__, rows))
+        return out
+
+    def converted(self) -> bytes:
+        """One byte a row: 1 where the row's image is a record, else 0 (for `itertools.compress`)."""
+        return bytes(self.states).translate(_IS_CONVERTED)
+
+    def tally(self) -> Counter[tuple[str, str, str]]:
+        """Records per (split, class, kind key), counted from the codes (a few ms for 16,000 rows)."""
+        codes = Counter(
+            itertools.compress(zip(self.splits.codes, self.classes.codes, self.kinds.codes), self.converted())
+        )
+        sv, cv, kv = self.splits.values, self.classes.values, self.kinds.values
+        out: Counter[tuple[str, str, str]] = Counter()
+        for (s, c, k), n in codes.items():
+            out[sv[s], cv[c], kv[k]] += n
+        return out
+
+    def duplicate_rows(self, split_order: Mapping[str, int]) -> list[int]:
+        """The converted rows whose digest another converted row has too, in (split order, shard
+        name, record) order: what dataset.json's duplicate report lists."""
+        w, blob = self.digests.width, bytes(self.digests.blob)
+        digests = [blob[i : i + w] for i in range(0, len(blob), w)]
+        converted = self.converted()
+        seen = Counter(itertools.compress(digests, converted))
+        twice = {d for d, n in seen.items() if n > 1}
+        if not twice:
+            return []
+        rows = [r for r in itertools.compress(range(len(digests)), converted) if digests[r] in twice]
+        names = self.shards.values
+        rank = [0] * len(names)
+        for i, c in enumerate(sorted(range(len(names)), key=names.__getitem__)):
+            rank[c] = i
+        split_rank = [split_order.get(v, len(split_order)) for v in self.splits.values]
+        sc, hc, rec = self.splits.codes, self.shards.codes, self.records
+        rows.sort(key=lambda r: (split_rank[sc[r]], rank[hc[r]], rec[r]))
+        return rows
+
     def offsets(self) -> list[int]:
         """Each converted row's byte offset in its shard (uncompressed), -1 for the others."""
         shards, records = self.shards.codes, self.records
@@ -302,7 +363,8 @@ def count_problems(cat: Catalog, splits: Mapping[str, Any]) -> list[str]:
     `update` and `compact` trust the catalog to say which record of which shard is which image, so
     they refuse one that fails this first; `inspect --verify` reports the same problems."""
     listed = {s["file"]: int(s.get("records") or 0) for sp in splits.values() for s in sp.get("shards") or []}
-    held = Counter(cat.shards[r] for r in range(len(cat)) if cat.states[r] == CONVERTED)
+    codes = Counter(itertools.compress(cat.shards.codes, cat.converted()))
+    held = Counter({cat.shards.values[c]: n for c, n in codes.items()})
     out = []
     for name in sorted(set(listed) | set(held)):
         if name not in listed:
@@ -393,7 +455,7 @@ def encode(cat: Catalog) -> bytes:
     }
     blobs, described = [], []
     for name, raw in columns.items():
-        stored = raw if name == "digests" else zlib.compress(raw, 9)
+        stored = raw if name == "digests" else zlib.compress(raw, 6)  # 9: 3x the time, 0.1% smaller
         blobs.append(stored)
         described.append([name, "raw" if name == "digests" else "zlib", len(stored)])
     header = {

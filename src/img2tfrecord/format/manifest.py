@@ -21,6 +21,7 @@ from typing import Any
 
 from img2tfrecord._version import __version__
 from img2tfrecord.errors import UsageError
+from img2tfrecord.format import jsontext
 from img2tfrecord.format.schema import FEATURE_TYPES
 from img2tfrecord.fs import CHECKSUMS
 
@@ -108,7 +109,7 @@ def build_manifest(
 
 
 def manifest_text(manifest: dict[str, Any]) -> str:
-    return json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
+    return jsontext.dumps(manifest) + "\n"  # json.dumps(indent=2, ensure_ascii=False)'s text, faster
 
 
 def labels_text(classes: list[str]) -> str:

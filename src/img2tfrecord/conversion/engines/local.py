@@ -465,6 +465,8 @@ def _drop_map(
     """
     if settings.dedupe != "drop":
         return {}
+    if plan.drop is not None:  # decided across versions (update)
+        return plan.drop
     first = Deduper("drop")
     out: dict[str, tuple[str, str]] = {}
     batch: list[Task] = []
