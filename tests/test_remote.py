@@ -419,3 +419,29 @@ def test_a_kill_during_an_in_place_publish_leaves_what_the_next_update_finishes(
         update(str(src), str(out), workers=1, resume=True)
         assert _visible(out) == new, n
         assert not (out / ".img2tfrecord-staging").exists(), n
+
+
+def test_a_cut_short_publish_that_lost_a_file_says_so_and_convert_overwrite_starts_over(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """If a file of the committed version is gone from the staging folder (and not moved), the
+    publish cannot be finished: the next update says so and names `convert --overwrite`, which then
+    rebuilds the dataset (the same files as a fresh conversion)."""
+    from img2tfrecord.format.naming import STAGING_DIR
+
+    src = tmp_path / "in"
+    make_dataset(src, {"a": 4, "b": 4}, size=(20, 16))
+    out, fresh = "ram://s7lost/out", "ram://s7lost/fresh"
+    convert(str(src), out, shards=3)
+    save(natural_image(24, 20, 702), src / "b" / "new.png")
+    _failing_rename(monkeypatch, out, after=1)
+    with pytest.raises(img2tfrecord.errors.DataError, match="publishing the dataset in"):
+        update(str(src), out)
+    monkeypatch.undo()
+    staged = [n for n in gfile().listdir(f"{out}/{STAGING_DIR}") if "-of-" in n and not n.endswith(".idx")]
+    gfile().remove(f"{out}/{STAGING_DIR}/{staged[0]}")
+    with pytest.raises(img2tfrecord.errors.DataError, match=r"cannot be finished; convert with overwrite=True"):
+        update(str(src), out)
+    convert(str(src), out, shards=3, overwrite=True)
+    convert(str(src), fresh, shards=3)
+    assert remote_files(out) == remote_files(fresh)

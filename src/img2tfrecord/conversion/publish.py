@@ -62,6 +62,7 @@ import signal
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import NoReturn
 
 from img2tfrecord import fs
 from img2tfrecord.errors import DataError, UsageError, option
@@ -542,12 +543,28 @@ def _roll_forward(ws: Workspace) -> bool:
         files = [str(n) for n in plan["files"]]
         metadata = {str(n): str(t) for n, t in plan["metadata"]}
     except (ValueError, KeyError, TypeError) as e:  # not ours: nothing this run can finish
+        _give_up(marker, f"{marker}: unreadable ({e})")
+    try:
+        _finish_in_place(ws, files, metadata, durable=True)
+    except DataError as e:  # a file of the new version is gone: it cannot be completed
+        _give_up(marker, str(e))
+    except Exception as e:  # the store failed again: the marker stays, the next run tries again
+        why = getattr(e, "strerror", None) or getattr(e, "message", None) or str(e) or type(e).__name__
         raise DataError(
-            f"{marker}: unreadable ({e}); the publish it records cannot be finished: "
-            f"convert with {option('overwrite', True)} to rebuild the dataset"
+            f"finishing the publish cut short in {ws.shown} failed: {why}; run the command again to finish it"
         ) from None
-    _finish_in_place(ws, files, metadata, durable=True)
     return True
+
+
+def _give_up(marker: str, why: str) -> NoReturn:
+    """A committed publish that cannot be finished: its marker goes (so `convert --overwrite` can
+    start over; the staging folder is then an unfinished run like any other), and the user is told."""
+    with contextlib.suppress(Exception):
+        fs.remove(marker)
+    raise DataError(
+        f"{why}: the publish cut short there cannot be finished; convert with {option('overwrite', True)} "
+        "to rebuild the dataset"
+    )
 
 
 def finish_cut_short(output_dir: str, dry_run: bool = False) -> bool:
