@@ -131,6 +131,40 @@ def test_beam_keeps_the_terminal_quiet(both_engines):
     assert fd2.strip() == "", fd2[:2000]  # no apitools warning, no worker INFO lines
 
 
+# A fresh process: Beam is imported for the first time there (in-process, pytest's own log handlers
+# and an earlier test's import hide what Beam logs at import and what its logging.basicConfig() does).
+FRESH_PROCESS = """
+import logging, sys
+from img2tfrecord.cli import main
+code = main.main(sys.argv[1:], standalone_mode=False)
+logging.basicConfig(format="app: %(message)s")  # the embedding application's logging, after the run
+logging.warning("its own line")
+sys.exit(code)
+"""
+
+
+@needs_beam
+def test_a_fresh_beam_run_leaves_only_our_lines_and_the_applications_logging(tmp_path):
+    """Nothing of Beam's on stderr ("WARNING:root:apitools not found" at import), and the process's
+    logging still its own after the run: Beam's basicConfig() calls used to leave a root handler on
+    convert's temporary (then closed) stderr, so a later record was "--- Logging error ---"."""
+    import subprocess
+
+    make_dataset(tmp_path / "in", {"a": 2, "b": 2})
+    (tmp_path / "in" / "a" / "broken.png").write_bytes(b"not a png")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP")}  # the tool quietens TF itself
+    args = ["convert", str(tmp_path / "in"), str(tmp_path / "out"), "--engine", "beam"]
+    res = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS, *args], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert "skipped: a/broken.png: not an image: content is text" in lines
+    assert lines[-1] == "app: its own line", res.stderr[-3000:]
+    ours = ("skipped: ", "warning: ", "Wrote ", "app: ")
+    assert [ln for ln in lines if not ln.startswith(ours)] == []
+
+
 def test_missing_beam_is_a_usage_error_with_the_install_command(cli, tmp_path, monkeypatch):
     make_dataset(tmp_path / "in", {"a": 2})
     monkeypatch.setitem(sys.modules, "apache_beam", None)  # what `import apache_beam` does when absent

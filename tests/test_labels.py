@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from helpers import make_dataset
 from img2tfrecord.conversion import labels as labels_mod
@@ -153,6 +154,38 @@ def test_labels_txt_of_unusual_names_passes_verify_and_reads_back_as_the_same_cl
     assert res.exit_code == 0, res.output
     assert json.loads((tmp_path / "again" / "dataset.json").read_text())["classes"] == classes
     assert Path(tmp_path / "again" / "labels.txt").read_bytes() == Path(tmp_path / "out" / "labels.txt").read_bytes()
+
+
+def test_class_folders_with_white_space_around_them_round_trip_through_labels_txt(cli, tmp_path):
+    """Folders " cat " and "dog\\u00a0" (a no-break space): labels.txt holds them as they are, and `convert --labels
+    OUT/labels.txt` and `update --labels` read them back as the same classes (lines were stripped,
+    so " cat " became "cat", a class with no folder, and its images were left out). A --labels
+    name that differs from a folder only in that white space is refused in one line, both ways."""
+    src = tmp_path / "in"
+    make_dataset(src, {" cat ": 2, "dog\u00a0": 2, "owl": 1}, size=(8, 8))
+    assert cli("convert", src, tmp_path / "out").exit_code == 0
+    labels_txt = tmp_path / "out" / "labels.txt"
+    assert labels_txt.read_text(encoding="utf-8") == " cat \ndog\u00a0\nowl\n"
+    res = cli("convert", src, tmp_path / "again", "--labels", labels_txt)
+    assert res.exit_code == 0 and "warning" not in res.stderr, res.output
+    manifest = json.loads((tmp_path / "again" / "dataset.json").read_text())
+    assert manifest["classes"] == [" cat ", "dog\u00a0", "owl"]
+    assert manifest["splits"]["train"]["class_counts"] == {" cat ": 2, "dog\u00a0": 2, "owl": 1}
+    assert (tmp_path / "again" / "labels.txt").read_bytes() == labels_txt.read_bytes()
+
+    Image.new("RGB", (9, 9), (1, 2, 3)).save(src / " cat " / "new.png")
+    res = cli("update", src, tmp_path / "again", "--labels", tmp_path / "again" / "labels.txt")
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((tmp_path / "again" / "dataset.json").read_text())
+    assert manifest["classes"] == [" cat ", "dog\u00a0", "owl"]
+    assert manifest["splits"]["train"]["class_counts"] == {" cat ": 3, "dog\u00a0": 2, "owl": 1}
+
+    for listed, folder in (("cat \ndog\u00a0\nowl\n", '" cat "'), (" cat \ndog\nowl\n", '"dog\u00a0"')):
+        (tmp_path / "typed.txt").write_text(listed, encoding="utf-8")
+        res = cli("convert", src, tmp_path / "typed", "--labels", tmp_path / "typed.txt")
+        assert res.exit_code == 2 and not (tmp_path / "typed").exists()
+        [line] = res.stderr.strip().splitlines()
+        assert line.startswith("error: --labels names the class ") and f", the input has {folder}: " in line, line
 
 
 def test_an_updated_class_list_keeps_every_label_and_appends_new_classes(tmp_path):

@@ -16,7 +16,10 @@ from typing import Any
 import pytest
 
 from helpers import make_dataset, natural_image, read_records, save
+from img2tfrecord.conversion.convert import convert
 from img2tfrecord.conversion.splits import order_key, parse_split_spec, split_of
+from img2tfrecord.conversion.update import update
+from img2tfrecord.errors import Interrupted
 
 SPLIT = "train=0.6,validation=0.4"
 DROP = ("--dedupe", "drop", "--split", SPLIT, "--shards", "2")
@@ -290,3 +293,34 @@ def test_copies_of_a_skipped_file(tmp_path: Path, cli) -> None:
     s = _update(cli, src, out)
     assert s["dedupe"]["restored"] == 1 and [x["path"] for x in s["skipped"]] == ["a/broken.jpg"]
     _like_fresh(cli, src, out, fresh)
+
+
+def test_an_interrupted_update_resumes_to_the_same_bytes(tmp_path: Path) -> None:
+    """Stopped once its new shards are written (journaled with what they dropped), before the
+    shard that loses a displaced record is rewritten: --resume reuses them and gives the bytes of
+    an uninterrupted update."""
+    src, out, fresh, files = _dataset(tmp_path)
+    convert(str(src), str(out), dedupe="drop", split=SPLIT, shards=2)
+    old = files["a"][1]
+    shutil.copy(old, _name(src / "b", "earlier", old.suffix, before=_rel(src, old)))
+    shutil.copy(old, _name(src / "b", "later", old.suffix, after=_rel(src, old)))
+    for i in range(4):
+        save(natural_image(18, 14, 600 + i), src / "a" / f"new_{i}.png")
+    ref = tmp_path / "ref"
+    shutil.copytree(out, ref)
+    s = update(str(src), str(ref), workers=1)
+    assert s["dedupe"] == {"dropped": 1, "displaced": 1, "restored": 0} and s["shards_rewritten"] == 1
+
+    def stop(images: int, nbytes: int, total: int) -> None:
+        if images >= total:  # the last new shard is done
+            raise KeyboardInterrupt
+
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(Interrupted):
+        update(str(src), str(out), workers=1, progress=stop)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the old version
+    notes: list[str] = []
+    s = update(str(src), str(out), workers=1, resume=True, on_event=lambda kind, msg: notes.append(msg))
+    assert s["dedupe"] == {"dropped": 1, "displaced": 1, "restored": 0}
+    assert any(n.startswith("resuming: ") and " reused" in n for n in notes), notes
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == {p.name: p.read_bytes() for p in ref.iterdir()}

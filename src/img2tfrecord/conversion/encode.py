@@ -25,14 +25,13 @@ lost entropy-coded data skips it; a BMP TensorFlow refuses (bytes after the pixe
 PNG. Anything wrong with a file raises `SkipImage` with a short, true reason about *that* file:
 the format found from its magic bytes, the decoder's error, and what the C libraries printed or
 Pillow logged while it was read (`cstderr.reading`); a non-image is named, never quoted. A file
-is read whole only when its first bytes say it may be an image (`HEAD_BYTES`, `not_an_image`).
+is read whole only when its first bytes say it may be an image of at most --max-pixels (`source`).
 """
 
 from __future__ import annotations
 
 import io
 import itertools
-import os
 import warnings
 from collections.abc import Callable, Container, Iterable, Iterator
 from typing import Any, NamedTuple
@@ -53,6 +52,14 @@ from PIL import (
 from img2tfrecord import cstderr
 from img2tfrecord.conversion.options import EncodeOptions
 from img2tfrecord.conversion.plan import Task
+from img2tfrecord.conversion.source import (  # the read before the work (SkipImage is found here too)
+    JpegFrame,
+    SkipImage,
+    describe_error,
+    pixels_problem,
+    probe_jpeg,
+    read_source,
+)
 from img2tfrecord.format.images import (
     MODE_CHANNELS,
     NOT_IMAGES,
@@ -95,10 +102,6 @@ _TRANSPOSE = {
 }  # EXIF orientation -> what makes it upright
 
 
-class SkipImage(Exception):
-    """This file cannot become a record; the message says why (shown to the user)."""
-
-
 class Result(NamedTuple):
     """How one image is stored. The process that validates an image also writes it, so the bytes
     that were checked are exactly the bytes stored (no second read, no pipe).
@@ -124,7 +127,7 @@ class Result(NamedTuple):
 def encode_image(path: str, opts: EncodeOptions) -> Result:
     """Read and check one file; return how to store it, or raise SkipImage (with what the C
     decoders printed about it, if anything)."""
-    data = _read(path)
+    data = read_source(path, opts.max_pixels)
     kind = sniff(data)
     failed: SkipImage | None = None
     with cstderr.reading() as said:  # what the decoders say now is about this image, and only this one
@@ -157,7 +160,7 @@ def _encode(data: bytes, kind: str | None, opts: EncodeOptions) -> Result:
                 try:
                     payload, out_fmt, (h, w, c), depth = _transcode(None, "JPEG", opts, jpeg, view)
                 except ValueError as e:
-                    raise SkipImage(f"JPEG: corrupt or truncated: {_describe(e)}") from None
+                    raise SkipImage(f"JPEG: corrupt or truncated: {describe_error(e)}") from None
                 return Result("encoded", payload, out_fmt, h, w, c, None, False, len(data), _digest(data), depth)
             if opts.validate:
                 _check_jpeg_scan(view)
@@ -193,7 +196,7 @@ def _encode(data: bytes, kind: str | None, opts: EncodeOptions) -> Result:
     except SkipImage:
         raise
     except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError, EOFError, struct.error...
-        raise SkipImage(f"{label}: corrupt or truncated: {_describe(e)}") from None
+        raise SkipImage(f"{label}: corrupt or truncated: {describe_error(e)}") from None
     reduced = None
     if deep and depth == 8:
         reduced = (
@@ -217,11 +220,8 @@ def _source_bits(im: Image.Image, data: bytes) -> int:
 
 
 def _check_pixels(width: int, height: int, opts: EncodeOptions) -> None:
-    if width * height > opts.max_pixels:
-        raise SkipImage(
-            f"{width}x{height} = {width * height:,} pixels exceeds --max-pixels {opts.max_pixels:,} "
-            "(possible decompression bomb); raise --max-pixels to include it"
-        )
+    if (why := pixels_problem(width, height, opts.max_pixels)) is not None:
+        raise SkipImage(why)
 
 
 def _check_jpeg_scan(data: bytes) -> None:
@@ -237,7 +237,7 @@ def _check_jpeg_scan(data: bytes) -> None:
             data, colorspace="GRAY", fastdct=True, fastupsample=True, min_height=1, min_width=1, strict=True
         )
     except ValueError as e:
-        raise SkipImage(f"JPEG: corrupt or truncated: {_describe(e)}") from None
+        raise SkipImage(f"JPEG: corrupt or truncated: {describe_error(e)}") from None
 
 
 def _simplejpeg() -> Any:
@@ -246,61 +246,6 @@ def _simplejpeg() -> Any:
     import simplejpeg
 
     return simplejpeg
-
-
-class JpegFrame(NamedTuple):
-    height: int
-    width: int
-    channels: int
-    orientation: int | None  # EXIF orientation, None without one
-
-
-_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # frame headers (not DHT, JPG, DAC)
-
-
-def probe_jpeg(data: bytes) -> JpegFrame | None:
-    """Shape and EXIF orientation of an 8-bit gray or colour JPEG, from its markers.
-
-    What Pillow's `Image.open` finds, at ~5 us instead of ~100 us: it walks the segments up to the
-    frame header without reading tables. Anything unusual (CMYK, 12-bit, a height defined later
-    by DNL, a damaged marker) returns None, and the caller takes Pillow's path.
-    """
-    if not data.startswith(b"\xff\xd8"):
-        return None
-    pos, end, exif = 2, len(data), None
-    while pos + 4 <= end:
-        if data[pos] != 0xFF:
-            return None
-        marker = data[pos + 1]
-        if marker == 0xFF:  # fill byte
-            pos += 1
-            continue
-        length = (data[pos + 2] << 8) | data[pos + 3]
-        if length < 2 or marker in (0xD8, 0xD9, 0xDA):
-            return None  # no frame header before the scan: let Pillow explain
-        if marker in _SOF_MARKERS:
-            if length < 8 or pos + 10 > end:
-                return None
-            precision, channels = data[pos + 4], data[pos + 9]
-            height, width = (data[pos + 5] << 8) | data[pos + 6], (data[pos + 7] << 8) | data[pos + 8]
-            if precision != 8 or channels not in (1, 3) or not height or not width:
-                return None
-            return JpegFrame(height, width, channels, _exif_orientation(exif) if exif is not None else None)
-        if marker == 0xE1 and exif is None and data.startswith(b"Exif\0\0", pos + 4):
-            exif = data[pos + 4 : pos + 2 + length]
-        pos += 2 + length
-    return None
-
-
-def _exif_orientation(exif: bytes) -> int | None:
-    """The EXIF orientation; None when the block is truncated or invalid: no reader can find an
-    orientation there, and TensorFlow decodes the JPEG without it (so it is kept as it is)."""
-    e = Image.Exif()
-    try:
-        e.load(exif)
-        return e.get(0x0112, 1)
-    except Exception:  # Pillow raises SyntaxError, struct.error, ValueError... on damaged EXIF
-        return None
 
 
 def _digest(data: bytes) -> str:
@@ -322,96 +267,6 @@ def to_record(task: Task, result: Result) -> bytes:
     )
 
 
-def _read(path: str) -> bytes:
-    """The file's bytes, read through one open file descriptor (one fstat, one read; a file of 64 KiB
-    or more: its first 64 KiB first, to know it is an image, then all of it in one read into the
-    bytes returned, where joining a second read to the first copied every photo once more)."""
-    import errno
-    import stat
-
-    try:
-        if "://" in path:
-            from img2tfrecord import (
-                fs,  # remote input: tf.io.gfile (imports TensorFlow in this worker)
-            )
-
-            data = fs.read_bytes(path)
-        else:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO's open must not wait for a writer
-            try:  # one fstat + one read: no buffered-reader overhead on the hot path
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode):  # a FIFO (or device) would block the read, or never end
-                    kinds = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
-                    raise SkipImage(
-                        "is a directory"
-                        if stat.S_ISDIR(st.st_mode)
-                        else f"not a regular file ({kinds.get(stat.S_IFMT(st.st_mode), 'not a file')}): not read"
-                    )
-                if st.st_size <= HEAD_BYTES:
-                    data = _read_upto(fd, min(st.st_size + 1, HEAD_BYTES))
-                else:  # read it only if its first bytes say it is an image; then whole, in one read
-                    head = os.pread(fd, HEAD_BYTES, 0)  # (the file offset stays at 0)
-                    with cstderr.reading():  # what Pillow's readers say while sniffing is said to no one
-                        why = not_an_image(head)
-                    if why is not None:
-                        raise SkipImage(why)
-                    del head
-                    data = _read_upto(fd, st.st_size + 1)
-            finally:
-                os.close(fd)
-            if len(data) != st.st_size:
-                raise SkipImage("file changed while it was being read; run again")
-    except SkipImage:
-        raise
-    except FileNotFoundError:
-        raise SkipImage("file vanished (or is a broken symlink) before it could be read") from None
-    except PermissionError:
-        raise SkipImage("permission denied") from None
-    except IsADirectoryError:
-        raise SkipImage("is a directory") from None
-    except OSError as e:
-        if e.errno == errno.ENXIO and os.path.exists(path):  # what open() says of a socket
-            raise SkipImage("not a regular file (a socket): not read") from None
-        raise SkipImage(f"cannot read: {e.strerror or e}") from None
-    except Exception as e:  # tf.io.gfile errors (NotFoundError, PermissionDeniedError) are not OSErrors
-        raise SkipImage(f"cannot read: {_describe(e)}") from None
-    if not data:
-        raise SkipImage("empty file (0 bytes)")
-    return data
-
-
-HEAD_BYTES = 64 * 1024  # read before knowing whether a file is an image (a 2 GB "photo.jpg" of zeros is not)
-
-
-def _read_upto(fd: int, size: int, data: bytes = b"") -> bytes:
-    """Read until `size` bytes or the end (short reads happen: NFS, FUSE)."""
-    parts = [data] if data else []
-    have = len(data)
-    while have < size and (more := os.read(fd, min(size - have, 1 << 30))):
-        parts.append(more)
-        have += len(more)
-    return b"".join(parts)
-
-
-def not_an_image(head: bytes) -> str | None:
-    """Why a file whose first bytes are `head` is not worth reading further; None if it may be an
-    image (a magic we know, or a header one of Pillow's readers accepts)."""
-    kind = sniff(head)
-    if kind in NOT_IMAGES:
-        return describe_unknown(head)
-    if kind is not None:
-        return None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            Image.open(io.BytesIO(head)).close()
-    except UnidentifiedImageError:
-        return describe_unknown(head)
-    except Exception:  # a reader took the header and wanted more bytes: read them
-        return None
-    return None
-
-
 def _open(data: bytes, kind: str | None) -> Image.Image:
     """Pillow's view of the file; a file it cannot read is named by its magic bytes and the
     error of that format's own reader (Pillow's "cannot identify image file" says neither)."""
@@ -420,7 +275,7 @@ def _open(data: bytes, kind: str | None) -> Image.Image:
     except UnidentifiedImageError:
         pass
     except Exception as e:
-        raise SkipImage(f"{kind or 'image'}: unreadable header: {_describe(e)}") from None
+        raise SkipImage(f"{kind or 'image'}: unreadable header: {describe_error(e)}") from None
     if kind is None or kind in NOT_IMAGES:
         raise SkipImage(describe_unknown(data))
     plugin = _PLUGINS.get(kind)
@@ -429,15 +284,10 @@ def _open(data: bytes, kind: str | None) -> Image.Image:
         try:
             plugin(io.BytesIO(data))
         except Exception as e:
-            why = _describe(e)
+            why = describe_error(e)
     elif kind == "JPEG":
         why = "no frame header Pillow can read"
     raise SkipImage(f"{kind}: cannot read header: {why}")
-
-
-def _describe(e: BaseException) -> str:
-    msg = str(e) or type(e).__name__
-    return msg if len(msg) < 200 else msg[:197] + "..."
 
 
 def _keep(im: Image.Image, data: bytes, fmt: str, validate: bool) -> Result | str | None:
@@ -664,6 +514,6 @@ def encode_shard(
 def digest_file(path: str) -> str | None:
     """xxh3-128 of a file's bytes (the --dedupe drop pre-pass); None if it cannot be read."""
     try:
-        return _digest(_read(path))
+        return _digest(read_source(path))
     except SkipImage:
         return None

@@ -54,16 +54,22 @@ def read_text_input(path: str, where: str, limit: int) -> str:
 
 
 def read_labels_file(path: str) -> list[str]:
-    """One class name per line; blank lines and surrounding whitespace ignored; no duplicates.
+    """One class name per line, exactly as written; blank (or all white space) lines ignored; no duplicates.
 
-    Lines are split at '\\n' (and '\\r\\n', '\\r'), so a name that holds another line break or a
-    control character is refused with its line, as labels.txt could not hold it."""
+    Exactly: labels.txt holds the folder names as they are, so a class folder " cat " (white space is
+    a legal part of a name) must read back as " cat " for `convert --labels OUT/labels.txt` and
+    `update` to find it again. Keras matches class names to folder names exactly too; TFDS'
+    ClassLabel strips each line, which is why `format.tfds` leaves its names file out for such
+    names. A hand-typed "cat " beside a folder "cat" is refused by the walk (`splits`), not
+    silently matched or dropped. Lines are split at '\\n' (and '\\r\\n', '\\r'), so a name that
+    holds another line break or a control character is refused with its line, as labels.txt could
+    not hold it."""
     where = f"{option('labels')} file {path}"
     text = read_text_input(path, where, MAX_LABELS_BYTES)
     names: list[str] = []
     for number, line in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), 1):
-        name = line.strip()
-        if not name:
+        name = line
+        if not name.strip():
             continue
         if problem := class_name_problem(name):
             raise UsageError(f"{where} line {number}: the class name {shown(name)} {problem}")

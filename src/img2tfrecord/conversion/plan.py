@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import inspect
 import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -186,25 +187,15 @@ class CheckedOptions(NamedTuple):
     class_list: list[str] | None
 
 
-def check_options(
-    *,
-    shards: str | int | dict[str, int] | None = None,
-    split: str | dict[str, float] | None = None,
-    labels: str | list[str] | None = None,
-    encoding: str = "keep",
-    quality: int = 95,
-    resize: str | int | tuple[int, int] | None = None,
-    channels: str = "keep",
-    max_pixels: int = DEFAULT_MAX_PIXELS,
-    validate: bool = True,
-    compression: str | None = None,
-    index: bool = False,
-    dedupe: str = "report",
-    checksum: str = DEFAULT_CHECKSUM,
-    **_: Any,
-) -> CheckedOptions:
+def check_options(**options: Any) -> CheckedOptions:
     """Check and parse `plan_job`'s options without touching the input or the output (UsageError):
-    convert calls it first, so a wrong command is told what is wrong, never to add --overwrite."""
+    convert calls it first, so a wrong command is told what is wrong, never to add --overwrite.
+
+    `options` are `plan_job`'s keyword parameters; the ones not given take `plan_job`'s defaults,
+    read from its signature (`plan_options`), so the list and its defaults exist once."""
+    o = plan_options(options)
+    encoding, channels, quality, max_pixels = o["encoding"], o["channels"], o["quality"], o["max_pixels"]
+    compression, checksum, dedupe, index = o["compression"], o["checksum"], o["dedupe"], o["index"]
     if encoding not in ENCODINGS:
         raise UsageError(f"bad {option('encoding', encoding)}: choose one of {', '.join(ENCODINGS)}")
     if str(channels) not in CHANNEL_CHOICES:
@@ -227,15 +218,26 @@ def check_options(
     opts = EncodeOptions(
         encoding=encoding,
         quality=quality,
-        resize=parse_resize(resize),
+        resize=parse_resize(o["resize"]),
         channels=str(channels),
         max_pixels=max_pixels,
-        validate=validate,
+        validate=o["validate"],
     )
-    shard_request = parse_shards(shards)
+    shard_request = parse_shards(o["shards"])
+    split, labels = o["split"], o["labels"]
     fractions = parse_split_spec(split) if isinstance(split, str) else split
     class_list = read_labels_file(labels) if isinstance(labels, str) else labels
     return CheckedOptions(opts, shard_request, fractions, class_list)
+
+
+def plan_options(given: Mapping[str, Any]) -> dict[str, Any]:
+    """`given` completed with `plan_job`'s defaults: its keyword parameters are the one list of the
+    options (TypeError for a name that is not one, as calling `plan_job` with it would raise)."""
+    params = inspect.signature(plan_job).parameters
+    defaults = {name: p.default for name, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    if unknown := sorted(set(given) - set(defaults)):
+        raise TypeError(f"plan_job() got an unexpected keyword argument {unknown[0]!r}")
+    return {**defaults, **given}
 
 
 def plan_job(
@@ -262,21 +264,8 @@ def plan_job(
     fsync: bool = True,
 ) -> Plan:
     """Check the options, walk the input (or read `file_list`) and cut it into shards. Raises UsageError."""
-    opts, shard_request, fractions, class_list = check_options(
-        shards=shards,
-        split=split,
-        labels=labels,
-        encoding=encoding,
-        quality=quality,
-        resize=resize,
-        channels=channels,
-        max_pixels=max_pixels,
-        validate=validate,
-        compression=compression,
-        index=index,
-        dedupe=dedupe,
-        checksum=checksum,
-    )
+    options = {k: v for k, v in locals().items() if k not in ("input_dir", "output_dir")}  # every keyword above
+    opts, shard_request, fractions, class_list = check_options(**options)
     check_paths(input_dir, output_dir)
     with _gc_paused():
         return _plan(

@@ -32,6 +32,7 @@ import xxhash
 
 from img2tfrecord.conversion.table import ImageTable, TaskView, encode_name
 from img2tfrecord.errors import UsageError, option, plural
+from img2tfrecord.format.manifest import shown
 from img2tfrecord.format.schema import utf8_text
 
 if TYPE_CHECKING:
@@ -185,6 +186,23 @@ def _classes_missing(
     return out
 
 
+def _refuse_white_space_twins(absent: set[str], excluded: Mapping[str, int], what: str) -> None:
+    """UsageError when a --labels name is not found but a class left out differs from it only in the
+    white space around it ("cat " listed, folder "cat"; or a stripped copy of a labels.txt): names
+    are matched exactly, so either would be dropped with only a warning, almost surely by mistake."""
+    found: dict[str, str] = {}
+    for c in sorted(excluded):
+        found.setdefault(c.strip(), c)
+    for name in sorted(absent):
+        twin = found.get(name.strip())
+        if twin is not None:
+            raise UsageError(
+                f"{option('labels')} names the class {shown(name)}, the input has {shown(twin)}: the same name with "
+                f"other white space around it; names are matched exactly (labels.txt keeps them as they are): "
+                f"correct the line, or rename the {what}"
+            )
+
+
 def assemble(
     table: ImageTable,
     per_class: dict[str, dict[str, Sequence[int]]],
@@ -214,6 +232,8 @@ def assemble(
             f"({plural(n, 'image')}): " + ", ".join(unlisted[:5]) + ("..." if len(unlisted) > 5 else "")
         )
     absent = missing.classes if missing else set()  # named by --labels, not found at all
+    if absent and excluded:
+        _refuse_white_space_twins(absent, excluded, what)
     unfound = [c for c in classes if c in absent]
     empty = [c for c in classes if c not in absent and not any(len(v) for v in per_class.get(c, {}).values())]
     if missing and len(unfound) > FEW_CLASSES:

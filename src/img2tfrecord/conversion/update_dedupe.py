@@ -73,18 +73,23 @@ def resolve(changes: Changes, seed: int, dropped_before: dict[str, str]) -> None
         return
     new_copies = any(copies.values())  # images to encode with a digest
     restored: list[int] = []
+    blob, w, states = bytes(cat.digests.blob), cat.digests.width, cat.states  # once per kept row: locals
     for r in changes.kept_rows:
-        s = cat.splits[r]
-        if s not in place:
-            continue
-        if cat.states[r] != SKIPPED:
-            digest = cat.digests[r]
+        if states[r] != SKIPPED:
+            digest = blob[r * w : r * w + w]
+            if digest not in copies:
+                continue
         elif new_copies:  # an invalid file has a content too, and convert drops its copies: read it
-            hexed = digest_file(table.task(_image_of(views[s], cat.rels[r], seed)).path)
+            if cat.splits[r] not in place:
+                continue
+            hexed = digest_file(table.task(_image_of(views[cat.splits[r]], cat.rels[r], seed)).path)
             digest = bytes.fromhex(hexed) if hexed is not None else NO_DIGEST
+            if digest not in copies:
+                continue
         else:
             continue
-        if digest in copies:
+        s = cat.splits[r]
+        if s in place:
             copies[digest].append(
                 _Copy(place[s], order_key(cat.rels[r], seed), _image_of(views[s], cat.rels[r], seed), r)
             )

@@ -148,12 +148,13 @@ def preloading(staging: str, first: Iterable[str] = ()) -> Iterator[None]:
     for name in first:
         importlib.import_module(name)
     thread = threading.Thread(target=preload_writer, args=(staging,), name="import-tensorflow", daemon=True)
-    with signals_deferred():  # a signal while a thread starts unwinds after it, not inside it
-        thread.start()
     try:
+        with signals_deferred():  # a signal while the thread starts unwinds after it (inside this try)
+            thread.start()
         yield
     finally:
-        thread.join()
+        if thread.ident is not None:  # started: its dlopen's start-up lines must land in fd 2's capture
+            thread.join()
 
 
 def load_writer(staging: str) -> None:

@@ -114,31 +114,6 @@ def record_spans(path: str | os.PathLike[str]) -> Iterator[tuple[int, int]]:
             index += 1
 
 
-_MAGIC_NAMES: list[tuple[bytes, str]] = [
-    (b"\xff\xd8\xff", "a JPEG image"),
-    (b"\x89PNG\r\n\x1a\n", "a PNG image"),
-    (b"GIF8", "a GIF image"),
-    (b"BM", "a BMP image"),
-    (b"PK\x03\x04", "a zip archive"),
-    (b"\x1f\x8b", "a gzip file"),
-    (b"%PDF", "a PDF document"),
-    (b"\x93NUMPY", "a NumPy array"),
-    (b"{", "JSON or text"),
-]
-
-
-def describe_bytes(head: bytes) -> str:
-    """Name what a non-TFRecord file looks like, for a clear error message."""
-    if len(head) >= 262 and head[257:262] == b"ustar":
-        return "a tar archive"
-    for magic, name in _MAGIC_NAMES:
-        if head.startswith(magic):
-            return name
-    if head and all(32 <= b < 127 or b in b"\r\n\t" for b in head[:64]):
-        return "text"
-    return "starts with " + head[:8].hex(" ")
-
-
 def detect_compression(path: str | os.PathLike[str]) -> str:
     """Return "none", "gzip" or "zlib" from a file's first bytes, or raise DataError.
 
@@ -162,8 +137,10 @@ def detect_compression(path: str | os.PathLike[str]) -> str:
             return "zlib"
     if len(head) < 12:
         raise DataError(f"{path}: not a TFRecord file ({len(head)} bytes, shorter than one record header)")
+    from img2tfrecord.format.images import describe_content  # named, never quoted: the file may be a key
+
     raise DataError(
-        f"{path}: not a TFRecord file (no valid record header at byte 0; it looks like {describe_bytes(head)})"
+        f"{path}: not a TFRecord file (no valid record header at byte 0; it looks like {describe_content(head)})"
     )
 
 

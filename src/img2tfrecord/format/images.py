@@ -87,33 +87,50 @@ def describe_unknown(data: bytes) -> str:
     of it there. So the reason names a kind (text, HTML, XML, JSON, a ZIP archive, a PDF...),
     never the content.
     """
+    kind = _kind(data)
+    if kind == "SVG":
+        kind = "SVG (a vector image: not supported; rasterise it first)"
+    return f"not an image: content is {kind}" if kind else "not an image: unknown binary data"
+
+
+def describe_content(data: bytes) -> str:
+    """What any file looks like from its first bytes ("a JPEG image", "text", "gzip data", "unknown
+    binary data"), for a message about a file that is not what was asked for (a TFRecord, say);
+    named by the same rules as `describe_unknown`, so never quoted."""
+    name = sniff(data)
+    if name and name not in NOT_IMAGES:
+        return f"{'an' if name[0] in 'AEIOU' else 'a'} {name} image"
+    kind = _kind(data)
+    return "an SVG image" if kind == "SVG" else kind or "unknown binary data"
+
+
+def _kind(data: bytes) -> str | None:
+    """The kind of a non-image file ("text", "a ZIP archive", "SVG"...), None for unknown binary data."""
     head = data[:512]
     for magic, name in _NOT_IMAGE_MAGIC:
         if head.startswith(magic):
-            return f"not an image: content is {name}"
+            return name
     if head[257:262] == b"ustar":
-        return "not an image: content is a tar archive"
+        return "a tar archive"
     if head[4:8] == b"ftyp":
-        return "not an image: content is MP4/QuickTime media"
+        return "MP4/QuickTime media"
     try:
         text = head.decode("utf-8")
     except UnicodeDecodeError as e:  # a multi-byte character cut at the 512th byte is still text
         text = head[: e.start].decode("utf-8") if e.start >= len(head) - 3 else ""
     text = text.lstrip("\ufeff")
-    if text and all(ch.isprintable() or ch in "\r\n\t\f" for ch in text):
-        start = text.lstrip()[:256].lower()
-        if re.match(r"<(!doctype html|html|head|body)\b", start):
-            kind = "HTML"
-        elif "<svg" in start:
-            kind = "SVG (a vector image: not supported; rasterise it first)"
-        elif start.startswith("<?xml") or start.startswith("<"):
-            kind = "XML"
-        elif start[:1] in ("{", "["):
-            kind = "JSON or other text"
-        else:
-            kind = "text"
-        return f"not an image: content is {kind}"
-    return "not an image: unknown binary data"
+    if not text or not all(ch.isprintable() or ch in "\r\n\t\f" for ch in text):
+        return None
+    start = text.lstrip()[:256].lower()
+    if re.match(r"<(!doctype html|html|head|body)\b", start):
+        return "HTML"
+    if "<svg" in start:
+        return "SVG"
+    if start.startswith("<?xml") or start.startswith("<"):
+        return "XML"
+    if start[:1] in ("{", "["):
+        return "JSON or other text"
+    return "text"
 
 
 class PngHeader(NamedTuple):

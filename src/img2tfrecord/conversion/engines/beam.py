@@ -80,30 +80,44 @@ def _quiet_loggers() -> None:
             logger.setLevel(logging.ERROR)
 
 
-def import_beam() -> ModuleType:
-    """Import apache_beam without its start-up warning, or raise a UsageError saying how to install it.
+@contextmanager
+def _no_basic_config() -> Iterator[None]:
+    """Beam's own `logging.basicConfig()` calls made harmless for the length of the block.
 
-    Beam logs "apitools not found" through the root logger at import; with no handler configured
-    that call would also install a stderr handler for everything logged afterwards (logging's
-    basicConfig), so a throw-away handler is in place during the import.
+    ``PipelineOptions()`` and ``Pipeline()`` call ``logging.basicConfig()``, and Beam logs "apitools
+    not found" through the root logger at import, which does the same: with no handler configured,
+    each gives the root logger a stderr handler for the rest of the process. Under `convert` that
+    stderr is `cstderr`'s temporary duplicate of the terminal: after the run it is closed, and the
+    process's (the embedding application's) later log records end in "--- Logging error ---" while
+    its own ``logging.basicConfig(...)`` silently does nothing. A throw-away handler on the root
+    logger while Beam is called keeps basicConfig a no-op; an application's own handlers stay.
     """
     root = logging.getLogger()
     guard = logging.NullHandler() if not root.handlers else None
     if guard:
         root.addHandler(guard)
+    try:
+        yield
+    finally:
+        if guard:
+            root.removeHandler(guard)
+
+
+def import_beam() -> ModuleType:
+    """Import apache_beam without its start-up warning, or raise a UsageError saying how to install it."""
+    root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)
     try:
-        import apache_beam
-        import apache_beam.options.pipeline_options
+        with _no_basic_config():
+            import apache_beam
+            import apache_beam.options.pipeline_options
     except ImportError:
         raise UsageError(
             f"{option('engine', 'beam')} needs Apache Beam, which is not installed: {INSTALL_HINT}"
         ) from None
     finally:
         root.setLevel(level)
-        if guard:
-            root.removeHandler(guard)
     _quiet_loggers()
     return apache_beam
 
@@ -131,6 +145,7 @@ def _given(flags: list[str], name: str) -> bool:
     return any(f == name or f.startswith(name + "=") for f in flags)
 
 
+@_no_basic_config()  # PipelineOptions() calls logging.basicConfig()
 def given_runner(flags: list[str]) -> str:
     """The runner the flags select, as the user spelled it ('DirectRunner' by default)."""
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
@@ -185,6 +200,7 @@ def unknown_options(flags: list[str]) -> list[str]:
     return out
 
 
+@_no_basic_config()
 def preflight(beam_options: str | list[str] | None, input_dir: str, output_dir: str) -> None:
     """Cheap checks before the input is listed: Beam installed, options parse, paths fit the runner."""
     import_beam()
@@ -220,6 +236,7 @@ class BeamEngine:
         return run_beam(plan, staging, settings, self.beam_options, emit, self.workers)
 
 
+@_no_basic_config()
 def run_beam(
     plan: Plan,
     staging: str,
