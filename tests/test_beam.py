@@ -32,8 +32,9 @@ def dataset_files(out: Path) -> dict[str, bytes]:
 
 
 def same_dataset_bytes(remote: dict[str, bytes], local: dict[str, bytes], skip: tuple[str, ...] = ()) -> None:
-    """Every file equal byte for byte, but the catalog's size and mtime columns: a remote listing
-    records neither (0, as README says), a local walk the files' own; every other column agrees."""
+    """Every file equal byte for byte, but the catalog's size and mtime columns: a remote walk stats
+    each image (the sizes agree; ram:// keeps no mtime: 0), a --file-list records neither (0), a
+    local walk the files' own; every other column agrees."""
     from img2tfrecord.format import catalog
 
     assert sorted(remote) == sorted(local)

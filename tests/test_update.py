@@ -330,8 +330,8 @@ def test_a_sigterm_at_every_thread_start_of_an_update_leaves_the_old_version(tmp
 
 
 def test_update_of_a_remote_input(tmp_path: Path) -> None:
-    """A ram:// INPUT: convert's listing knows no sizes or mtimes; update stats each image, keeps the
-    unchanged ones, and finds the added and removed ones."""
+    """A ram:// INPUT (a listing gives no sizes or mtimes: the walk stats each image): update keeps
+    the unchanged images and finds the added and removed ones."""
     from img2tfrecord.tf_import import tensorflow
 
     gfile = tensorflow().io.gfile

@@ -7,11 +7,15 @@ on both engines, without a shared local disk.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
 import posixpath
 import shutil
-from typing import Any, NamedTuple
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NamedTuple, TypeAlias
 
 import xxhash
 
@@ -270,3 +274,159 @@ def list_entries(path: str) -> list[tuple[str, bool | None]]:
     for name in gfile(path).listdir(path):
         out.append((name.rstrip("/"), True) if name.endswith("/") else (name, None))
     return out
+
+
+@contextlib.contextmanager
+def _as_os_error(path: str) -> Iterator[None]:
+    """tf.errors.* of a gfile call as the OSError a local read raises (FileNotFoundError for a
+    missing object), so readers catch one kind of error for both."""
+    tf = tensorflow()
+    try:
+        yield
+    except tf.errors.NotFoundError as e:
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", path) from e
+    except tf.errors.PermissionDeniedError as e:
+        raise PermissionError(errno.EACCES, "Permission denied", path) from e
+    except tf.errors.OpError as e:
+        raise OSError(errno.EIO, (e.message or type(e).__name__).strip().splitlines()[0], path) from e
+
+
+class RemoteStat(NamedTuple):
+    """What `RemotePath.stat()` answers, under `os.stat_result`'s names (the ones readers use)."""
+
+    st_size: int
+    st_mode: int
+    st_mtime_ns: int
+
+
+class RemotePath:
+    """The part of `pathlib.Path` that reading a dataset uses, for a `tf.io.gfile` path (gs://, ram://).
+
+    `Path("gs://b/out")` would fold the `//` into `gs:/b/out`; this keeps the URL whole, so the
+    readers (`format.layout`, `inspect`, `load()`) walk a remote dataset with the same code as a
+    local one. Each `stat`, `is_file` or `iterdir` is one request to the store.
+    """
+
+    __slots__ = ("_text",)
+
+    def __init__(self, text: str) -> None:
+        head, sep, rest = str(text).partition("://")
+        rest = posixpath.normpath(rest) if rest.strip("/") else ""
+        self._text = f"{head}{sep}{'' if rest == '.' else rest}"
+
+    def __str__(self) -> str:
+        return self._text
+
+    def __fspath__(self) -> str:  # what TensorFlow's readers (tf.data, gfile) take
+        return self._text
+
+    def __repr__(self) -> str:
+        return f"RemotePath({self._text!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RemotePath) and other._text == self._text
+
+    def __lt__(self, other: RemotePath) -> bool:
+        return self._text < other._text
+
+    def __hash__(self) -> int:
+        return hash(self._text)
+
+    def __truediv__(self, name: str) -> RemotePath:
+        return RemotePath(posixpath.join(self._text, name))
+
+    @property
+    def name(self) -> str:
+        rest = self._text.partition("://")[2]
+        return posixpath.basename(rest) if "/" in rest else ""
+
+    @property
+    def parent(self) -> RemotePath:
+        head, _, rest = self._text.partition("://")
+        return RemotePath(f"{head}://{posixpath.dirname(rest)}") if "/" in rest else self
+
+    def with_name(self, name: str) -> RemotePath:
+        return self.parent / name
+
+    def resolve(self) -> RemotePath:
+        return self  # no links, no relative parts
+
+    def stat(self) -> RemoteStat:
+        import stat as stat_mod
+
+        with _as_os_error(self._text):
+            st = gfile(self._text).stat(self._text)
+        mode = stat_mod.S_IFDIR if st.is_directory else stat_mod.S_IFREG
+        return RemoteStat(int(st.length), mode, int(st.mtime_nsec))
+
+    def _kind(self) -> str | None:
+        try:
+            if not gfile(self._text).stat(self._text).is_directory:
+                return "file"
+            # TensorFlow's ram:// calls any string prefix of a file name a directory (ram://o/train-0000
+            # of ram://o/train-00000-of-00002); object stores match whole folder names (gs:// asks for
+            # "train-0000/"). So on ram:// a directory is one that its parent lists.
+            if scheme(self._text) == "ram" and self.name and self.name not in listdir(str(self.parent)):
+                return None
+            return "dir"
+        except Exception:  # NotFoundError, permission: as pathlib, "no" rather than an error
+            return None
+
+    def exists(self) -> bool:
+        return self._kind() is not None
+
+    def is_file(self) -> bool:
+        return self._kind() == "file"
+
+    def is_dir(self) -> bool:
+        return self._kind() == "dir"
+
+    def iterdir(self) -> list[RemotePath]:
+        return [self / name for name in listdir(self._text)]
+
+    def open(self, mode: str = "r", encoding: str | None = None, errors: str | None = None) -> Any:
+        """For reading: a GFile (read, seek, tell) in binary mode; the whole text in memory otherwise
+        (the small files a reader opens as text: .idx lists, labels.txt)."""
+        if mode not in ("r", "rt", "rb"):
+            raise ValueError(f"RemotePath.open: mode {mode!r}: readers only read")
+        if mode == "rb":
+            with _as_os_error(self._text):  # GFile opens lazily: a missing file shows at the first read
+                return gfile(self._text).GFile(self._text, "rb")
+        import io
+
+        return io.StringIO(self.read_text(encoding, errors))
+
+    def read_bytes(self) -> bytes:
+        with _as_os_error(self._text):
+            return read_bytes(self._text)
+
+    def read_text(self, encoding: str | None = None, errors: str | None = None) -> str:
+        return self.read_bytes().decode(encoding or "utf-8", errors or "strict")
+
+
+AnyPath: TypeAlias = Path | RemotePath  # a path readers take: local, or one tf.io.gfile serves
+
+
+def as_path(path: str | os.PathLike[str]) -> AnyPath:
+    """`Path` for a local path (file:// stripped), `RemotePath` for a URL of a tf.io.gfile file system."""
+    if isinstance(path, (Path, RemotePath)):
+        return path
+    text = os.fspath(path)
+    return RemotePath(text) if is_remote(text) else Path(local(text))
+
+
+def children(folder: AnyPath) -> list[AnyPath]:
+    """A folder's entries sorted by name (one listing remotely)."""
+    return sorted(folder.iterdir(), key=lambda p: p.name)
+
+
+def open_write(path: str) -> Any:
+    """A new binary file for writing: `open`, or a GFile for a remote path (an object appears
+    when the GFile is closed)."""
+    return gfile(path).GFile(path, "wb") if is_remote(path) else open(path, "wb")
+
+
+def open_read(path: str | os.PathLike[str]) -> Any:
+    """A binary file for reading: `open`, or a GFile (read, seek, tell) for a remote path."""
+    text = os.fspath(path)
+    return gfile(text).GFile(text, "rb") if is_remote(text) else open(text, "rb")

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import glob
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import DecodeError
@@ -23,6 +21,7 @@ from img2tfrecord.format.framing import COMPRESSIONS, check_framing, detect_comp
 from img2tfrecord.format.layout import (
     Manifest,
     check_complete,
+    glob_paths,
     is_shard_candidate,
     read_manifest,
     shard_files_in,
@@ -64,9 +63,7 @@ def _split_files(
             raise UsageError("load: the list of files is empty")
         return files, None, None
     text = os.fspath(path)
-    if fs.is_remote(text) and fs.isdir(text):
-        check_complete(text)
-    p = Path(text)
+    p = fs.as_path(text)
     if p.is_file() and p.name == MANIFEST:
         p = p.parent
     if p.is_dir():
@@ -86,7 +83,7 @@ def _split_files(
         return [text], None, None
     if (kind := special_kind(p)) is not None:
         raise UsageError(f"load: {text!r} is {kind}, not a TFRecord file or a dataset directory")
-    files = [m for m in sorted(glob.glob(text)) if is_shard_candidate(Path(m))]
+    files = [os.fspath(m) for m in glob_paths(text) if is_shard_candidate(m)]
     if not files:
         raise UsageError(f"load: {text!r} is no directory, file or glob that matches shard files")
     return files, None, None

@@ -6,8 +6,8 @@ would: each split's images in hash order (conversion.splits), cut as that run's 
 (the shard count from dataset.json's `shard_request`, images skipped or dropped as copies by their
 converter taken out, re-cut when that unbalances the counts, as `write.rebalance` does). It reads no image and
 encodes nothing: the catalog says where each record is, and the records are copied (byte ranges
-with `copy_file_range` for uncompressed shards; through TensorFlow's record writer, from a
-decompressed copy, for gzip/zlib ones). So the shards, indexes, labels.txt, TFDS metadata and
+with `copy_file_range` for uncompressed local shards, through `tf.io.gfile` reads for remote
+ones; through TensorFlow's record writer, from a decompressed copy, for gzip/zlib ones). So the shards, indexes, labels.txt, TFDS metadata and
 catalog equal that conversion's byte for byte, and dataset.json does apart from its lineage and
 `options.labels` (which that run was given).
 """
@@ -95,8 +95,9 @@ def compact(output_dir: str | os.PathLike[str], *, fsync: bool = True, dry_run: 
     """Rewrite the dataset in `output_dir` in a fresh conversion's layout, copying records; return the summary."""
     output_dir = os.fspath(output_dir)  # a pathlib.Path from Python
     created_stamp()
-    if fs.is_remote(output_dir):
-        raise UsageError("compact works on a local dataset for now: copy it to a local disk, compact, copy it back")
+    from img2tfrecord.conversion.publish import finish_cut_short
+
+    finish_cut_short(output_dir, dry_run)  # a publish in place (object stores) cut short: finished first
     rec = read_recorded(output_dir)
     settings = recorded_settings(rec.options, fsync=fsync, strict=False)
     targets, counts = layout(rec, settings)
@@ -162,7 +163,7 @@ def _build(
     plain = output_dir
     if settings.compression:  # random access needs the decompressed stream: one copy of each shard
         plain = fs.join(build, PLAIN_DIR)
-        os.makedirs(plain)
+        fs.makedirs(plain)
         for name in sorted(set(sources.values())):
             _decompress(fs.join(output_dir, name), fs.join(plain, name), settings.compression)
     _check_headers(output_dir, plain, sources, offsets, cat)
@@ -183,7 +184,7 @@ def _build(
                 files.append(info.index)
         split_info[s] = {"shards": [i.as_json() for i in infos]}
     if settings.compression:
-        shutil.rmtree(plain)
+        fs.rmtree(plain)
     for r in range(len(cat)):
         new.add_row(cat, r, *placed.get(r, ("", -1)))
     data = catalog_file.encode(new)
@@ -221,7 +222,7 @@ def _check_headers(output_dir: str, plain: str, sources: dict[int, str], offsets
     for r, name in sources.items():
         by_shard.setdefault(name, []).append(r)
     for name, rows in sorted(by_shard.items()):
-        with open(fs.join(plain, name), "rb") as f:
+        with fs.open_read(fs.join(plain, name)) as f:
             for r in sorted(rows, key=offsets.__getitem__):
                 f.seek(offsets[r])
                 head = f.read(HEADER_BYTES)
@@ -242,7 +243,7 @@ def _write(
     """One compacted shard: its records copied from where the catalog says they are."""
     if not settings.compression:
         path = fs.join(build, t.name)
-        with open(path, "wb") as dst:  # neighbouring records: one copy
+        with fs.open_write(path) as dst:  # neighbouring records: one copy
             writer.copy_spans(
                 (writer.Span(fs.join(plain, sources[r]), offsets[r], cat.lengths[r]) for r in t.rows), dst
             )
@@ -255,7 +256,7 @@ def _write(
         for r in t.rows:
             f = handles.get(sources[r])
             if f is None:
-                f = handles[sources[r]] = open(fs.join(plain, sources[r]), "rb")
+                f = handles[sources[r]] = fs.open_read(fs.join(plain, sources[r]))
             f.seek(offsets[r] + HEADER_BYTES)
             data = f.read(cat.lengths[r] - RECORD_OVERHEAD)
             if len(data) != cat.lengths[r] - RECORD_OVERHEAD:
@@ -269,13 +270,13 @@ def _write(
 
 def _decompress(src: str, dst: str, compression: str) -> None:
     """The TFRecord stream inside a gzip (a gzip file) or zlib (a zlib stream) shard, written to `dst`."""
-    with open(dst, "wb") as out:
+    with fs.open_write(dst) as out, fs.open_read(src) as raw:
         if compression == "gzip":
-            with gzip.open(src, "rb") as f:
+            with gzip.GzipFile(fileobj=raw, mode="rb") as f:
                 shutil.copyfileobj(f, out, 1 << 20)
             return
         d = zlib.decompressobj()
-        with open(src, "rb") as f:
+        with raw as f:
             while chunk := f.read(1 << 20):
                 out.write(d.decompress(chunk))
         out.write(d.flush())

@@ -20,10 +20,13 @@ removal, or the second rename, after a kill (the `published` marker says which s
 Where no atomic switch exists the dataset is published *in place* (`Workspace.in_place`):
 object stores (gs://; no rename of folders), an OUTPUT that is a mount point or whose parent is
 not writable, or the current directory (a shell inside it would be left in a deleted folder).
-The build folder is then OUTPUT/.img2tfrecord-staging, and `publish` removes the old dataset.json
-first, then the old TFDS files, labels.txt and stale shards, moves the new shards in, and writes
-dataset.json last: until then the staging folder and the missing dataset.json make
-`format.layout.check_complete` (used by inspect, --verify and load()) refuse the folder.
+The build folder is then OUTPUT/.img2tfrecord-staging, and `publish` commits (writes
+`PUBLISHING_NAME` there: the file list and metadata that finish the publish), removes the old
+dataset.json, then the old TFDS files, labels.txt and stale shards, moves the new shards in, and
+writes dataset.json last: until then the staging folder and the missing dataset.json make
+`format.layout.check_complete` (used by inspect, --verify and load()) refuse the folder. A publish
+cut short after its commit is rolled forward by the next run's `recover` (update and compact call
+`finish_cut_short` before they read dataset.json).
 
 Files in OUTPUT that are not part of a dataset (a README.md, notes) survive `--overwrite`: they
 are hard-linked into the new version before the switch (in place: left where they are). A
@@ -52,18 +55,20 @@ import ctypes
 import dataclasses
 import errno
 import hashlib
+import json
 import os
 import shutil
 import signal
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import NoReturn
 
 from img2tfrecord import fs
-from img2tfrecord.errors import UsageError, option
+from img2tfrecord.errors import DataError, UsageError, option
 from img2tfrecord.format.catalog import CATALOG_NAME
 from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME
-from img2tfrecord.format.naming import LOCK_NAME, SHARD_RE, STAGING_DIR
+from img2tfrecord.format.naming import LOCK_NAME, PUBLISHING_NAME, SHARD_RE, STAGING_DIR
 from img2tfrecord.format.tfds import FILE_NAMES as TFDS_NAMES
 
 JOURNAL = "journal.jsonl"  # finished shards, for --resume: conversion.resume writes it under this name
@@ -122,6 +127,8 @@ def _workspace(output_dir: str) -> Workspace:
         why = f"{out} is a mount point"
     elif os.path.exists(os.path.join(staging, JOURNAL)):
         why = "an unfinished run there is resumed in place"
+    elif os.path.exists(os.path.join(staging, PUBLISHING_NAME)):
+        why = "a publish in place there was cut short"
     elif _inside(_cwd(), out) and not os.path.exists(os.path.join(root, JOURNAL)):
         why = "it is the current directory"
     if why:
@@ -269,9 +276,12 @@ def recover(ws: Workspace) -> bool:
 
     Otherwise (OUTPUT's dataset.json is not the one the `published` marker names) the switch
     never happened: the marker goes, an old version renamed aside is renamed back (killed between
-    the two renames), and the build folder and journal stay for --resume."""
+    the two renames), and the build folder and journal stay for --resume.
+
+    In place (no switch), a publish cut short after its commit (`PUBLISHING_NAME` in the staging
+    folder) is rolled forward: its new version is completed from the staging folder (True)."""
     if ws.in_place:
-        return False
+        return _roll_forward(ws)
     marker = os.path.join(ws.root, PUBLISHED)
     try:
         want = fs.read_bytes(marker).decode("ascii").strip()
@@ -307,7 +317,10 @@ def prepare(ws: Workspace, keep: bool = False) -> None:
 def discard(ws: Workspace) -> None:
     """A failed run that leaves nothing to resume: remove its build folder and journal (under the lock).
 
-    In place, OUTPUT itself goes too if the run created it and it is still empty."""
+    In place, OUTPUT itself goes too if the run created it and it is still empty. A publish in place
+    that was committed (and cut short) is never discarded: the next run rolls it forward."""
+    if ws.in_place and fs.exists(fs.join(ws.build, PUBLISHING_NAME)):
+        return
     fs.rmtree(ws.build)
     if ws.in_place:
         if not fs.is_remote(ws.output):
@@ -367,8 +380,7 @@ def publish(
         raise ValueError("publish: dataset.json must be the last metadata file")
     files = list(files)
     if ws.in_place:
-        _publish_in_place(ws, files, metadata, durable)
-        state.switched = True
+        _publish_in_place(ws, files, metadata, durable, state)
         return
     keep = set(files) | set(metadata)
     for name in os.listdir(ws.build):
@@ -459,8 +471,37 @@ def _remove_workspace(ws: Workspace) -> None:
             os.remove(os.path.join(ws.root, name))
 
 
-def _publish_in_place(ws: Workspace, files: list[str], metadata: Mapping[str, str], durable: bool) -> None:
-    """No atomic switch: the old dataset.json goes first, the new one comes last (see the module docstring)."""
+def _publish_in_place(
+    ws: Workspace, files: list[str], metadata: Mapping[str, str], durable: bool, state: Published
+) -> None:
+    """No atomic switch: the old dataset.json goes first, the new one comes last (see the module docstring).
+
+    First the commit: the staging folder gets `PUBLISHING_NAME` (the file list and the metadata
+    texts; one object, there whole or not at all) once every file of the new version is in it, so
+    from the first change to OUTPUT on, what is left to do is written down, and is done: SIGINT and
+    SIGTERM wait for the end; a run cut short anyway (a kill, an I/O error) is finished by the next
+    update, compact or convert --resume (`recover` -> `_roll_forward`)."""
+    fs.write_text(
+        fs.join(ws.build, PUBLISHING_NAME), json.dumps({"files": files, "metadata": list(metadata.items())}) + "\n"
+    )
+    try:
+        with signals_deferred():
+            _finish_in_place(ws, files, metadata, durable)
+            state.switched = True
+    except Exception as e:
+        if state.switched:
+            raise
+        why = getattr(e, "strerror", None) or getattr(e, "message", None) or str(e) or type(e).__name__
+        raise DataError(
+            f"publishing the dataset in {ws.shown} failed: {why}; it is incomplete (readers refuse it) until the "
+            f"next update or compact of it, or the same convert with {option('resume', True)}, finishes the publish "
+            f"from {ws.build}"
+        ) from None
+
+
+def _finish_in_place(ws: Workspace, files: list[str], metadata: Mapping[str, str], durable: bool) -> None:
+    """The in-place publish after its commit; run again by `_roll_forward` it does the same (a file
+    already moved is found in OUTPUT, metadata is written anew)."""
     out, staging = ws.output, ws.build
     keep = set(files)
     gone = [MANIFEST_NAME, *TFDS_NAMES, *metadata]
@@ -472,12 +513,78 @@ def _publish_in_place(ws: Workspace, files: list[str], metadata: Mapping[str, st
         if SHARD_RE.match(name.removesuffix(".idx")) and name not in keep:
             fs.remove(fs.join(out, name))
     for name in files:
-        fs.rename(fs.join(staging, name), fs.join(out, name))
+        src = fs.join(staging, name)
+        if fs.exists(src):
+            fs.rename(src, fs.join(out, name))
+        elif name not in present:  # neither still staged nor moved by the run that was cut short
+            raise DataError(f"{src} is missing, and {name} is not in {ws.shown} either")
     for name, text in metadata.items():
         fs.write_text(fs.join(out, name), text)
     if durable and not fs.is_remote(out):
         _fsync_dir(out)
+    for name in fs.listdir(staging):  # the journal before the marker: never a journal left alone
+        if name != PUBLISHING_NAME:
+            path = fs.join(staging, name)
+            if fs.isdir(path):
+                fs.rmtree(path)
+            else:
+                fs.remove(path)
+    fs.remove(fs.join(staging, PUBLISHING_NAME))
     fs.rmtree(staging)
+
+
+def _roll_forward(ws: Workspace) -> bool:
+    """Finish an in-place publish that was cut short after its commit; False when there is none."""
+    marker = fs.join(ws.build, PUBLISHING_NAME)
+    if not fs.exists(marker):
+        return False
+    try:
+        plan = json.loads(fs.read_bytes(marker))
+        files = [str(n) for n in plan["files"]]
+        metadata = {str(n): str(t) for n, t in plan["metadata"]}
+    except (ValueError, KeyError, TypeError) as e:  # not ours: nothing this run can finish
+        _give_up(marker, f"{marker}: unreadable ({e})")
+    try:
+        _finish_in_place(ws, files, metadata, durable=True)
+    except DataError as e:  # a file of the new version is gone: it cannot be completed
+        _give_up(marker, str(e))
+    except Exception as e:  # the store failed again: the marker stays, the next run tries again
+        why = getattr(e, "strerror", None) or getattr(e, "message", None) or str(e) or type(e).__name__
+        raise DataError(
+            f"finishing the publish cut short in {ws.shown} failed: {why}; run the command again to finish it"
+        ) from None
+    return True
+
+
+def _give_up(marker: str, why: str) -> NoReturn:
+    """A committed publish that cannot be finished: its marker goes (so `convert --overwrite` can
+    start over; the staging folder is then an unfinished run like any other), and the user is told."""
+    with contextlib.suppress(Exception):
+        fs.remove(marker)
+    raise DataError(
+        f"{why}: the publish cut short there cannot be finished; convert with {option('overwrite', True)} "
+        "to rebuild the dataset"
+    )
+
+
+def finish_cut_short(output_dir: str, dry_run: bool = False) -> bool:
+    """Before a command reads OUTPUT's dataset.json (update, compact): a publish in place cut short
+    there is finished first, under the lock (a dry run says so instead: it writes nothing). True
+    when one was finished."""
+    ws = workspace(output_dir)
+    if not ws.in_place or not fs.exists(fs.join(ws.build, PUBLISHING_NAME)):
+        return False
+    if dry_run:
+        raise UsageError(
+            f"{ws.shown}: the publish of a new version was cut short (readers refuse the folder); "
+            f"run the command without {option('dry_run', True)} to finish it first"
+        )
+    lock = OutputLock(ws)
+    lock.acquire()
+    try:
+        return recover(ws)
+    finally:
+        lock.release(remove=not has_unfinished(ws))
 
 
 def _digest_of(path: str) -> str | None:

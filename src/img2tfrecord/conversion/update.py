@@ -166,6 +166,9 @@ def update(
     for path, what in ((input_dir, "input"), (output_dir, "output"), (file_list or "", option("file_list"))):
         fs.check_remote(path, what)
     check_paths(input_dir, output_dir)
+    from img2tfrecord.conversion.publish import finish_cut_short
+
+    finish_cut_short(output_dir, dry_run)  # a publish in place (object stores) cut short: finished first
     # the record writer loads in a thread while the catalog is read and the input walked (not in a dry run)
     with contextlib.nullcontext() if dry_run else writer.preloading(output_dir, first=_EXTENSIONS):
         rec = read_recorded(output_dir)

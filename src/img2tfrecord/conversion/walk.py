@@ -513,6 +513,8 @@ def discover(
             skipped.append({"path": utf8_text(prefix + rel), "split": whose, "reason": why})
         group = table.new_group(prefix, index[c], len(split_dir))
         per_class.setdefault(c, {})[skey] = table.extend(group, found.names, found.sizes, found.mtimes)
+    if remote:  # a listing gives no size or mtime; the catalog needs them for update to see changes
+        stat_remote(table)
     split_keys = list(split_roots) if presplit else (list(split) if split else ["train"])
     found_all = assemble(
         table,

@@ -470,18 +470,65 @@ class Span(NamedTuple):
     length: int
 
 
-def copy_spans(spans: Iterable[Span], dst: BinaryIO) -> None:
-    """Append each span's bytes to `dst`: neighbouring spans of one file in one copy (in the kernel)."""
+def copy_spans(spans: Iterable[Span], dst: BinaryIO | Any) -> None:
+    """Append each span's bytes to `dst`: neighbouring spans of one file in one copy (in the kernel
+    locally; through `tf.io.gfile` for a remote file or `dst`, a GFile)."""
     run: Span | None = None
-    for span in spans:
-        if run is not None and run.file == span.file and run.offset + run.length == span.offset:
-            run = Span(run.file, run.offset, run.length + span.length)
-            continue
+    remote = _RemoteSources()
+    try:
+        for span in spans:
+            if run is not None and run.file == span.file and run.offset + run.length == span.offset:
+                run = Span(run.file, run.offset, run.length + span.length)
+                continue
+            if run is not None:
+                _copy_run(run, dst, remote)
+            run = span
         if run is not None:
-            _copy_range(run.file, run.offset, run.length, dst)
-        run = span
-    if run is not None:
+            _copy_run(run, dst, remote)
+    finally:
+        remote.close()
+
+
+class _RemoteSources:
+    """Remote source shards kept open across runs (a GFile reads ahead: the next run of the same
+    shard is often in its buffer), the few most recent only (each holds its buffer)."""
+
+    KEEP = 8
+
+    def __init__(self) -> None:
+        self.open: dict[str, Any] = {}
+
+    def get(self, path: str) -> Any:
+        f = self.open.pop(path, None)
+        if f is None:
+            if len(self.open) >= self.KEEP:
+                self.open.pop(next(iter(self.open))).close()
+            f = fs.open_read(path)
+        self.open[path] = f  # most recent last
+        return f
+
+    def close(self) -> None:
+        for f in self.open.values():
+            f.close()
+        self.open.clear()
+
+
+def _copy_run(run: Span, dst: BinaryIO | Any, remote: _RemoteSources) -> None:
+    if not fs.is_remote(run.file) and hasattr(dst, "fileno"):
         _copy_range(run.file, run.offset, run.length, dst)
+        return
+    src, length = remote.get(run.file) if fs.is_remote(run.file) else open(run.file, "rb"), run.length
+    try:
+        src.seek(run.offset)
+        while length > 0:
+            chunk = src.read(min(length, 1 << 24))
+            if not chunk:
+                raise OSError(f"{run.file} ended early while copying its records")
+            dst.write(chunk)
+            length -= len(chunk)
+    finally:
+        if not fs.is_remote(run.file):
+            src.close()
 
 
 def _copy_range(src_path: str, offset: int, length: int, dst: BinaryIO) -> None:

@@ -10,11 +10,11 @@ import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import google_crc32c
 
+from img2tfrecord import fs
 from img2tfrecord.errors import DataError
 from img2tfrecord.fs import hasher
 
@@ -87,12 +87,18 @@ def check_framing(path: str | os.PathLike[str]) -> int:
 def record_spans(path: str | os.PathLike[str]) -> Iterator[tuple[int, int]]:
     """(offset, framed size) of every record of an uncompressed TFRecord file, from its headers
     alone; raises DataError like `check_framing`."""
-    with open(path, "rb", buffering=0) as f:
-        fd = f.fileno()
-        size = os.fstat(fd).st_size
+    remote = fs.is_remote(os.fspath(path))
+    f: Any
+    with fs.open_read(path) if remote else open(path, "rb", buffering=0) as f:
+        fd = -1 if remote else f.fileno()
+        size = f.size() if remote else os.fstat(fd).st_size
         index = offset = 0
         while offset < size:
-            head = os.pread(fd, HEADER_BYTES, offset)  # one system call a record
+            if remote:  # a GFile reads ahead in blocks: a seek within one costs no request
+                f.seek(offset)
+                head = f.read(HEADER_BYTES)
+            else:
+                head = os.pread(fd, HEADER_BYTES, offset)  # one system call a record
             try:
                 length = record_length(head, size - offset)
             except HeaderError as e:
@@ -116,7 +122,7 @@ def detect_compression(path: str | os.PathLike[str]) -> str:
     1f 8b; zlib has no reliable magic, so we decompress the start and look for a record header.
     An empty file is an empty uncompressed TFRecord file (TensorFlow reads 0 records from it).
     """
-    with open(path, "rb") as f:
+    with fs.open_read(path) as f:
         head = f.read(1 << 16)
     if not head or is_record_header(head):
         return "none"
@@ -311,7 +317,7 @@ class TFRecordFile:
         checksum: str | None = None,
         max_record_bytes: int | None = None,
     ) -> None:
-        self.path = Path(path)
+        self.path = fs.as_path(path)
         self.size = self.path.stat().st_size
         self.compression = detect_compression(self.path) if compression == "auto" else compression
         self.max_record_bytes = MAX_RECORD_BYTES if max_record_bytes is None else max_record_bytes
@@ -329,7 +335,7 @@ class TFRecordFile:
         return self._raw.hexdigest() if self._raw else None
 
     def __iter__(self) -> Iterator[RawRecord]:
-        with open(self.path, "rb") as f:
+        with self.path.open("rb") as f:
             self._raw = raw = _CountingReader(f, self._checksum)
             stream: Any
             if self.compression == "gzip":

@@ -15,7 +15,7 @@ from img2tfrecord.errors import DataError, UsageError, option, said
 from img2tfrecord.format.images import MAX_PIXELS
 from img2tfrecord.format.manifest import LABELS_NAME, MAX_MANIFEST_BYTES, ManifestError, parse_manifest
 from img2tfrecord.format.manifest import MANIFEST_NAME as MANIFEST
-from img2tfrecord.format.naming import _AUX_SUFFIXES, SHARD_RE, STAGING_DIR, shard_split
+from img2tfrecord.format.naming import _AUX_SUFFIXES, PUBLISHING_NAME, SHARD_RE, STAGING_DIR, shard_split
 
 if TYPE_CHECKING:  # pragma: no cover
     pass
@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
 class Manifest:
     """A parsed dataset.json: what convert promised about an output directory."""
 
-    dir: Path
+    dir: fs.AnyPath
     data: dict[str, Any]
 
     @property
@@ -81,7 +81,7 @@ class Manifest:
 class ShardRef:
     """One file to read; `manifest`/`entry` are set when a dataset.json describes it."""
 
-    path: Path
+    path: fs.AnyPath
     split: str | None = None
     manifest: Manifest | None = None
     entry: dict[str, Any] | None = field(default=None, repr=False)
@@ -90,18 +90,19 @@ class ShardRef:
 def read_manifest(directory: str | os.PathLike[str]) -> Manifest | None:
     """The directory's dataset.json, None if it has none; a broken one is a DataError whose one
     line names the field (`manifest.parse_manifest`, the one validation every reader shares)."""
-    path = Path(directory) / MANIFEST
+    folder = fs.as_path(directory)
+    path = folder / MANIFEST
     if not path.is_file():
         return None
     try:
-        with open(path, "rb") as f:  # read no more than a manifest can be, whatever the file holds
+        with path.open("rb") as f:  # read no more than a manifest can be, whatever the file holds
             data = parse_manifest(f.read(MAX_MANIFEST_BYTES + 1))
     except OSError as e:
         raise DataError(f"{path}: cannot read the manifest: {e.strerror or e}") from e
     except ManifestError as e:
         hint = "; the file was edited or damaged (convert again to rebuild it)" if e.damaged else ""
         raise DataError(f"{path}: {e}{hint}") from None
-    return Manifest(Path(directory), data)
+    return Manifest(folder, data)
 
 
 def incomplete_reason(directory: str) -> str | None:
@@ -117,7 +118,11 @@ def incomplete_reason(directory: str) -> str | None:
     except Exception:  # unreadable: the caller's own access says why
         return None
     shards = [m for m in map(SHARD_RE.match, sorted(names)) if m]
-    if not shards or MANIFEST in names:
+    if MANIFEST in names:
+        return None
+    if not shards and STAGING_DIR in names and fs.exists(fs.join(directory, STAGING_DIR, PUBLISHING_NAME)):
+        return f"no shard files yet and no {MANIFEST}"  # a publish in place cut short before its first move
+    if not shards:
         return None
     if names & {STAGING_DIR, MANIFEST + ".tmp", LABELS_NAME}:
         return f"{len(shards)} shard files but no {MANIFEST}, which convert writes last"
@@ -136,6 +141,11 @@ def incomplete_reason(directory: str) -> str | None:
 def check_complete(directory: str) -> None:
     """Refuse (DataError, one line) a folder that `incomplete_reason` finds incomplete."""
     why = incomplete_reason(directory)
+    if why is not None and fs.exists(fs.join(directory, STAGING_DIR, PUBLISHING_NAME)):
+        raise DataError(
+            f"{directory} is an incomplete dataset ({why}): the publish of its new version was cut short; the next "
+            f"update or compact of it, or the same convert with {option('resume', True)}, finishes it"
+        )
     if why is not None:
         raise DataError(
             f"{directory} is an incomplete dataset ({why}): a conversion into it was interrupted or is still "
@@ -143,15 +153,15 @@ def check_complete(directory: str) -> None:
         )
 
 
-def is_shard_candidate(path: Path) -> bool:
+def is_shard_candidate(path: fs.AnyPath) -> bool:
     """A regular file that could be a shard: not an index, manifest, label list or temp file."""
     return path.is_file() and not path.name.startswith(".") and not path.name.lower().endswith(_AUX_SUFFIXES)
 
 
-def shard_files_in(directory: Path, split: str | None = None) -> list[Path]:
+def shard_files_in(directory: fs.AnyPath, split: str | None = None) -> list[fs.AnyPath]:
     """Files named like shards in `directory`, sorted (optionally of one split)."""
     out = []
-    for p in sorted(directory.iterdir()):
+    for p in fs.children(directory):
         m = SHARD_RE.match(p.name)
         if m and p.is_file() and (split is None or m["split"] == split):
             out.append(p)
@@ -159,7 +169,7 @@ def shard_files_in(directory: Path, split: str | None = None) -> list[Path]:
 
 
 def _manifest_for_file(
-    path: Path, cache: dict[Path, Manifest | None]
+    path: fs.AnyPath, cache: dict[fs.AnyPath, Manifest | None]
 ) -> tuple[Manifest | None, str | None, dict | None]:
     """If the file's directory has a dataset.json listing it, that manifest, split and entry."""
     d = path.parent.resolve()
@@ -175,7 +185,7 @@ def _manifest_for_file(
     return man, None, None
 
 
-def special_kind(path: Path) -> str | None:
+def special_kind(path: fs.AnyPath) -> str | None:
     """What a path that exists but is neither a file nor a directory is (/dev/null: a character
     device), or None (it does not exist, or is a file or directory)."""
     try:
@@ -193,7 +203,7 @@ def special_kind(path: Path) -> str | None:
     return None
 
 
-def _list_names(paths: Sequence[Path], limit: int = 8) -> str:
+def _list_names(paths: Sequence[fs.AnyPath], limit: int = 8) -> str:
     names = [p.name if len({q.parent for q in paths}) == 1 else str(p) for p in paths[:limit]]
     more = f" and {len(paths) - limit} more" if len(paths) > limit else ""
     return ", ".join(names) + more
@@ -207,12 +217,10 @@ def resolve_paths(paths: Iterable[str | os.PathLike[str]], split: str | None = N
     missing or ambiguous is a UsageError naming what it matched.
     """
     refs: list[ShardRef] = []
-    cache: dict[Path, Manifest | None] = {}
+    cache: dict[fs.AnyPath, Manifest | None] = {}
     for raw in paths:
         text = os.fspath(raw)
-        if fs.is_remote(text) and fs.isdir(text):
-            check_complete(text)
-        p = Path(text)
+        p = fs.as_path(text)
         if p.is_dir() or (p.is_file() and p.name == MANIFEST):
             d = p if p.is_dir() else p.parent
             check_complete(str(d))
@@ -228,23 +236,22 @@ def resolve_paths(paths: Iterable[str | os.PathLike[str]], split: str | None = N
                 )
             refs.extend(ShardRef(f, shard_split(f.name)) for f in files)
             continue
+        matches: list[fs.AnyPath]
         if p.is_file():
             matches = [p]
         elif (kind := special_kind(p)) is not None:
             raise UsageError(f"{text}: is {kind}, not a TFRecord file or a dataset directory")
         elif glob.has_magic(text):
-            matches = [Path(m) for m in sorted(glob.glob(text))]
-            matches = [m for m in matches if is_shard_candidate(m)]
+            matches = [m for m in glob_paths(text) if is_shard_candidate(m)]
             if not matches:
                 raise UsageError(f"{text}: the pattern matches no shard file")
         else:
-            matches = [Path(m) for m in sorted(glob.glob(glob.escape(text) + "*"))]
-            matches = [m for m in matches if is_shard_candidate(m)]
+            matches = [m for m in _prefixed(p) if is_shard_candidate(m)]
             if len(matches) > 1:
                 raise UsageError(f"{text}: ambiguous, it is a prefix of {len(matches)} files: {_list_names(matches)}")
             if not matches:
                 parent = p.parent if p.parent.is_dir() else None
-                near = [m for m in sorted(parent.iterdir()) if is_shard_candidate(m)] if parent else []
+                near = [m for m in fs.children(parent) if is_shard_candidate(m)] if parent else []
                 hint = f" ({parent} has: {_list_names(near)})" if near else ""
                 raise UsageError(f"{text}: no such file, directory or shard prefix{hint}")
         found = []
@@ -263,7 +270,7 @@ def resolve_paths(paths: Iterable[str | os.PathLike[str]], split: str | None = N
                 )
             found = mine
         refs.extend(found)
-    seen: set[Path] = set()
+    seen: set[fs.AnyPath] = set()
     unique = []
     for r in refs:
         key = r.path.resolve()
@@ -271,6 +278,21 @@ def resolve_paths(paths: Iterable[str | os.PathLike[str]], split: str | None = N
             seen.add(key)
             unique.append(r)
     return unique
+
+
+def glob_paths(pattern: str) -> list[fs.AnyPath]:
+    """The paths a glob matches, sorted: Python's glob locally, `gfile.glob` on a remote file system."""
+    if fs.is_remote(pattern):
+        return [fs.RemotePath(m) for m in sorted(fs.gfile(pattern).glob(pattern))]
+    return [Path(m) for m in sorted(glob.glob(pattern))]
+
+
+def _prefixed(p: fs.AnyPath) -> list[fs.AnyPath]:
+    """The paths that start with `p` (a shard name's unique prefix): a glob, or a remote folder's listing."""
+    if isinstance(p, fs.RemotePath):
+        parent = p.parent
+        return sorted(parent / n for n in (fs.listdir(str(parent)) if parent.is_dir() else []) if n.startswith(p.name))
+    return [Path(m) for m in sorted(glob.glob(glob.escape(str(p)) + "*"))]
 
 
 def pixel_limit(man: Manifest | None) -> int:

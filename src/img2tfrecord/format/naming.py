@@ -23,6 +23,11 @@ STAGING_DIR = ".img2tfrecord-staging"
 LOCK_NAME = ".img2tfrecord.lock"  # held (flock) by the run writing into an output directory
 
 
+# In STAGING_DIR, once a publish in place (object stores) has every file of its new version
+# there and is about to change OUTPUT: the file list and metadata that finish it (conversion.publish).
+PUBLISHING_NAME = "publishing.json"
+
+
 def shard_split(name: str) -> str:
     """The split of a shard file name (which must match SHARD_RE)."""
     m = SHARD_RE.match(name)

@@ -6,7 +6,6 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from img2tfrecord.format.framing import FOOTER_BYTES, HEADER_BYTES, RawRecord
@@ -21,6 +20,7 @@ from img2tfrecord.format.schema import (
     FORMAT_RAW,
     filename_problem,
 )
+from img2tfrecord.fs import AnyPath, children
 from img2tfrecord.inspection.decode import Decoded, Decoder, Slot
 from img2tfrecord.inspection.records import OUR_FORMATS, RecordInfo
 
@@ -175,11 +175,11 @@ _IDX_LINE = 64  # "offset size\n" is at most 42 characters; a longer line is rea
 class _IndexChecker:
     """Compares a DALI index (`offset size` per line) with the records as they stream by."""
 
-    def __init__(self, path: Path, problems: _Problems) -> None:
+    def __init__(self, path: AnyPath, problems: _Problems) -> None:
         self.path = path
         self.name = path.name
         self.problems = problems
-        self.f = open(path, encoding="ascii", errors="replace")
+        self.f = path.open(encoding="ascii", errors="replace")
         self.line = 0
         self.bad = 0
 
@@ -235,7 +235,7 @@ def _check_dataset(
     if not covered:
         return
     listed_files = {s["file"] for info in man.splits.values() for s in info.get("shards") or []}
-    for p in sorted(man.dir.iterdir()):
+    for p in children(man.dir):
         m = SHARD_RE.match(p.name)
         if m and p.is_file() and p.name not in listed_files and (split is None or m["split"] == split):
             sink.append(Problem(str(p), None, None, f"a shard file that {MANIFEST} does not list"))
