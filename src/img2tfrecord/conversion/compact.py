@@ -19,6 +19,7 @@ import os
 import shutil
 import struct
 import zlib
+from array import array
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,10 +55,7 @@ def layout(rec: Recorded, settings: ShardSettings) -> tuple[dict[str, list[_Targ
     """Per split, the shards a fresh conversion would write (rows in record order), and the planned counts."""
     cat, opts = rec.catalog, rec.options
     seed = int(opts.get("seed") or 0)
-    fractions = opts.get("split")
-    names = list(fractions) if isinstance(fractions, dict) else []
-    names += [s for s in (rec.manifest.get("splits") or {}) if s not in names]
-    names += [s for s in dict.fromkeys(cat.splits) if s and s not in names]
+    names = split_order(rec)
     candidates: dict[str, list[int]] = {s: [] for s in names}
     for r, state in enumerate(cat.states):
         if state in (CONVERTED, SKIPPED, DROPPED) and cat.splits[r] in candidates:  # convert's planned tasks
@@ -88,6 +86,28 @@ def layout(rec: Recorded, settings: ShardSettings) -> tuple[dict[str, list[_Targ
                 _Target(shard_name(s, i, k_new), kept[a:b]) for i, (a, b) in enumerate(shard_bounds(total, k_new))
             ]
     return out, dict(counts)
+
+
+def split_order(rec: Recorded) -> list[str]:
+    """The splits in the order a fresh conversion lists them (not the order updates added them in):
+    `--split`'s fractions as given; else the walk's, split folders sorted by name, each named by
+    the folder its rows' paths start with ('val/cat/1.jpg': the split validation, after train)."""
+    cat, fractions = rec.catalog, rec.options.get("split")
+    names = list(fractions) if isinstance(fractions, dict) else []
+    folder: dict[str, str] = {}
+    for c, s in enumerate(cat.splits.values):
+        if s and s not in names and (r := _first(cat.splits.codes, c)) is not None:
+            folder[s] = cat.rels[r].split(b"/", 1)[0].decode("utf-8", "surrogateescape")
+    names += sorted(folder, key=lambda s: (folder[s], s))
+    return names + [s for s in (rec.manifest.get("splits") or {}) if s not in names]
+
+
+def _first(codes: array, c: int) -> int | None:
+    """The first row whose code is `c` (None: a value no row has any more)."""
+    try:
+        return codes.index(c)
+    except ValueError:
+        return None
 
 
 @cstderr.quieted

@@ -281,7 +281,8 @@ class _Layout:
 
 
 def _layout(changes: Changes, rec: Recorded, settings: ShardSettings) -> _Layout:
-    """Which old shards are kept, rewritten or emptied, and how many new shards each split gets.
+    """Which old shards are kept, rewritten or emptied, and how many new shards each split gets: the
+    splits in the order a fresh convert lists them (the walk's), then those with no image left.
 
     New shards follow the dataset's shard-size rule (`shard_request`): without --shards, convert's
     own (`plan.auto_shard_counts` over the new images' estimated bytes: 100-200 MiB a shard); with
@@ -297,7 +298,7 @@ def _layout(changes: Changes, rec: Recorded, settings: ShardSettings) -> _Layout
     overall = max(1, math.ceil(total / count)) if count else 1
     out = _Layout({}, {}, {}, {}, overall)
     by_bytes = _byte_rule_counts(changes, settings) if rec.manifest.get("shard_request") is None else None
-    for s in dict.fromkeys([*splits, *changes.splits]):
+    for s in dict.fromkeys([*changes.splits, *splits]):  # the walk's order, as convert's; then the vanished
         entries = (splits.get(s) or {}).get("shards") or []
         gone = changes.splits[s].gone if s in changes.splits else set()
         kept, rewritten, emptied = [], [], []

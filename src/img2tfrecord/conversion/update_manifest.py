@@ -109,8 +109,8 @@ def manifest_of(
             merged["transcoded"][kind.transcoded] += n
         if kind.reduced:
             merged["reduced"][kind.reduced] += n
-    if skipped_rows is None:
-        skipped_rows = [r for r in range(len(cat)) if cat.states[r] == SKIPPED]
+    if skipped_rows is None:  # in plan order (split, hash, path), as convert lists the images it skipped
+        skipped_rows = _in_plan_order(rec, cat, [r for r in range(len(cat)) if cat.states[r] == SKIPPED], order)
     skipped = list(walk_skipped) + [  # the walk's (folders it cannot list), then the images'
         {"path": text_of(cat.rels[r]), "split": cat.splits[r], "reason": cat.reasons[r]} for r in skipped_rows
     ]
@@ -151,6 +151,15 @@ def manifest_of(
         parent=manifest_digest(rec.text),
         shard_request=old.get("shard_request"),
     )
+
+
+def _in_plan_order(rec: Parent, cat: Catalog, rows: list[int], order: dict[str, int]) -> list[int]:
+    """`rows` sorted as a fresh convert meets them: splits in `order`, each in hash order."""
+    from img2tfrecord.conversion.splits import order_key
+
+    seed = int((rec.manifest.get("options") or {}).get("seed") or 0)
+    last = len(order)
+    return sorted(rows, key=lambda r: (order.get(cat.splits[r], last), order_key(cat.rels[r], seed), cat.rels[r]))
 
 
 def _with_kept_copies(cat: Catalog, rows: list[int], dropped_rows: list[int], order: dict[str, int]) -> list[int]:
