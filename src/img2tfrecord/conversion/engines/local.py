@@ -41,6 +41,7 @@ from img2tfrecord.conversion.publish import signals_deferred
 from img2tfrecord.conversion.resume import Journal
 from img2tfrecord.conversion.write import ShardOutcome
 from img2tfrecord.errors import WorkerDied, option, said
+from img2tfrecord.format.schema import utf8_text
 from img2tfrecord.tf_import import RecordIOError
 
 if TYPE_CHECKING:
@@ -137,6 +138,13 @@ def run_local(
             drop = _drop_map(plan, settings, lambda paths: list(map(encoder.digest_file, paths)))
         else:
             drop = _drop_map(plan, settings, pool.digests)
+        stale = _stale_drops(plan, journal.done, drop)
+        if stale:  # a reused shard must leave out exactly the copies this run's decisions drop
+            for name in stale:
+                del journal.done[name]
+                emit("warning", f"resuming: shard {name} is converted again: the copies it drops (--dedupe drop) changed")
+            todo = [shard for shard in plan.shards if shard.name not in journal.done]
+            total = sum(len(s.tasks) for s in todo)
         _Scheduler(todo, cfg, drop, pool, counted, on_progress, finished, tf_thread).run()
     finally:
         if pool is not None:
@@ -452,6 +460,28 @@ def _main_not_reimported() -> Iterator[None]:
 
 def _chunks(items: list[Any], size: int) -> list[list[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _stale_drops(plan: Plan, done: dict[str, ShardOutcome], drop: dict[str, tuple[str, str]]) -> list[str]:
+    """The journaled shards (a resumed run) whose dropped copies are not the ones `drop` decides now.
+
+    A shard's journal fingerprint covers its own images, not the copies elsewhere that decide what
+    it drops: a kept copy removed or edited between the interruption and --resume makes one of its
+    copies the first, to be written, where the finished shard left it out (and a new earlier copy
+    the reverse). Those shards are converted again."""
+    stale = []
+    for shard in plan.shards:
+        outcome = done.get(shard.name)
+        if outcome is None:
+            continue
+        now = {i: drop[t.rel][0] for i, t in enumerate(shard.tasks) if t.rel in drop}
+        then = {int(i): d.get("digest") for i, d in zip(outcome.dropped_at, outcome.dropped)}
+        if len(outcome.dropped_at) != len(outcome.dropped):  # a journal of before dropped_at: by path
+            now = {utf8_text(t.rel): drop[t.rel][0] for t in shard.tasks if t.rel in drop}
+            then = {d.get("path"): d.get("digest") for d in outcome.dropped}
+        if now != then:
+            stale.append(shard.name)
+    return stale
 
 
 def _drop_map(
