@@ -474,9 +474,12 @@ def _stale_drops(plan: Plan, done: dict[str, ShardOutcome], drop: dict[str, tupl
         outcome = done.get(shard.name)
         if outcome is None:
             continue
-        now = {i: drop[t.rel][0] for i, t in enumerate(shard.tasks) if t.rel in drop}
-        then = {int(i): d.get("digest") for i, d in zip(outcome.dropped_at, outcome.dropped)}
-        if len(outcome.dropped_at) != len(outcome.dropped):  # a journal of before dropped_at: by path
+        now: dict[int | str | None, str | None]
+        then: dict[int | str | None, str | None]
+        if len(outcome.dropped_at) == len(outcome.dropped):  # by position in the shard
+            now = {i: drop[t.rel][0] for i, t in enumerate(shard.tasks) if t.rel in drop}
+            then = {int(i): d.get("digest") for i, d in zip(outcome.dropped_at, outcome.dropped)}
+        else:  # a journal from before dropped_at: by path
             now = {utf8_text(t.rel): drop[t.rel][0] for t in shard.tasks if t.rel in drop}
             then = {d.get("path"): d.get("digest") for d in outcome.dropped}
         if now != then:
