@@ -142,7 +142,9 @@ def run_local(
         if stale:  # a reused shard must leave out exactly the copies this run's decisions drop
             for name in stale:
                 del journal.done[name]
-                emit("warning", f"resuming: shard {name} is converted again: the copies it drops (--dedupe drop) changed")
+                emit(
+                    "warning", f"resuming: shard {name} is converted again: the copies it drops (--dedupe drop) changed"
+                )
             todo = [shard for shard in plan.shards if shard.name not in journal.done]
             total = sum(len(s.tasks) for s in todo)
         _Scheduler(todo, cfg, drop, pool, counted, on_progress, finished, tf_thread).run()
