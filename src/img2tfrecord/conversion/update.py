@@ -12,7 +12,6 @@ and the old dataset.json's sha256 as `parent`. Every record-shaping option is th
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import time
@@ -56,9 +55,9 @@ from img2tfrecord.format.manifest import (
 from img2tfrecord.format.naming import shard_name
 
 # The extension modules update imports: loaded before the record writer starts loading in a thread
-# (`write.preloading`): numpy (the catalog's columns) and the JPEG decoder, the lock's fcntl, the local
-# engine's process pool (multiprocessing).
-_EXTENSIONS = ("numpy", "simplejpeg", "fcntl", "img2tfrecord.conversion.engines.local")
+# (`write.preloading`): the JPEG decoder, the lock's fcntl, the local engine's process pool
+# (multiprocessing). numpy is in already: the catalog's decode imports it.
+_EXTENSIONS = ("simplejpeg", "fcntl", "img2tfrecord.conversion.engines.local")
 NEW_DIR = ".update-new"  # inside the build folder: new and rewritten shards under provisional names
 REWRITE = "rewrite-"  # the provisional name of a rewritten shard: REWRITE + its old name
 
@@ -169,16 +168,16 @@ def update(
     from img2tfrecord.conversion.publish import finish_cut_short
 
     finish_cut_short(output_dir, dry_run)  # a publish in place (object stores) cut short: finished first
-    # the record writer loads in a thread while the catalog is read and the input walked (not in a dry run)
-    with contextlib.nullcontext() if dry_run else writer.preloading(output_dir, first=_EXTENSIONS):
-        rec = read_recorded(output_dir)
-        refuse_other_options(
-            rec.options | {"shard_request": rec.manifest.get("shard_request")}, options, input_dir, output_dir
-        )
-        settings = recorded_settings(rec.options, fsync=fsync, strict=strict)
-        if dry_run:
-            changes = _changes(input_dir, rec, file_list, check_content, emit)
-            return _summary(input_dir, output_dir, rec, changes, _layout(changes, rec, settings), timing, dry_run=True)
+    rec = read_recorded(output_dir)
+    refuse_other_options(
+        rec.options | {"shard_request": rec.manifest.get("shard_request")}, options, input_dir, output_dir
+    )
+    settings = recorded_settings(rec.options, fsync=fsync, strict=strict)
+    if dry_run:
+        changes = _changes(input_dir, rec, file_list, check_content, emit)
+        return _summary(input_dir, output_dir, rec, changes, _layout(changes, rec, settings), timing, dry_run=True)
+    # the record writer loads in a thread while the input is walked and diffed (under the lock)
+    with writer.preloading(output_dir, first=_EXTENSIONS):
         return _apply(
             input_dir, output_dir, rec, settings, check_content, resume, workers, file_list, emit, progress, timing
         )
