@@ -176,7 +176,10 @@ def update(
     if dry_run:
         changes = _changes(input_dir, rec, file_list, check_content, emit)
         return _summary(input_dir, output_dir, rec, changes, _layout(changes, rec, settings), timing, dry_run=True)
-    # the record writer loads in a thread while the input is walked and diffed (under the lock)
+    # The record writer loads in a thread while the input is walked and diffed (under the lock).
+    # Started only once the changes are known, it would overlap nothing: starting a thread waits for
+    # the load (glibc's loader lock), so the engine's threads would wait too (+1% update measured
+    # 0.93 -> 1.36 s). The price: an update with nothing to do waits for it (0.6 -> 0.9 s, 384 MB peak).
     with writer.preloading(output_dir, first=_EXTENSIONS):
         return _apply(
             input_dir, output_dir, rec, settings, check_content, resume, workers, file_list, emit, progress, timing
