@@ -280,6 +280,9 @@ class _Layout:
     emptied: dict[str, list[str]]
     new_counts: dict[str, int]  # shards for the images to encode
     per_shard: int  # records a new shard holds at most
+    # a split no old record stays in: the shards of no record a fresh convert writes for it, should
+    # every image it has be skipped or dropped (`_empty_counts`)
+    empty: dict[str, int] = field(default_factory=dict)
 
 
 def _layout(changes: Changes, rec: Recorded, settings: ShardSettings) -> _Layout:
@@ -300,6 +303,7 @@ def _layout(changes: Changes, rec: Recorded, settings: ShardSettings) -> _Layout
     overall = max(1, math.ceil(total / count)) if count else 1
     out = _Layout({}, {}, {}, {}, overall)
     by_bytes = _byte_rule_counts(changes, settings) if rec.manifest.get("shard_request") is None else None
+    fresh: dict[str, int] = {}
     for s in dict.fromkeys([*changes.splits, *splits]):  # the walk's order, as convert's; then the vanished
         entries = (splits.get(s) or {}).get("shards") or []
         gone = changes.splits[s].gone if s in changes.splits else set()
@@ -307,14 +311,20 @@ def _layout(changes: Changes, rec: Recorded, settings: ShardSettings) -> _Layout
         for entry in entries:
             rows = sorted(records.get(entry["file"], []))
             keep = [n for n, r in rows if r not in gone]
-            if len(keep) == len(rows):
+            if keep and len(keep) == len(rows):
                 kept.append(entry)
             elif keep:
                 rewritten.append((entry, keep))
-            else:
+            else:  # a shard of no record too (all its images skipped): it stays only as convert writes it
                 emptied.append(entry["file"])
-        out.kept[s], out.rewritten[s], out.emptied[s] = kept, rewritten, emptied
         n = len(changes.splits[s].encode) if s in changes.splits else 0
+        if not kept and not rewritten and len(changes.found.splits.get(s) or ()):
+            empty = (fresh := fresh or _empty_counts(changes, rec, settings))[s]
+            if not n and len(entries) == empty and all(not int(e.get("records") or 0) for e in entries):
+                kept, emptied = entries, []  # convert's shards of no record already: linked as they are
+            else:
+                out.empty[s] = empty
+        out.kept[s], out.rewritten[s], out.emptied[s] = kept, rewritten, emptied
         if by_bytes is not None:
             k = by_bytes.get(s, 0) if n else 0
         else:
@@ -324,6 +334,25 @@ def _layout(changes: Changes, rec: Recorded, settings: ShardSettings) -> _Layout
                 k = writer.recut_count(k, n, settings.index)  # no shard of one record with an index
         out.new_counts[s] = k
     return out
+
+
+def _empty_counts(changes: Changes, rec: Recorded, settings: ShardSettings) -> dict[str, int]:
+    """Per split of the walk, the shards a fresh convert writes for it when every image is skipped
+    or dropped: its plan's count (over all the images the walk found, with dataset.json's shard
+    rule), re-cut as `write.rebalance` re-cuts no record (with --index: one shard)."""
+    from img2tfrecord.conversion.plan import auto_shard_counts, estimate_task_bytes, min_shard_records
+
+    views = changes.found.splits
+    request = rec.manifest.get("shard_request")
+    if isinstance(request, dict):  # a split folder gone since: convert would refuse to name it
+        request = {s: k for s, k in request.items() if s in views}
+    counts, _ = auto_shard_counts(
+        {s: estimate_task_bytes(v, settings.encode) for s, v in views.items()},
+        {s: len(v) for s, v in views.items()},
+        request,
+        min_shard_records(settings.index),
+    )
+    return {s: writer.recut_count(k, 0, settings.index) for s, k in counts.items()}
 
 
 def _byte_rule_counts(changes: Changes, settings: ShardSettings) -> dict[str, int]:
@@ -419,6 +448,9 @@ def _build(
                 fs.remove(fs.join(work, i.file))
                 if i.index:
                     fs.remove(fs.join(work, i.index))
+    for s, k in layout.empty.items():
+        if not new_infos.get(s):  # every image of the split skipped or dropped: convert's shards of no record
+            new_infos[s] = [_empty_shard(work, shard_name(s, j, k), settings) for j in range(k)]
     # 2. the rewritten shards: their other records copied
     rewritten_bytes = 0
     slots: dict[str, list[_Slot]] = {}
@@ -530,6 +562,13 @@ def _build(
         "elapsed_seconds": round(time.perf_counter() - timing.start, 3),
     }
     return _Built(files, metadata, report, warnings)
+
+
+def _empty_shard(work: str, name: str, settings: ShardSettings) -> ShardInfo:
+    """A shard of no record, made by the writer convert's empty shards come from (gzip's is 20 bytes)."""
+    return writer.ShardWriter(work, name, settings.compression, settings.index, checksum=settings.checksum).close(
+        settings.fsync
+    )
 
 
 def _cut(view: TaskView, k: int) -> list[TaskView]:
