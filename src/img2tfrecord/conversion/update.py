@@ -291,7 +291,9 @@ def _layout(changes: Changes, rec: Recorded, settings: ShardSettings) -> _Layout
 
     New shards follow the dataset's shard-size rule (`shard_request`): without --shards, convert's
     own (`plan.auto_shard_counts` over the new images' estimated bytes: 100-200 MiB a shard); with
-    a count, the shard size that count gave, i.e. at most the split's average records per shard."""
+    a count, the shard size that count gave, i.e. at most the split's average records per shard.
+    A shard of no record is kept only as a fresh convert writes it (a split whose every image is
+    skipped or dropped: `_Layout.empty`), so an updated dataset lists such a split as convert does."""
     cat = rec.catalog
     records: dict[str, list[tuple[int, int]]] = {}  # shard -> (record, row) of its records
     for r, state in enumerate(cat.states):
