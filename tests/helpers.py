@@ -141,3 +141,17 @@ def journal_file(out: Path) -> Path:
     from img2tfrecord.conversion.publish import JOURNAL, workspace
 
     return Path(workspace(str(out)).journal_dir) / JOURNAL
+
+
+def upload(src: Path, dst: str) -> None:
+    """Copy a local tree to a tf.io.gfile file system (TensorFlow's in-memory ram://, for remote tests)."""
+    from img2tfrecord.tf_import import tensorflow
+
+    gfile = tensorflow().io.gfile
+    for folder, _, files in os.walk(src):
+        rel = os.path.relpath(folder, src)
+        target = dst if rel == "." else f"{dst}/{rel}"
+        gfile.makedirs(target)
+        for f in files:
+            with gfile.GFile(f"{target}/{f}", "wb") as out:
+                out.write(Path(folder, f).read_bytes())

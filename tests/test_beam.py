@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import make_dataset, read_records, tree_with_broken
+from helpers import make_dataset, read_records, tree_with_broken, upload
 
 needs_beam = pytest.mark.skipif(
     importlib.util.find_spec("apache_beam") is None,
@@ -236,20 +236,6 @@ def test_plan_lines_round_trip_undecodable_names():
     assert shard_from_json(shard_to_json(shard)) == shard
 
 
-def ram_upload(src: Path, dst: str) -> None:
-    """Copy a local tree to TensorFlow's in-memory filesystem."""
-    from img2tfrecord.tf_import import tensorflow
-
-    gfile = tensorflow().io.gfile
-    for folder, _, files in os.walk(src):
-        rel = os.path.relpath(folder, src)
-        target = dst if rel == "." else f"{dst}/{rel}"
-        gfile.makedirs(target)
-        for f in files:
-            with gfile.GFile(f"{target}/{f}", "wb") as out:
-                out.write(Path(folder, f).read_bytes())
-
-
 def ram_files(path: str) -> dict[str, bytes]:
     from img2tfrecord.tf_import import tensorflow
 
@@ -263,7 +249,7 @@ def test_remote_input_and_output_give_the_same_bytes(both_engines):
     from img2tfrecord.conversion.convert import convert
 
     root, local_out, *_ = both_engines
-    ram_upload(root, "ram://t1/in")
+    upload(root, "ram://t1/in")
     events: list[str] = []
     summary = convert(
         "ram://t1/in",
@@ -284,7 +270,7 @@ def test_beam_on_remote_paths_with_a_file_list(both_engines):
     from img2tfrecord.conversion.convert import convert
 
     root, local_out, *_ = both_engines
-    ram_upload(root, "ram://t2/in")
+    upload(root, "ram://t2/in")
     from img2tfrecord.tf_import import tensorflow
 
     rows = sorted(str(p.relative_to(root)) for p in root.rglob("*.*") if p.suffix in (".jpg", ".png"))

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import img2tfrecord
-from helpers import make_dataset, natural_image, save
+from helpers import make_dataset, natural_image, save, upload
 from img2tfrecord.conversion.convert import convert
 from img2tfrecord.conversion.update import update
 
@@ -28,18 +28,6 @@ def gfile() -> Any:
     from img2tfrecord.tf_import import tensorflow
 
     return tensorflow().io.gfile
-
-
-def upload(src: Path, dst: str) -> None:
-    """Copy a local tree to ram://."""
-    g = gfile()
-    for folder, _, files in os.walk(src):
-        rel = os.path.relpath(folder, src)
-        target = dst if rel == "." else f"{dst}/{rel}"
-        g.makedirs(target)
-        for f in files:
-            with g.GFile(f"{target}/{f}", "wb") as out:
-                out.write(Path(folder, f).read_bytes())
 
 
 def remote_files(path: str) -> dict[str, bytes]:

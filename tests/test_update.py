@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -182,19 +183,14 @@ def test_update_rewrites_compressed_and_indexed_shards(tmp_path: Path, cli, opts
         assert sorted(p.name for p in out.glob("*.idx")) == [f"train-0000{i}-of-00004.idx" for i in range(4)]
 
 
-def test_a_kill_at_every_rename_of_an_update_leaves_old_or_new(tmp_path: Path) -> None:
-    """The same fault test as convert's (tests/test_faults.py): SIGKILL at each rename the update
-    makes; OUTPUT is then the old version or the new one, and the same command with --resume finishes it."""
-    from test_faults import STRACE, occurrences, traced, visible
-
-    if STRACE is None:
-        pytest.skip("strace is not installed (apt-get install strace)")
+def _fault_case(tmp_path: Path) -> tuple[Path, Callable[[], Path]]:
+    """The input with one image removed and one added since a 3-shard conversion, and `fresh()`:
+    OUTPUT (tmp_path/out) put back to that converted version, for each injected fault."""
     from img2tfrecord.conversion.publish import workspace
 
     src, old_dir = tmp_path / "in", tmp_path / "old"
     files = make_dataset(src, {"a": 6, "b": 6}, size=(16, 12))
     convert(str(src), str(old_dir), shards=3, workers=1)
-    old = visible(old_dir)
     files["a"][0].unlink()
     save(natural_image(20, 16, 5), src / "b" / "z.png")
 
@@ -205,7 +201,21 @@ def test_a_kill_at_every_rename_of_an_update_leaves_old_or_new(tmp_path: Path) -
         shutil.copytree(old_dir, out)
         return out
 
+    return src, fresh
+
+
+def test_a_kill_at_every_rename_of_an_update_leaves_old_or_new(tmp_path: Path) -> None:
+    """The same fault test as convert's (tests/test_faults.py): SIGKILL at each rename the update
+    makes; OUTPUT is then the old version or the new one, and the same command with --resume finishes it."""
+    from test_faults import STRACE, occurrences, traced, visible
+
+    if STRACE is None:
+        pytest.skip("strace is not installed (apt-get install strace)")
+    from img2tfrecord.conversion.publish import workspace
+
+    src, fresh = _fault_case(tmp_path)
     out = fresh()
+    old = visible(out)
     log = tmp_path / "clean.log"
     res = traced(str(log), ["-e", "trace=rename,renameat,renameat2"], "update", src, out, "--workers", "1")
     assert res.returncode == 0, res.stderr
@@ -223,6 +233,35 @@ def test_a_kill_at_every_rename_of_an_update_leaves_old_or_new(tmp_path: Path) -
         update(str(src), str(out), workers=1, resume=True)  # the same command, --resume: the new version
         assert visible(out) == new, spec
         assert not os.path.lexists(workspace(str(out)).root), spec
+
+
+def test_a_sigterm_at_every_thread_start_of_an_update_exits_143_and_resume_finishes(tmp_path: Path) -> None:
+    """SIGTERM at each thread the update starts (the record writer's preload among them): exit 143
+    with one line of ours, OUTPUT still the old version, and --resume gives the uninterrupted bytes."""
+    from test_faults import STRACE, occurrences, traced, visible
+
+    if STRACE is None:
+        pytest.skip("strace is not installed (apt-get install strace)")
+    src, fresh = _fault_case(tmp_path)
+    out = fresh()
+    old = visible(out)
+    log = tmp_path / "clean.log"
+    res = traced(str(log), ["-e", "trace=clone,clone3"], "update", src, out, "--workers", "1")
+    assert res.returncode == 0, res.stderr
+    new = visible(out)
+    assert new != old
+    points = occurrences(log)
+    assert len(points) >= 2, points  # the writer's preload and the engine's threads at least
+    for name, n in points:
+        out = fresh()
+        spec = f"inject={name}:signal=SIGTERM:when={n}"
+        res = traced("/dev/null", ["-e", f"trace={name}", "-e", spec], "update", src, out, "--workers", "1")
+        assert res.returncode == 143, (spec, res.returncode, res.stderr)
+        assert "Traceback" not in res.stderr and "RuntimeError" not in res.stderr, (spec, res.stderr)
+        assert res.stderr.strip().splitlines()[-1].startswith("interrupted"), (spec, res.stderr)
+        assert visible(out) == old, spec
+        update(str(src), str(out), workers=1, resume=True)
+        assert visible(out) == new, spec
 
 
 def test_update_of_a_remote_dataset_gives_the_local_bytes(tmp_path: Path) -> None:
