@@ -17,8 +17,6 @@ import functools
 import re
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-
 # key -> (kind, human description). Kind is the tf.train.Feature list type.
 FEATURE_TYPES: dict[str, str] = {
     "image/encoded": "bytes",
@@ -43,6 +41,8 @@ DEFAULT_MAX_PIXELS = 100_000_000
 
 def _build_classes() -> tuple[Any, Any, Any]:
     """Declare tensorflow.Example & co. in a private pool (no clash with TensorFlow's own)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
     fdp = descriptor_pb2.FileDescriptorProto(
         name="img2tfrecord_example.proto", package="img2tfrecord_pb", syntax="proto3"
     )
@@ -88,7 +88,24 @@ def _build_classes() -> tuple[Any, Any, Any]:
     )
 
 
-Example, Feature, Features = _build_classes()
+_CLASSES = ("Example", "Feature", "Features")
+_classes: dict[str, Any] = {}
+
+
+def _message(name: str) -> Any:
+    """The protobuf class `name` (`Example`, `Feature`, `Features`), built at first use: writing never
+    needs them (records are encoded by hand), and protobuf's import with these classes cost ~50 ms
+    of every command's start."""
+    if not _classes:
+        _classes.update(zip(_CLASSES, _build_classes()))
+    return _classes[name]
+
+
+def __getattr__(name: str) -> Any:
+    """`from img2tfrecord.format.schema import Example` (and Feature, Features), lazily."""
+    if name in _CLASSES:
+        return _message(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def utf8_text(name: str) -> str:
@@ -221,7 +238,7 @@ def parse_example(data: bytes) -> dict[str, list]:
 
     Raises `google.protobuf.message.DecodeError` when `data` is not an Example.
     """
-    ex = Example()
+    ex = _message("Example")()
     ex.ParseFromString(data)
     out: dict[str, list] = {}
     for key, feat in ex.features.feature.items():
@@ -232,7 +249,7 @@ def parse_example(data: bytes) -> dict[str, list]:
 
 def feature_kinds(data: bytes) -> dict[str, tuple[str | None, int]]:
     """key -> (kind, number of values) of a serialized Example; kind is bytes/float/int64 or None."""
-    ex = Example()
+    ex = _message("Example")()
     ex.ParseFromString(data)
     res: dict[str, tuple[str | None, int]] = {}
     for key, feat in ex.features.feature.items():
