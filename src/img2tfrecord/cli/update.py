@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
@@ -131,6 +132,27 @@ def update_command(input_dir: str, output_dir: str, as_json: bool, quiet: bool, 
     Exit codes: 0 success or up to date, 1 data failure, 2 usage error.
     """
     signal.signal(signal.SIGTERM, convert_cli._on_sigterm)  # first: importing the library starts threads
+    from img2tfrecord import tf_import
+
+    # the record writer loads while the library is imported (not for a dry run, which writes nothing)
+    try:
+        with contextlib.nullcontext() if kw["dry_run"] else tf_import.record_io_loading(_UPDATE_EXTENSIONS):
+            _update(input_dir, output_dir, as_json, quiet, kw)
+    except KeyboardInterrupt:  # as the load's thread started, before update() began: nothing written
+        click.echo(safe(f"interrupted: {output_dir} is unchanged; run the same command again to update it"), err=True)
+        sys.exit(143 if convert_cli._terminated else 130)
+
+
+# The extension modules `update` imports after the command starts (measured), loaded before the record
+# writer's load starts in a thread (tf_import.record_io_loading): a dlopen waits for the other thread's.
+_UPDATE_EXTENSIONS = (
+    *("_struct", "binascii", "array", "_decimal", "_csv", "_queue", "_ctypes", "zlib", "_hashlib", "_json"),
+    *("PIL._imaging", "PIL._webp", "google_crc32c", "xxhash", "numpy", "simplejpeg"),
+    *("fcntl", "_socket", "select", "_posixsubprocess", "_multiprocessing"),
+)
+
+
+def _update(input_dir: str, output_dir: str, as_json: bool, quiet: bool, kw: dict[str, Any]) -> None:
     from img2tfrecord.conversion.update import update
 
     progress = convert_cli._Progress(

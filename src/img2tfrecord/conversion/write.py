@@ -147,7 +147,11 @@ def preloading(staging: str, first: Iterable[str] = ()) -> Iterator[None]:
     (measured: 0.24 s for one `Thread.start` during the load), so a worker pool started in the
     block starts when the load ends (at most ~0.4 s after the block began)."""
     from img2tfrecord.conversion.publish import signals_deferred
+    from img2tfrecord.tf_import import record_io_requested
 
+    if record_io_requested() and not fs.is_remote(staging):  # the CLI started it (tf_import.record_io_loading)
+        yield
+        return
     for name in first:
         importlib.import_module(name)
     thread = threading.Thread(target=preload_writer, args=(staging,), name="import-tensorflow", daemon=True)
