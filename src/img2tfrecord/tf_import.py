@@ -129,14 +129,21 @@ def record_io_loading(modules: Iterable[str] = ()) -> Iterator[None]:
                     signal.pthread_sigmask(signal.SIG_SETMASK, old)
             yield
         finally:
-            interrupted = False
-            while thread.ident is not None and thread.is_alive():
-                try:
-                    thread.join(0.1)
-                except KeyboardInterrupt:
-                    interrupted = True
-            if interrupted and sys.exc_info()[0] is None:  # else the exception on its way says it
-                raise KeyboardInterrupt
+            join_loader(thread)
+
+
+def join_loader(thread: threading.Thread) -> None:
+    """Wait for a thread that loads the writer (if it was started), even through Ctrl-C/SIGTERM: a
+    process must not exit inside `dlopen`. An interruption meanwhile is raised again afterwards,
+    unless an exception is already on its way out (the caller's `finally`), which says it."""
+    interrupted = False
+    while thread.ident is not None and thread.is_alive():
+        try:
+            thread.join(0.1)
+        except KeyboardInterrupt:
+            interrupted = True
+    if interrupted and sys.exc_info()[0] is None:
+        raise KeyboardInterrupt
 
 
 _background: threading.Thread | None = None  # record_io_loading's thread

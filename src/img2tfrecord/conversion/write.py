@@ -147,7 +147,7 @@ def preloading(staging: str, first: Iterable[str] = ()) -> Iterator[None]:
     (measured: 0.24 s for one `Thread.start` during the load), so a worker pool started in the
     block starts when the load ends (at most ~0.4 s after the block began)."""
     from img2tfrecord.conversion.publish import signals_deferred
-    from img2tfrecord.tf_import import record_io_requested
+    from img2tfrecord.tf_import import join_loader, record_io_requested
 
     if record_io_requested() and not fs.is_remote(staging):  # the CLI started it (tf_import.record_io_loading)
         yield
@@ -160,14 +160,7 @@ def preloading(staging: str, first: Iterable[str] = ()) -> Iterator[None]:
             thread.start()
         yield
     finally:
-        interrupted = False
-        while thread.ident is not None and thread.is_alive():
-            try:
-                thread.join(0.1)
-            except KeyboardInterrupt:
-                interrupted = True
-        if interrupted and sys.exc_info()[0] is None:  # else the exception on its way says it
-            raise KeyboardInterrupt
+        join_loader(thread)
 
 
 def load_writer(staging: str) -> None:
