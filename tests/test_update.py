@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -204,64 +206,67 @@ def _fault_case(tmp_path: Path) -> tuple[Path, Callable[[], Path]]:
     return src, fresh
 
 
-def test_a_kill_at_every_rename_of_an_update_leaves_old_or_new(tmp_path: Path) -> None:
-    """The same fault test as convert's (tests/test_faults.py): SIGKILL at each rename the update
-    makes; OUTPUT is then the old version or the new one, and the same command with --resume finishes it."""
+class _Injected(NamedTuple):
+    spec: str  # strace's -e inject=... for this run
+    result: subprocess.CompletedProcess
+    out: Path  # OUTPUT after the faulted run
+    old: dict[str, bytes] | None  # OUTPUT's files before any update
+    new: dict[str, bytes] | None  # OUTPUT's files after an uninterrupted update
+
+
+def _each_injected(tmp_path: Path, calls: str, signal: str, at_least: int) -> Iterator[_Injected]:
+    """An uninterrupted update traced for `calls` (strace's trace=...), then, for each such call it
+    made, the same update on a fresh copy of the old version with `signal` injected at that call."""
     from test_faults import STRACE, occurrences, traced, visible
 
     if STRACE is None:
         pytest.skip("strace is not installed (apt-get install strace)")
-    from img2tfrecord.conversion.publish import workspace
-
     src, fresh = _fault_case(tmp_path)
     out = fresh()
     old = visible(out)
     log = tmp_path / "clean.log"
-    res = traced(str(log), ["-e", "trace=rename,renameat,renameat2"], "update", src, out, "--workers", "1")
+    res = traced(str(log), ["-e", f"trace={calls}"], "update", src, out, "--workers", "1")
     assert res.returncode == 0, res.stderr
     new = visible(out)
     assert new != old
     points = occurrences(log)
-    assert len(points) >= 4, points
+    assert len(points) >= at_least, points
     for name, n in points:
         out = fresh()
-        spec = f"inject={name}:signal=SIGKILL:when={n}"
+        spec = f"inject={name}:signal={signal}:when={n}"
         res = traced("/dev/null", ["-e", f"trace={name}", "-e", spec], "update", src, out, "--workers", "1")
-        assert res.returncode == -9, (spec, res.stderr)
-        seen = visible(out)
-        assert seen in (old, new), (spec, sorted(seen or {}))
-        update(str(src), str(out), workers=1, resume=True)  # the same command, --resume: the new version
-        assert visible(out) == new, spec
-        assert not os.path.lexists(workspace(str(out)).root), spec
+        yield _Injected(spec, res, out, old, new)
+
+
+def test_a_kill_at_every_rename_of_an_update_leaves_old_or_new(tmp_path: Path) -> None:
+    """The same fault test as convert's (tests/test_faults.py): SIGKILL at each rename the update
+    makes; OUTPUT is then the old version or the new one, and the same command with --resume finishes it."""
+    from img2tfrecord.conversion.publish import workspace
+    from test_faults import visible
+
+    for run in _each_injected(tmp_path, "rename,renameat,renameat2", "SIGKILL", at_least=4):
+        assert run.result.returncode == -9, (run.spec, run.result.stderr)
+        seen = visible(run.out)
+        assert seen in (run.old, run.new), (run.spec, sorted(seen or {}))
+        update(str(tmp_path / "in"), str(run.out), workers=1, resume=True)  # the same command, --resume
+        assert visible(run.out) == run.new, run.spec
+        assert not os.path.lexists(workspace(str(run.out)).root), run.spec
 
 
 def test_a_sigterm_at_every_thread_start_of_an_update_exits_143_and_resume_finishes(tmp_path: Path) -> None:
     """SIGTERM at each thread the update starts (the record writer's preload among them): exit 143
     with one line of ours, OUTPUT still the old version, and --resume gives the uninterrupted bytes."""
-    from test_faults import STRACE, occurrences, traced, visible
+    from test_faults import visible
 
-    if STRACE is None:
-        pytest.skip("strace is not installed (apt-get install strace)")
-    src, fresh = _fault_case(tmp_path)
-    out = fresh()
-    old = visible(out)
-    log = tmp_path / "clean.log"
-    res = traced(str(log), ["-e", "trace=clone,clone3"], "update", src, out, "--workers", "1")
-    assert res.returncode == 0, res.stderr
-    new = visible(out)
-    assert new != old
-    points = occurrences(log)
-    assert len(points) >= 2, points  # the writer's preload and the engine's threads at least
-    for name, n in points:
-        out = fresh()
-        spec = f"inject={name}:signal=SIGTERM:when={n}"
-        res = traced("/dev/null", ["-e", f"trace={name}", "-e", spec], "update", src, out, "--workers", "1")
-        assert res.returncode == 143, (spec, res.returncode, res.stderr)
-        assert "Traceback" not in res.stderr and "RuntimeError" not in res.stderr, (spec, res.stderr)
-        assert res.stderr.strip().splitlines()[-1].startswith("interrupted"), (spec, res.stderr)
-        assert visible(out) == old, spec
-        update(str(src), str(out), workers=1, resume=True)
-        assert visible(out) == new, spec
+    # at least the writer's preload and the engine's threads
+    for run in _each_injected(tmp_path, "clone,clone3", "SIGTERM", at_least=2):
+        res = run.result
+        assert res.returncode == 143, (run.spec, res.returncode, res.stderr)
+        assert "Traceback" not in res.stderr and "RuntimeError" not in res.stderr, (run.spec, res.stderr)
+        assert res.stderr.strip().splitlines()[-1].startswith("interrupted"), (run.spec, res.stderr)
+        assert visible(run.out) == run.old, run.spec
+        update(str(tmp_path / "in"), str(run.out), workers=1, resume=True)
+        assert visible(run.out) == run.new, run.spec
 
 
 def test_update_of_a_remote_dataset_gives_the_local_bytes(tmp_path: Path) -> None:

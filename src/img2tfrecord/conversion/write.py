@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import importlib
 import os
 import sys
-import threading
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -136,31 +134,19 @@ def preload_writer(staging: str) -> None:
 
 @contextlib.contextmanager
 def preloading(staging: str, first: Iterable[str] = ()) -> Iterator[None]:
-    """The record writer loading in a thread while the block runs (update: while it reads the
-    catalog, walks and diffs), joined when the block ends, even through a second Ctrl-C: a process
-    must not exit while a thread is inside `dlopen`, whose start-up lines belong in fd 2's capture
-    and whose loader lock exit's library teardown takes.
+    """The record writer loading in a thread while the block runs, for `update()` called from
+    Python (while it reads the catalog, walks and diffs): `tf_import.record_io_loading`, which says
+    why `first` (the extension modules the block imports) come first and why the thread is joined.
+    Nothing to do when the writer is loaded or loading already (the `update` command starts it
+    before it imports the library) or when `staging` is remote (writing there takes all of
+    TensorFlow, which reading the remote dataset.json imported already)."""
+    from img2tfrecord.tf_import import record_io_loading, record_io_requested
 
-    `first`: modules the block will import, imported before: loading an extension module (a
-    `dlopen`) waits for the other thread's (glibc's loader lock), so one `import fcntl` in the
-    block would stop it until the writer is loaded. Starting a thread waits for that lock too
-    (measured: 0.24 s for one `Thread.start` during the load), so a worker pool started in the
-    block starts when the load ends (at most ~0.4 s after the block began)."""
-    from img2tfrecord.conversion.publish import signals_deferred
-    from img2tfrecord.tf_import import join_loader, record_io_requested
-
-    if record_io_requested() and not fs.is_remote(staging):  # the CLI started it (tf_import.record_io_loading)
+    if fs.is_remote(staging) or record_io_requested():
         yield
         return
-    for name in first:
-        importlib.import_module(name)
-    thread = threading.Thread(target=preload_writer, args=(staging,), name="import-tensorflow", daemon=True)
-    try:
-        with signals_deferred():  # a signal while the thread starts unwinds after it (inside this try)
-            thread.start()
+    with record_io_loading(first):
         yield
-    finally:
-        join_loader(thread)
 
 
 def load_writer(staging: str) -> None:

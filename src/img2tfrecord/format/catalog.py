@@ -288,7 +288,7 @@ class Catalog:
 
     def take(self, rows: Sequence[int]) -> Catalog:
         """A catalog of these rows of this one, in this order (update's kept rows): column by column,
-        ~20x faster than `add_row` a row at a time (0.1 s for 16,000 rows)."""
+        ~4x faster than `add_row` a row at a time (16,000 rows: 96 -> 22 ms, measured)."""
         out = Catalog(has_digests=self.has_digests)
         get = self.rels.ends.__getitem__
         starts = [get(r - 1) if r else 0 for r in rows]

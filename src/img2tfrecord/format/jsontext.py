@@ -1,8 +1,8 @@
-"""JSON text exactly as `json.dumps(obj, indent=2, ensure_ascii=False)` writes it, about 3x faster.
+"""JSON text exactly as `json.dumps(obj, indent=2, ensure_ascii=False)` writes it, ~1.5x faster.
 
 Python's json module uses its C encoder only without `indent`; with one, every value goes
-through the encoder's Python generators: 0.2 s of a 2 s `update` for the dataset.json of 16,000
-images that lists 12,000 duplicates. dataset.json stays indented for the people who read it, and
+through the encoder's Python generators (measured: 50 -> 32 ms for the dataset.json of 16,000
+images that lists 12,000 duplicates). dataset.json stays indented for the people who read it, and
 its bytes must not change with the encoder (a fresh conversion and `compact` are compared byte for
 byte), so this writes the same text: strings by json's own C escaper, numbers by their `repr`
 (NaN and infinities as json spells them), two spaces per level, `", "`-free separators (`","`

@@ -94,8 +94,8 @@ _classes: dict[str, Any] = {}
 
 def _message(name: str) -> Any:
     """The protobuf class `name` (`Example`, `Feature`, `Features`), built at first use: writing never
-    needs them (records are encoded by hand), and protobuf's import with these classes cost ~50 ms
-    of every command's start."""
+    needs them (records are encoded by hand), and protobuf's import with these classes cost ~35 ms
+    of every command's start (-X importtime)."""
     if not _classes:
         _classes.update(zip(_CLASSES, _build_classes()))
     return _classes[name]
