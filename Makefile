@@ -3,7 +3,7 @@
 #
 # Three environments, so that Apache Beam's pins (pillow<13, protobuf<7) never hide what users of
 # the plain install get:
-#   .venv         pip install -e '.[test]'       locked: constraints/plain.txt  (make test, lint, demo)
+#   .venv         pip install -e '.[test,docs]'  locked: constraints/plain.txt  (make test, lint, docs, demo)
 #   .venv-beam    pip install -e '.[test,beam]'  locked: constraints/beam.txt   (make test-beam)
 #   .venv-latest* the same two installs, newest releases, no constraints      (make test-latest)
 # A venv is rebuilt from scratch when pyproject.toml or its constraints file changes.
@@ -20,9 +20,13 @@ FLOOR_VENV := .venv-floor
 # What needs Apache Beam (skipped in .venv), plus the conformance matrix on Beam's Pillow 12.
 BEAM_TESTS := tests/test_beam.py tests/test_conformance.py
 export TF_CPP_MIN_LOG_LEVEL ?= 3
+# The suite on all cores (pytest-xdist; at most 8 workers: each imports TensorFlow, ~0.5 GB). Tests
+# that drive real processes share one worker (tests/conftest.py, ONE_WORKER_MODULES). PYTEST_ARGS=
+# runs it on one core.
+PYTEST_ARGS ?= -n auto --maxprocesses 8 --dist loadgroup
 , := ,
 
-.PHONY: install sysdeps test test-plain test-beam test-latest test-floor lock lint demo bench bench-read bench-plan bench-update clean
+.PHONY: install sysdeps docs test test-plain test-beam test-explore test-latest test-floor lock lint demo bench bench-read bench-plan bench-update bench-report clean
 
 # $(call venv,DIR,EXTRAS,CONSTRAINTS): a fresh DIR with `pip install -e .[EXTRAS]`, locked when CONSTRAINTS is set.
 define venv
@@ -36,21 +40,23 @@ endef
 install: $(STAMP)
 
 $(STAMP): pyproject.toml constraints/plain.txt
-	$(call venv,$(VENV),test,constraints/plain.txt)
+	$(call venv,$(VENV),test$(,)docs,constraints/plain.txt)
 
 $(BEAM_VENV)/.installed: pyproject.toml constraints/beam.txt
 	$(call venv,$(BEAM_VENV),test$(,)beam,constraints/beam.txt)
 
 
-# The README's test command (and CI's, .ci/run): lint + the whole suite on the locked plain
-# install, then the Beam tests in the locked Beam install.
+# The README's test command (and CI's, .ci/run): lint, the docs site, the whole suite on the locked
+# plain install (tests/test_docs.py runs every example of README.md and docs/), then the Beam tests
+# in the locked Beam install.
 test: sysdeps test-plain test-beam
 
 # Debian tools the tests drive: strace (fault injection at exact system calls, tests/test_faults.py),
-# setpriv (util-linux: permission tests without root's capabilities) and a CJK font (the contact
-# sheet's names). Installed only when missing, and only where apt-get and root are there; strace
-# and setpriv are then required, so those tests never pass by skipping.
-SYSPKGS := strace:strace setpriv:util-linux fc-list:fontconfig
+# setpriv (util-linux: permission tests without root's capabilities), a CJK font (the contact
+# sheet's names) and chromium (the report page opened in a real browser, tests/test_report_browser.py).
+# Installed only when missing, and only where apt-get and root are there; strace, setpriv and
+# chromium are then required, so those tests never pass by skipping.
+SYSPKGS := strace:strace setpriv:util-linux fc-list:fontconfig chromium:chromium
 sysdeps:
 	@missing=""; for pair in $(SYSPKGS); do command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair#*:}"; done; \
 	fc-list :lang=ja 2>/dev/null | grep -q . || missing="$$missing fonts-ipafont-gothic"; \
@@ -59,10 +65,16 @@ sysdeps:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing) >/dev/null \
 	    || echo "warning: apt-get could not install$$missing"; \
 	fi
-	@for tool in strace setpriv; do command -v $$tool >/dev/null || { echo "error: $$tool is missing (Debian: apt-get install strace util-linux); the fault and permission tests need it"; exit 1; }; done
+	@for tool in strace setpriv chromium; do command -v $$tool >/dev/null || { echo "error: $$tool is missing (Debian: apt-get install strace util-linux chromium); the fault, permission and report tests need it"; exit 1; }; done
 
-test-plain: lint
-	$(BIN)/python -m pytest -q
+test-plain: lint docs
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The property tests with random examples, ten times as many as `make test` runs (which draws the
+# same ones every run: tests/conftest.py's "ci" profile). Not part of `make test`: pin what it finds
+# as an ordinary test.
+test-explore: $(STAMP)
+	HYPOTHESIS_PROFILE=explore $(BIN)/python -m pytest -q -m property
 
 test-beam: $(BEAM_VENV)/.installed
 	$(BEAM_VENV)/bin/python -c "import apache_beam"  # the Beam tests must run here, not skip
@@ -71,11 +83,11 @@ test-beam: $(BEAM_VENV)/.installed
 # The same suite on today's newest releases (no constraints): a breaking upstream release shows
 # here before users meet it. Reinstalls every time, so "newest" is today's.
 test-latest:
-	$(call venv,$(LATEST_VENV),test,)
+	$(call venv,$(LATEST_VENV),test$(,)docs,)
 	$(LATEST_VENV)/bin/ruff format --check .
 	$(LATEST_VENV)/bin/ruff check .
 	$(LATEST_VENV)/bin/mypy
-	$(LATEST_VENV)/bin/python -m pytest -q
+	$(LATEST_VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
 	$(call venv,$(LATEST_BEAM_VENV),test$(,)beam,)
 	$(LATEST_BEAM_VENV)/bin/python -m pytest -q $(BEAM_TESTS)
 
@@ -92,13 +104,18 @@ lock: test-latest
 # when a lower bound moves. Not part of `make test` (a third TensorFlow install).
 test-floor:
 	$(call venv,$(FLOOR_VENV),test,constraints/floor.txt)
-	$(FLOOR_VENV)/bin/python -m pytest -q
+	$(FLOOR_VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
 
 # The house rules (ARCHITECTURE.md): formatted, linted and type-checked, or make test fails.
 lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+
+# The docs site (mkdocs.yml): guides in docs/, the CLI and API references generated from the code.
+# --strict: a broken link, a missing page or a docstring mkdocstrings cannot render fails the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 demo: $(STAMP)
 	rm -rf out
@@ -114,9 +131,12 @@ bench-read: $(STAMP)  # only the read benchmark (load() vs a hand-written tf.dat
 bench-update: $(STAMP)  # only the update benchmark (update +1% and compact vs a fresh conversion)
 	$(BIN)/python bench/run.py --only update
 
+bench-report: $(STAMP)  # only the report benchmark (report vs inspect without --verify, 100,000 images; converts them once)
+	$(BIN)/python bench/run.py --only report
+
 bench-plan: $(STAMP)  # only the plan benchmark (convert --dry-run on 1 M files vs a plain scandir walk), ~2 minutes
 	$(BIN)/python bench/run.py --only plan
 
 clean:
-	rm -rf $(VENV) $(BEAM_VENV) $(LATEST_VENV) $(LATEST_BEAM_VENV) $(FLOOR_VENV) out build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache bench/.cache
+	rm -rf $(VENV) $(BEAM_VENV) $(LATEST_VENV) $(LATEST_BEAM_VENV) $(FLOOR_VENV) out site build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache bench/.cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -7,7 +7,8 @@ committed) and reused. Two processes are compared, alternated over rounds, media
 * the floor: an `os.scandir` walk keeping (path, size) tuples, sorted and shuffled, the least a
   Python tool can do to know which files go where;
 * ours: `img2tfrecord convert INPUT OUT --dry-run --json` (walk, labels, split, shuffle, shards,
-  the summary; no TensorFlow).
+  the summary; no TensorFlow), and the same with `--split train=0.8,validation=0.2` (a split per
+  class, exact to one image).
 
 Each is timed as a whole process (interpreter start-up included) and its peak RSS is the
 kernel's (`wait4`'s ru_maxrss). Bytes per image = (peak RSS at 1 M files - peak RSS at 10 k
@@ -102,6 +103,10 @@ def contenders(tree: str, out: str) -> dict[str, list[str]]:
     return {
         "floor (scandir, (path, size) tuples, sort, shuffle)": [PY, "-c", FLOOR, tree],
         "ours: convert --dry-run --json": [BIN, "convert", tree, out, "--dry-run", "--json"],
+        "ours, --split train=0.8,validation=0.2": [
+            *[BIN, "convert", tree, out, "--dry-run", "--json"],
+            *["--split", "train=0.8,validation=0.2"],
+        ],
     }
 
 
@@ -130,7 +135,7 @@ def run(images: int = 1_000_000, small: int = 10_000, rounds: int = 3) -> dict:
             "bytes_per_image": round((rss - rss_small) * 2**20 / (images - small), 1),
             "runs": runs[name],
         }
-    floor, ours = (rows[n] for n in names)
+    floor, ours = rows[names[0]], rows[names[1]]
     ratio = ours["wall_seconds"] / floor["wall_seconds"]
     print(f"\nwalk + plan: {images:,} files in {CLASSES} classes, medians of {rounds} rounds\n")
     header = f"{'contender':52s} {'wall s':>7s} {'peak RSS MB':>11s} {'bytes/image':>11s}"

@@ -14,11 +14,15 @@ Then the read benchmark (bench/read.py): load() against a hand-written tf.data p
 Keras' image_dataset_from_directory, first-batch latency and steady throughput; and the plan
 benchmark (bench/plan.py): `convert --dry-run` on a million files against a plain-Python walk.
 
-And the verify benchmark (bench/verify.py, `--only verify`): inspect --verify on one worker
-against all cores; and the update benchmark (bench/update.py, `--only update`): update after
-+1% and compact against a fresh conversion.
+And the verify benchmark (bench/verify.py, `--only verify`): inspect --verify against convert
+on the 4,000 images (the ratio of whole-process times), and on one worker against all cores;
+and the update benchmark (bench/update.py, `--only update`): update after +1% and compact
+against a fresh conversion.
 
-Usage: python bench/run.py [--images 12000] [--rounds 3] [--quick] [--only convert|read|plan|verify|update] [--out bench/results.json]
+And the report benchmark (bench/report.py, `--only report`): `report OUT` against `inspect OUT` on
+100,000 images.
+
+Usage: python bench/run.py [--images 12000] [--rounds 3] [--quick] [--only convert|read|plan|verify|update|report] [--out bench/results.json]
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dataset
 import plan
 import read
+import report
 import update
 import verify
 
@@ -260,19 +265,22 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer contenders, no 16k-image memory check")
     ap.add_argument(
         "--only",
-        choices=("convert", "read", "plan", "verify", "update"),
-        help="run one of the benchmarks (default: all but verify)",
+        choices=("convert", "read", "plan", "verify", "update", "report"),
+        help="run one of the benchmarks (default: all but verify and report)",
     )
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.json"))
     args = ap.parse_args()
     if args.only == "plan":
         plan.main(["--rounds", str(args.rounds)])
         return
-    if args.only in ("read", "verify", "update"):
+    if args.only in ("read", "verify", "update", "report"):
         result = {
             "read": lambda: {"read": read.run(args.rounds)},
-            "verify": lambda: {"verify": verify.run(args.rounds)},
+            "verify": lambda: {
+                "verify": {"against_convert": verify.against_convert(args.rounds)} | verify.run(args.rounds)
+            },
             "update": lambda: {"update": update.run(args.rounds)},
+            "report": lambda: {"report": report.run(args.rounds)},
         }[args.only]()
         with open(args.out, "w") as f:
             json.dump(result, f, indent=2)
@@ -425,7 +433,7 @@ def main() -> None:
         print()
         plan.main(["--rounds", str(args.rounds)])  # writes bench/results-plan.json
         print()
-        result["verify"] = verify.run(args.rounds)
+        result["verify"] = {"against_convert": verify.against_convert(args.rounds)} | verify.run(args.rounds)
         print()
         result["update"] = update.run(args.rounds)
     with open(args.out, "w") as f:

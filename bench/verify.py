@@ -14,7 +14,12 @@ over the rounds (the order rotates) and medians are reported: this machine is sh
   on a shared machine, below the worker count when others take cores), how many cores other
   processes kept busy meanwhile (/proc/stat), and whether the two reports are byte-identical.
 
-Usage: python bench/verify.py [--images 8000] [--rounds 3]   (or python bench/run.py --only verify)
+Then verify against convert (`against_convert`): the 4,000 bench images converted with default
+options into a fresh folder, and that dataset verified with default options (all cores), each a
+whole process as a user runs it, alternated over the rounds; the ratio of the median wall times
+(verify / convert) should be at most 1: checking a dataset costs no more than making it.
+
+Usage: python bench/verify.py [--images 8000] [--rounds 3] [--only-convert-ratio]   (or python bench/run.py --only verify)
 """
 
 from __future__ import annotations
@@ -193,13 +198,68 @@ def run(rounds: int = 3, images: int = 8000) -> dict:
     }
 
 
+def against_convert(rounds: int = 3, images: int = 4000) -> dict:
+    """`convert` of the bench images into a fresh folder against `inspect --verify` of the result,
+    whole processes, default options, alternated; medians and verify / convert."""
+    src = dataset.make(images)
+    out = os.path.join(dataset.CACHE, f"verify-vs-convert-{images}")
+    contenders = {
+        "convert": [BIN, "convert", src, out, "--quiet"],
+        "inspect --verify": [BIN, "inspect", out, "--verify", "--json"],
+    }
+    runs: dict[str, list[dict]] = {k: [] for k in contenders}
+    keys = list(contenders)
+    subprocess.run(["rm", "-rf", out], check=True)
+    subprocess.run(contenders["convert"], check=True)  # verify's first round needs the dataset
+    for r in range(rounds):
+        for k in keys[r % 2 :] + keys[: r % 2]:  # rotate: no contender always first
+            if k == "convert":
+                subprocess.run(["rm", "-rf", out], check=True)  # convert wants a fresh output folder
+            x = run_once(contenders[k])
+            x.pop("stdout")
+            runs[k].append(x)
+            print(
+                f"  round {r + 1}/{rounds}: {k}: {x['wall_seconds']:.2f} s, CPU {x['cpu_seconds']:.1f} s, "
+                f"{x['peak_rss_mb']:.0f} MB, other work meanwhile {x['others_cores']:.2f} cores",
+                file=sys.stderr,
+            )
+    rows = {
+        k: {
+            "wall_seconds": statistics.median(x["wall_seconds"] for x in v),
+            "cpu_seconds": statistics.median(x["cpu_seconds"] for x in v),
+            "peak_rss_mb": statistics.median(x["peak_rss_mb"] for x in v),
+            "others_cores": statistics.median(x["others_cores"] for x in v),
+            "walls": [x["wall_seconds"] for x in v],
+        }
+        for k, v in runs.items()
+    }
+    ratio = rows["inspect --verify"]["wall_seconds"] / rows["convert"]["wall_seconds"]
+    print(
+        f"\nconvert, then inspect --verify: {images:,} images, {CORES} cores, medians of {rounds} alternated rounds\n"
+    )
+    header = f"{'':18s} {'wall s':>8s} {'CPU s':>7s} {'peak RSS MB':>12s} {'others, cores':>14s}  walls"
+    print(header + "\n" + "-" * len(header))
+    for k, row in rows.items():
+        walls = ", ".join(f"{w:.2f}" for w in row["walls"])
+        print(
+            f"{k:18s} {row['wall_seconds']:8.2f} {row['cpu_seconds']:7.1f} {row['peak_rss_mb']:12.0f} "
+            f"{row['others_cores']:14.2f}  {walls}"
+        )
+    print(f"\ninspect --verify / convert, whole process {ratio:5.2f}{'  ok' if ratio <= 1.0 else '  (target <= 1.00)'}")
+    return {"images": images, "cores": CORES, "rounds": rounds, "contenders": rows, "verify_over_convert": ratio}
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", type=int, default=8000, help="a multiple of 4000")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", help="also write the figures to this JSON file")
+    ap.add_argument("--only-convert-ratio", action="store_true", help="only verify against convert (4,000 images)")
     a = ap.parse_args()
-    result = run(a.rounds, a.images)
+    result = {"against_convert": against_convert(a.rounds)}
+    if not a.only_convert_ratio:
+        print()
+        result |= run(a.rounds, a.images)
     if a.out:
         with open(a.out, "w") as f:
             json.dump(result, f, indent=2)

@@ -155,3 +155,11 @@ def upload(src: Path, dst: str) -> None:
         for f in files:
             with gfile.GFile(f"{target}/{f}", "wb") as out:
                 out.write(Path(folder, f).read_bytes())
+
+
+def examples(n: int) -> int:
+    """A property test's example count under the loaded Hypothesis profile (tests/conftest.py): `n`
+    in `make test`, ten times `n` in `make test-explore`."""
+    from hypothesis import settings
+
+    return max(1, n * settings.default.max_examples // 100)

@@ -1,5 +1,5 @@
 """Helpers for the inspect/reader tests: real images (Pillow), real shards (TensorFlow's writer),
-hand-written dataset.json per the README, and a raw framing writer for foreign or damaged files."""
+hand-written dataset.json per docs/schema.md, and a raw framing writer for foreign or damaged files."""
 
 from __future__ import annotations
 

@@ -82,7 +82,8 @@ def test_sample_data_conversion_is_quiet_and_scriptable(tmp_path):
     assert not any(n in res.stderr for n in NOISE)
     res = run("convert", ROOT / "sample_data", tmp_path / "out2", "--shards", "2")
     assert res.returncode == 0 and res.stdout == ""
-    assert res.stderr.splitlines()[-1].startswith("Wrote 30 images") and not any(n in res.stderr for n in NOISE)
+    assert res.stderr.splitlines()[-2].startswith("Wrote 30 images") and not any(n in res.stderr for n in NOISE)
+    assert res.stderr.splitlines()[-1] == f"See it in a browser: img2tfrecord report {tmp_path / 'out2'}"
     assert digest(out) == digest(tmp_path / "out2")
     # a worker process writes half the shards: still quiet, the skipped file reported once, same bytes
     res = run("convert", ROOT / "sample_data", tmp_path / "out3", "--shards", "2", "--workers", "2", "--json")
@@ -288,7 +289,8 @@ def test_progress_bar_ends_at_100_percent_on_its_own_line(slow_input, tmp_path):
     assert bar.endswith(b"\r\n"), bar[-300:]  # the terminal's "\n"
     last_frame = bar[:-2].rsplit(b"\r", 1)[-1]
     assert last_frame.startswith(b"100%|") and b"| 240/240 [" in last_frame, last_frame
-    assert summary.count(b"\n") == 1 and summary.endswith(b"\r\n")
+    assert summary.count(b"\n") == 2 and summary.endswith(b"\r\n")  # the summary, then the report command
+    assert summary.split(b"\r\n")[1].startswith(b"See it in a browser: img2tfrecord report ")
 
 
 def test_interruption_message_starts_on_its_own_line(slow_input, tmp_path):
@@ -314,3 +316,67 @@ def test_verify_shows_tensorflow_start_up_as_its_own_step(slow_input, tmp_path, 
     frames = term[len(step) :].split(str(out).encode(), 1)[0]  # up to the report's first line
     assert frames.startswith(b"\rverify:   0%|") and frames.endswith(b"\r"), frames[-400:]  # then cleared
     assert not any(n.encode() in term for n in NOISE)
+
+
+def run_in_terminal_with_ctrl_c(*args: str, when: bytes) -> tuple[int, bytes]:
+    """`run_in_terminal`, the terminal being the process's controlling one (a session of its own):
+    once the output matches `when`, Ctrl-C is typed (\\x03), so the terminal itself echoes ^C where
+    the cursor is and sends SIGINT to the process group, workers included, as a user's key does."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "img2tfrecord", *map(str, args)],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        start_new_session=True,
+        preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+    )
+    os.close(slave)
+    out, typed, deadline = b"", False, time.time() + 300
+    try:
+        while time.time() < deadline:
+            if not typed and re.search(when, out):
+                os.write(master, b"\x03")
+                typed = True
+            if not select.select([master], [], [], 1)[0]:
+                continue
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        os.close(master)
+    return proc.wait(timeout=60), out
+
+
+def test_ctrl_c_leaves_the_bar_as_it_was_and_says_what_is_left(slow_input, tmp_path):
+    """After the terminal's ^C the bar is not drawn again (a redraw after the ^C made the line wrap
+    drew a second bar below the first): the next thing on screen is the interruption's line."""
+    rc, out = run_in_terminal_with_ctrl_c(
+        "convert", slow_input, tmp_path / "out", "--encoding", "png", "--shards", "8", "--workers", "2",
+        when=rb"\| +[1-9]\d*/240 \[",
+    )  # fmt: skip
+    assert rc == 130, out[-2000:]
+    before, after = out.split(b"^C", 1)
+    assert b"/240 [" in before and b"/240 [" not in after, after
+    assert re.fullmatch(rb"\r\ninterrupted: nothing was published \(\d of 8 shards finished; run the same command "
+                        rb"with --resume to continue\)\r\n", after), after  # fmt: skip
+
+
+def test_sigint_with_json_answers_one_object(slow_input, tmp_path):
+    out = tmp_path / "out"
+    proc = start("convert", slow_input, out, "--encoding", "png", "--shards", "8", "--workers", "2", "--json")
+    _wait_for(lambda: _finished_shards(out) >= 1, proc)
+    proc.send_signal(signal.SIGINT)
+    stdout, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    data = json.loads(stdout)  # exactly one object
+    assert list(data)[:3] == ["ok", "exit_code", "error"] and (data["ok"], data["exit_code"]) == (False, 130)
+    assert data["error"]["kind"] == "interrupted" and data["error"]["message"] in err
+    assert 1 <= data["shards_finished"] < data["shards_total"] == 8 and data["published"] is False

@@ -62,6 +62,18 @@ def occurrences(log: Path) -> list[tuple[str, int]]:
     return list(dict.fromkeys(out))
 
 
+def _lines(log: Path) -> list[str]:
+    """The traced calls' lines, one for each of `occurrences(log)` (the same first-seen order)."""
+    seen: dict[tuple[str, str], int] = {}
+    out: dict[tuple[str, int], str] = {}
+    for line in log.read_text().splitlines():
+        if m := CALL.match(line):
+            key = (m[1], m[2])
+            seen[key] = seen.get(key, 0) + 1
+            out.setdefault((m[2], seen[key]), line)
+    return list(out.values())
+
+
 @pytest.fixture(scope="module")
 def case(tmp_path_factory):
     root = tmp_path_factory.mktemp("faults")
@@ -116,11 +128,15 @@ def test_a_kill_or_an_io_error_at_every_rename_leaves_old_or_new_and_resume_fini
     assert len(points) >= 6, points  # metadata, marker and the switch at least
     if overwrite:
         assert ("renameat2", 1) in points  # the exchange
+    retire = [p for p, line in zip(points, _lines(log)) if ".img2tfrecord/old-" in line]  # the old version moved
+    assert len(retire) == (1 if overwrite else 0), retire
     for i, (name, n) in enumerate(points):
         # EIO at every rename with --overwrite (the same calls as a fresh run, and the exchange);
-        # a fresh run's own last one, the plain rename of the new folder into place, too
+        # a fresh run's own last one, the plain rename of the new folder into place, too. EIO
+        # moving the old version away once the new one is in: a warning, exit 0
         eio = overwrite or i == len(points) - 1
-        for fault, code in [("signal=SIGKILL", -9)] + ([("error=EIO", 1)] if eio else []):
+        failed = 0 if (name, n) in retire else 1
+        for fault, code in [("signal=SIGKILL", -9)] + ([("error=EIO", failed)] if eio else []):
             out = fresh_output()
             spec = f"inject={name}:{fault}:when={n}"
             res = traced("/dev/null", ["-e", f"trace={name}", "-e", spec], "convert", src, out, *ARGS, *extra)
@@ -129,6 +145,8 @@ def test_a_kill_or_an_io_error_at_every_rename_leaves_old_or_new_and_resume_fini
                 lines = res.stderr.strip().splitlines()
                 assert lines[-1].startswith("error: ") and "Traceback" not in res.stderr, (spec, res.stderr)
                 assert "--resume" in lines[-1] and "Input/output error" in lines[-1], (spec, lines[-1])
+            if (name, n) in retire and code == 0:
+                assert "warning: removing the old version of" in res.stderr, (spec, res.stderr)
             seen = check_invariant(out, old, new)
             if code == 1 and seen == old:
                 assert "is unchanged" in lines[-1] or "nothing was published" in lines[-1], lines[-1]

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image, ImageOps
 
+from helpers import examples
 from img2tfrecord.cli.inspect import inspect_command
 from img2tfrecord.format.framing import TFRecordFile, masked_crc
 from img2tfrecord.format.schema import FEATURE_TYPES
@@ -113,6 +114,7 @@ def test_json_is_the_truth(ours: SimpleNamespace) -> None:
         "paths",
         "verified",
         "ok",
+        "exit_code",  # --json's answer on every exit: ok and exit_code first
         "files",
         "total",
         "problems",
@@ -375,7 +377,7 @@ def test_gzip_zlib_and_damaged_gzip(tmp_path: Path) -> None:
     assert run_json(plain)[1]["total"]["compression"] == "none"
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(payloads=st.lists(st.binary(max_size=300), max_size=6), comp=st.sampled_from(["", "GZIP", "ZLIB"]))
 def test_reader_agrees_with_tensorflow(tmp_path: Path, payloads: list[bytes], comp: str) -> None:
     tf = tensorflow()
@@ -709,7 +711,7 @@ def test_verify_shows_a_progress_bar_on_a_terminal(ours: SimpleNamespace, monkey
     monkeypatch.setenv("COLUMNS", "100")
     assert inspector.inspect([ours.out], verify=True, progress=True).ok
     total = sum((ours.out / n).stat().st_size for n in ours.shard_items)
-    assert re.search(rf"verify:\s+0%.*/{total / 1024:.1f}k \[", term.getvalue()), (
+    assert re.search(rf"verify:\s+0%.*/{total / 1000:.1f}k \[", term.getvalue()), (
         term.getvalue()
     )  # sized in on-disk bytes
     quiet = _Terminal()

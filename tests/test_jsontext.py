@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import examples
 from img2tfrecord.format import jsontext
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True) | st.text()
@@ -25,7 +26,7 @@ def reference(obj: object) -> str:
     return json.dumps(obj, indent=2, ensure_ascii=False)
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(values)
 def test_same_text_as_json_dumps(obj: object) -> None:
     try:

@@ -84,7 +84,7 @@ def test_an_endless_or_binary_input_stops_after_a_bounded_read(cli, tmp_path, mo
         f"error: {'--labels file' if option == '--labels' else '--file-list'} /dev/zero is not a text file (byte 0 is NUL)"
     ]
     # a pipe that never ends, of text: read up to the limit (made small here), then refused
-    limit = 1 << 20
+    limit = 1_000_000
     monkeypatch.setattr(labels_mod, "MAX_LABELS_BYTES", limit)
     monkeypatch.setattr("img2tfrecord.conversion.filelist.MAX_FILE_LIST_BYTES", limit)
     fifo = tmp_path / "endless"
@@ -106,7 +106,7 @@ def test_an_endless_or_binary_input_stops_after_a_bounded_read(cli, tmp_path, mo
     res = cli("convert", tmp_path / "in", tmp_path / "out", option, fifo, "--dry-run")
     writer.join(10)
     assert res.exit_code == 2, res.output
-    assert res.stderr.strip().endswith(f"{fifo} is larger than 1 MB: not a list this tool can hold")
+    assert res.stderr.strip().endswith(f"{fifo} is larger than 1.0 MB: not a list this tool can hold")
     assert written < 4 * limit  # the reader stopped; the writer was told so by a broken pipe
 
 

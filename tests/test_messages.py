@@ -22,7 +22,8 @@ def test_skip_messages_escape_control_characters_as_inspect_does(cli, tmp_path):
     shown = "odd\\n\\x1b[2J\\u202ename"
     lines = res.stderr.splitlines()
     assert lines[0].startswith(f"skipped: a/{shown}_broken.jpg: JPEG: corrupt or truncated"), lines
-    assert len(lines) == 2 and lines[1].startswith("Wrote 3 images")
+    assert len(lines) == 3 and lines[1].startswith("Wrote 3 images")
+    assert lines[2] == f"See it in a browser: img2tfrecord report {out}"
     assert not any(c in res.stderr for c in "\x1b\u202e")
     manifest = json.loads((out / "dataset.json").read_text())
     assert [s["path"] for s in manifest["skipped"]] == [f"a/{ODD}_broken.jpg"]  # the real name
@@ -42,8 +43,8 @@ def test_loose_images_are_not_counted_again_as_non_image_files(cli, tmp_path):
     out = tmp_path / "out"
     res = cli("convert", tmp_path / "in", out)
     assert res.exit_code == 0, res.output
-    assert "warning: 2 images lie outside any class folder (e.g. loose" in res.stderr
-    assert res.stderr.splitlines()[-1].endswith(" Ignored 1 non-image file.")
+    assert f"warning: 2 images lie at the top of {tmp_path / 'in'}, outside any class folder (e.g. loose" in res.stderr
+    assert res.stderr.splitlines()[-2].endswith(" Ignored 1 non-image file.")
     assert json.loads((out / "dataset.json").read_text())["ignored_files"] == 1
 
 
@@ -55,7 +56,11 @@ def test_usage_errors_are_one_line_click_s_own_too(cli, tmp_path):
     assert res.exit_code == 2 and f"expected {tmp_path / 'flat'}/CLASS_NAME/image.jpg (" in res.stderr, res.stderr
     (tmp_path / "a.txt").write_text("x")
     cases = {
-        ("convert", tmp_path / "a.txt", tmp_path / "out"): f"error: input {tmp_path / 'a.txt'} is not a directory: ",
+        (
+            "convert",
+            tmp_path / "a.txt",
+            tmp_path / "out",
+        ): f"error: input {tmp_path / 'a.txt'} is a file, not a folder: ",
         ("convert", tmp_path / "flat", tmp_path / "out", "--quality", "500"): "error: Invalid value for '--quality': ",
         (
             "convert",
@@ -88,15 +93,15 @@ def test_counts_read_as_words_range_only_when_it_is_one(cli, tmp_path):
     assert "  first 2 records of " in cli("inspect", tmp_path / "out", "-n", "2").stdout
 
 
-def test_dedupe_off_saving_is_the_same_figure_in_help_and_readme(cli):
+def test_dedupe_off_saving_is_the_same_figure_in_help_and_docs(cli):
     import re
     from pathlib import Path
 
     help_text = " ".join(cli("convert", "--help").stdout.split())
     saved = re.search(r"saves (\d+) bytes of memory per image during the run, ~(\d+) at its end", help_text)
     assert saved, help_text
-    readme = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
-    assert f"({saved[1]} bytes of memory per image held for the whole run, ~{saved[2]} at its end" in readme
+    docs = " ".join((Path(__file__).parents[1] / "docs" / "converting.md").read_text().split())
+    assert f"({saved[1]} bytes of memory per image held for the whole run, ~{saved[2]} at its end" in docs
 
 
 # ---- item 13: the library speaks of parameters, the CLI of options ----
@@ -132,7 +137,8 @@ def test_python_callers_read_parameters_and_the_cli_reads_options(cli, tmp_path)
     assert summary["warnings"] == events
 
     cases = [  # (Python keywords, CLI arguments, what Python reads, what the CLI reads)
-        ({}, [], "choose another folder or add overwrite=True", "choose another folder or add --overwrite"),
+        ({}, [], "call update(", "run: img2tfrecord update "),
+        ({}, [], "to replace it, add overwrite=True", "to replace it, add --overwrite"),
         ({"overwrite": True, "encoding": "webp"}, None, "bad encoding='webp': choose one of", None),
         (
             {"overwrite": True, "split": "train=0.5,validation=0.6"},
@@ -161,9 +167,11 @@ def test_python_callers_read_parameters_and_the_cli_reads_options(cli, tmp_path)
             res = cli("convert", src, out, *args)
             assert res.exit_code == 2 and shown in res.stderr, res.stderr
     plan = img2tfrecord.convert(src, out, dry_run=True)
-    assert plan["refused"].endswith("choose another folder or add overwrite=True")
+    assert plan["refused"].endswith(f"call update({str(src)!r}, {str(out)!r}); to replace it, add overwrite=True")
     res = cli("convert", src, out, "--dry-run", "--json")
-    assert json.loads(res.stdout)["refused"].endswith("choose another folder or add --overwrite")
+    assert json.loads(res.stdout)["refused"].endswith(
+        f"run: img2tfrecord update {src} {out}; to replace it, add --overwrite"
+    )
 
     # an error raised in a worker process is worded where it is shown
     (src / "a" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated")

@@ -66,7 +66,12 @@ GOLDEN_SPLIT_PLAN = [
 def test_golden_plan_and_fingerprint(tmp_path):
     src = fixed_tree(tmp_path)
     plan = plan_job(
-        str(src), str(tmp_path / "out"), split="train=0.7,validation=0.3", shards="train=2,validation=1", seed=3
+        str(src),
+        str(tmp_path / "out"),
+        split="train=0.7,validation=0.3",
+        shards="train=2,validation=1",
+        seed=3,
+        split_rule="hash",
     )
     got = plan_of(plan)
     print(json.dumps(got))  # shown on failure: paste here only if the change is meant to move images
@@ -75,7 +80,49 @@ def test_golden_plan_and_fingerprint(tmp_path):
     assert header(plan)["fingerprint"] == GOLDEN_FINGERPRINT
 
 
-GOLDEN_FINGERPRINT = "fabe24a0de9e1d535e8025fed87988039b0331ec5d0e93ebebcec6460a3b6664"
+# The exact rule (the default): per class, the first floor-or-ceil(f*n) images in hash order go to
+# train (cat 7 -> 5 + 2, dog 5 -> 4 + 1: ties to the first split, owl 4 -> 3 + 1), each split in hash order.
+GOLDEN_EXACT_PLAN = [
+    (
+        "train-00000-of-00002",
+        [
+            ("dog/dog4.jpg", 1),
+            ("dog/deep/dog3.png", 1),
+            ("cat/cat6.jpg", 0),
+            ("owl/owl1.png", 2),
+            ("owl/owl2.jpg", 2),
+            ("owl/deep/owl3.png", 2),
+        ],
+    ),
+    (
+        "train-00001-of-00002",
+        [
+            ("cat/cat5.png", 0),
+            ("cat/cat0.jpg", 0),
+            ("cat/cat4.jpg", 0),
+            ("dog/dog2.jpg", 1),
+            ("dog/dog1.png", 1),
+            ("cat/deep/cat3.png", 0),
+        ],
+    ),
+    ("validation-00000-of-00001", [("cat/cat1.png", 0), ("cat/cat2.jpg", 0), ("dog/dog0.jpg", 1), ("owl/owl0.jpg", 2)]),
+]
+
+
+def test_golden_exact_plan(tmp_path):
+    plan = plan_job(
+        str(fixed_tree(tmp_path)),
+        str(tmp_path / "out"),
+        split="train=0.7,validation=0.3",
+        shards="train=2,validation=1",
+        seed=3,
+    )
+    got = plan_of(plan)
+    print(json.dumps(got))  # shown on failure: paste here only if the change is meant to move images
+    assert got == GOLDEN_EXACT_PLAN
+
+
+GOLDEN_FINGERPRINT = "1ae144a928360169fca8232efc1e2773a3d1a62995a4a11adb4d5b1c036fe579"
 
 
 def test_the_plan_does_not_depend_on_the_walk_order(tmp_path):
@@ -133,15 +180,19 @@ def test_a_hash_split_follows_the_fractions_per_class_within_binomial_noise(tmp_
 
 
 def test_adding_or_removing_images_never_moves_another_nor_reorders_survivors(tmp_path):
-    """The stable-split promise update builds on: for the images present in both trees, the split
-    is the same and, within a split, their relative order is the same."""
+    """The hash rule's stable-split promise: for the images present in both trees, the split is the
+    same and, within a split, their relative order is the same (the exact rule keeps it through
+    update's prior: tests/test_split_exact.py)."""
+    from img2tfrecord.conversion.splits import SplitRule
+
+    hashed = SplitRule("hash")
     src = tmp_path / "in"
     for cls in ("a", "b"):
         (src / cls).mkdir(parents=True)
         for i in range(400):
             (src / cls / f"{i}.jpg").write_bytes(b"")
     fractions = {"train": 0.8, "validation": 0.2}
-    before = discover(str(src), split=fractions, seed=7)
+    before = discover(str(src), split=fractions, seed=7, rule=hashed)
     for i in range(0, 400, 9):
         (src / "a" / f"{i}.jpg").unlink()  # removed
     for i in range(400, 440):
@@ -149,7 +200,7 @@ def test_adding_or_removing_images_never_moves_another_nor_reorders_survivors(tm
     (src / "c").mkdir()
     for i in range(30):
         (src / "c" / f"{i}.jpg").write_bytes(b"")  # a new class
-    after = discover(str(src), split=fractions, seed=7)
+    after = discover(str(src), split=fractions, seed=7, rule=hashed)
     split_before = {t.rel: s for s, v in before.splits.items() for t in v}
     split_after = {t.rel: s for s, v in after.splits.items() for t in v}
     both = split_before.keys() & split_after.keys()
@@ -166,7 +217,7 @@ def test_split_of_and_order_key_are_what_the_plan_uses(tmp_path):
 
     src = fixed_tree(tmp_path)
     fractions = {"train": 0.5, "validation": 0.3, "test": 0.2}
-    plan = plan_job(str(src), str(tmp_path / "out"), split=fractions, seed=11, shards=1)
+    plan = plan_job(str(src), str(tmp_path / "out"), split=fractions, seed=11, shards=1, split_rule="hash")
     for shard in plan.shards:
         rels = [t.rel for t in shard.tasks]
         assert all(split_of(r, 11, fractions) == shard.split for r in rels)
@@ -181,6 +232,10 @@ def test_split_of_and_order_key_are_what_the_plan_uses(tmp_path):
 
 
 def test_a_class_that_gets_no_image_in_a_split_is_named(tmp_path):
+    """Under the hash rule only: the exact rule gives it its share (tests/test_split_exact.py)."""
+    from img2tfrecord.conversion.splits import SplitRule
+
+    hashed = SplitRule("hash")
     src = tmp_path / "in"
     for cls, n in (("big", 200), ("tiny", 3)):
         (src / cls).mkdir(parents=True)
@@ -191,12 +246,16 @@ def test_a_class_that_gets_no_image_in_a_split_is_named(tmp_path):
         for s in range(200)
         if not any(
             t.text == "tiny"
-            for t in discover(str(src), split={"train": 0.6, "validation": 0.4}, seed=s).splits["validation"]
+            for t in discover(str(src), split={"train": 0.6, "validation": 0.4}, seed=s, rule=hashed).splits[
+                "validation"
+            ]
         )
     )
-    found = discover(str(src), split={"train": 0.6, "validation": 0.4}, seed=seed)
+    found = discover(str(src), split={"train": 0.6, "validation": 0.4}, seed=seed, rule=hashed)
     assert any("split validation has no image of 1 class ('tiny')" in w for w in found.warnings), found.warnings
     assert not any("'big'" in w for w in found.warnings)
+    exact = discover(str(src), split={"train": 0.6, "validation": 0.4}, seed=seed)
+    assert not exact.warnings and sum(t.text == "tiny" for t in exact.splits["validation"]) == 1
 
 
 def test_worker_count_never_exceeds_shards_and_scales_with_images():

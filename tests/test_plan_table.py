@@ -12,6 +12,7 @@ dry run of a real tree runs without TensorFlow.
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import random
@@ -48,7 +49,25 @@ def _split_by_hash(files: list, fractions: dict[str, float], seed: int) -> dict[
     return out
 
 
-def reference_plan(src: Path, counts: dict[str, int], *, split=None, seed=0, labels=None, offset=0):
+def _split_exact(files: list, fractions: dict[str, float], seed: int) -> dict[str, list]:
+    """One class's images, in hash order (ties: image/filename order), the first floor-or-ceil(f*n)
+    to the first split, ... (largest remainders, ties to the earlier split)."""
+    ordered = sorted(files, key=lambda t: _key(t, seed))
+    n = len(ordered)
+    counts = [math.floor(f * n + 1e-9) for f in fractions.values()]
+    by_remainder = sorted(range(len(counts)), key=lambda j: (-(list(fractions.values())[j] * n - counts[j]), j))
+    for j in by_remainder[: n - sum(counts)]:
+        counts[j] += 1
+    out, start = {}, 0
+    for name, k in zip(fractions, counts):
+        out[name] = ordered[start : start + k]
+        start += k
+    return out
+
+
+def reference_plan(
+    src: Path, counts: dict[str, int], *, split=None, seed=0, labels=None, offset=0, rule: str = "exact"
+):
     """[(shard name, [Task, ...])] as the list-of-Tasks planner made it (no symlinks in these trees)."""
     root = str(src)
     top = sorted(n for n in os.listdir(root) if not n.startswith("."))
@@ -85,7 +104,8 @@ def reference_plan(src: Path, counts: dict[str, int], *, split=None, seed=0, lab
             if presplit:
                 splits[skey].extend(items)
             elif split:
-                for s, part in _split_by_hash(items, split, seed).items():
+                by = _split_by_hash if rule == "hash" else _split_exact
+                for s, part in by(items, split, seed).items():
                     splits[s].extend(part)
             else:
                 splits["train"].extend(items)
@@ -132,9 +152,10 @@ def plan_list(plan) -> list[tuple[str, list[Task]]]:
     [
         {"shards": 3},
         {"shards": "train=3,validation=2", "split": "train=0.7,validation=0.3", "seed": 5},
+        {"shards": "train=3,validation=2", "split": "train=0.7,validation=0.3", "seed": 5, "split_rule": "hash"},
         {"shards": 4, "labels": ["z", "a b", "a", "missing", "é"], "label_offset": 10, "seed": 2},
     ],
-    ids=["one split", "stratified", "labels"],
+    ids=["one split", "stratified", "hash rule", "labels"],
 )
 def test_the_columnar_plan_is_the_list_of_tasks_plan(tmp_path, options):
     src = awkward_tree(tmp_path / "in")
@@ -149,6 +170,7 @@ def test_the_columnar_plan_is_the_list_of_tasks_plan(tmp_path, options):
         seed=options.get("seed", 0),
         labels=options.get("labels"),
         offset=options.get("label_offset", 0),
+        rule=options.get("split_rule", "exact"),
     )
     assert plan_list(plan) == want
     assert plan.images == sum(len(t) for _, t in want)

@@ -193,7 +193,7 @@ def test_dataset_json_is_the_last_file_in_place(src, tmp_path):
     convert(src, out, shards=3)
     listed = {s["file"] for s in json.loads((out / "dataset.json").read_text())["splits"]["train"]["shards"]}
     assert listed == {n for n in visible(out) if "-of-" in n}
-    with pytest.raises(UsageError, match="not empty"):
+    with pytest.raises(UsageError, match="holds a dataset: to bring it up to date"):
         convert(src, out, shards=3)
 
 
@@ -212,7 +212,7 @@ def test_a_wrong_option_is_said_before_output_is_not_empty(cli, src, tmp_path, a
     convert(src, out, shards=2)
     res = cli("convert", src, out, *args)
     assert res.exit_code == 2 and says in res.stderr, res.stderr
-    assert "not empty" not in res.stderr and "--overwrite" not in res.stderr, res.stderr
+    assert "holds a dataset" not in res.stderr and "--overwrite" not in res.stderr, res.stderr
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""README's PyTorch recipe, run with the `tfrecord` package's own reader (no torch needed).
+"""The PyTorch recipe of docs/reading.md, run with the `tfrecord` package's own reader (no torch needed).
 
 `MultiTFRecordDataset.__iter__` in a DataLoader worker calls
 `tfrecord.reader.multi_tfrecord_loader(..., shard=(worker id, workers))`; the test makes those
@@ -15,12 +15,12 @@ import pytest
 
 from helpers import make_dataset, read_records, run_without_tensorflow
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+READING = Path(__file__).resolve().parents[1] / "docs" / "reading.md"
 
 WORKERS = """
 import json, sys
 out, workers = sys.argv[1], int(sys.argv[2])
-exec(sys.argv[3])  # the README recipe up to `import torch`: shards, description, to_sample
+exec(sys.argv[3])  # the docs' recipe up to `import torch`: shards, description, to_sample
 from tfrecord.reader import multi_tfrecord_loader
 
 seen = []
@@ -51,13 +51,13 @@ def converted(tmp_path_factory):
 
 
 def recipe() -> str:
-    section = README.read_text(encoding="utf-8").split("### PyTorch", 1)[1]
+    section = READING.read_text(encoding="utf-8").split("## PyTorch", 1)[1]
     block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     return block.split("\nimport torch\n", 1)[0].replace('out = "out"\n', "")
 
 
 @pytest.mark.parametrize("workers", [1, 3])
-def test_readme_pytorch_recipe_reads_every_record_once(converted: Path, workers: int) -> None:
+def test_docs_pytorch_recipe_reads_every_record_once(converted: Path, workers: int) -> None:
     seen = run_without_tensorflow(WORKERS, converted, workers, recipe())
     want = {r["filename"].decode(): int(r["label"]) for r in read_records(converted)}
     assert sorted(f for f, *_ in seen) == sorted(want)  # every record, each once

@@ -15,7 +15,9 @@ from PIL import Image
 from conformance_cases import damaged, upright_rgb
 from test_cli_process import NOISE, run
 
-OURS = re.compile(r"^(skipped|warning|note): |^Wrote \d+ image|^Inspected|^\s*$")
+OURS = re.compile(
+    r"^(skipped|warning|note): |^Wrote \d+ image|^Inspected|^See it in a browser: img2tfrecord report |^\s*$"
+)
 
 
 def _chatty_tiffs() -> dict[str, bytes]:

@@ -18,7 +18,7 @@ from img2tfrecord.tf_import import tensorflow
 from inspect_helpers import VARIANTS, encode, make_items, pixels, write_dataset
 
 CLASSES = ["cat", "dog", "fox"]
-README = Path(__file__).resolve().parents[1] / "README.md"
+READING = Path(__file__).resolve().parents[1] / "docs" / "reading.md"
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     train = make_items(CLASSES, {"cat": 4, "dog": 3, "fox": 3}, split="train", label_offset=1)
     val = make_items(CLASSES, {"cat": 1, "dog": 1, "fox": 1}, split="validation", seed=2, label_offset=1)
     write_dataset(root / "plain", train + val, CLASSES, {"train": 2, "validation": 1}, label_offset=1)
-    # what the README's plain-TensorFlow snippet expects: every image decodes to 3 channels
+    # what the docs' plain-TensorFlow snippet expects: every image decodes to 3 channels
     rgb = make_items(
         CLASSES, {"cat": 3, "dog": 3}, variants=[("JPEG", "RGB"), ("PNG", "RGBA"), ("PNG", "L"), ("RAW", "RGB")]
     )
@@ -133,17 +133,17 @@ def test_load_trains_a_keras_model(data: SimpleNamespace) -> None:
     assert np.isfinite(hist.history["loss"][0])
 
 
-def test_readme_plain_tensorflow_reader_runs(data: SimpleNamespace) -> None:
-    """The README's plain-TensorFlow snippet is real code: run it against a real dataset."""
-    text = README.read_text(encoding="utf-8")
-    if "## Reading the data back" not in text:
-        pytest.fail("README has no 'Reading the data back' section")
-    section = text.split("## Reading the data back", 1)[1]
+def test_docs_plain_tensorflow_reader_runs(data: SimpleNamespace) -> None:
+    """The plain-TensorFlow snippet of docs/reading.md is real code: run it against a real dataset."""
+    text = READING.read_text(encoding="utf-8")
+    if "## Plain TensorFlow" not in text:
+        pytest.fail("docs/reading.md has no 'Plain TensorFlow' section")
+    section = text.split("## Plain TensorFlow", 1)[1]
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     plain = next(b for b in blocks if "TFRecordDataset" in b)
     code = plain.replace('"out/', f'"{data.root / "rgb"}/')
     scope: dict = {}
-    exec(compile(code, "README.md", "exec"), scope)
+    exec(compile(code, "docs/reading.md", "exec"), scope)
     images, labels = next(iter(scope["ds"].batch(100)))
     assert images.shape[0] == len(data.rgb) and images.shape[-1] == 3
     assert sorted(labels.numpy().tolist()) == sorted(it.label for it in data.rgb)

@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 import img2tfrecord
+from helpers import examples
 from img2tfrecord.cli import main
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.format import framing
@@ -680,7 +681,7 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("fuzz")
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(500), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pieces=_segments, wrap=st.sampled_from(["none", "gzip", "zlib"]), max_record=st.sampled_from([None, 16]))
 def test_property_reader_on_hostile_bytes(
     scratch: Path, pieces: list[bytes], wrap: str, max_record: int | None
@@ -697,7 +698,7 @@ def test_property_reader_on_hostile_bytes(
     assert all("\n" not in p.message for p in report.problems)
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(500), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     payloads=_payloads,
     wrap=st.sampled_from(["none", "gzip", "zlib"]),
@@ -759,7 +760,7 @@ def test_property_damaged_shard_yields_what_was_written_or_a_problem(
             assert got == payloads[: len(got)]  # a clean read is a prefix (a cut between records is a valid file)
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     payloads=_payloads,
     damage=st.sampled_from(["flip", "truncate", "length"]),
@@ -833,7 +834,7 @@ def _image_bytes(draw: Any) -> bytes:
     return bytes(data)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     images=st.lists(
         st.tuples(

@@ -32,7 +32,7 @@ def _names(out: Path) -> list[str]:
 def test_update_resume_writes_a_copy_whose_kept_copy_left_meanwhile(tmp_path: Path) -> None:
     src, out = tmp_path / "in", tmp_path / "out"
     files = make_dataset(src, {"a": 5, "b": 5}, size=(16, 12))
-    convert(str(src), str(out), dedupe="drop", split=SPLIT, shards=2)
+    convert(str(src), str(out), dedupe="drop", split=SPLIT, split_rule="hash", shards=2)
     kept = next(p for p in files["a"] + files["b"] if _plan_place(_rel(src, p))[0] == 0)
     after = _plan_place(_rel(src, kept))
     copy = next(
@@ -51,7 +51,9 @@ def test_update_resume_writes_a_copy_whose_kept_copy_left_meanwhile(tmp_path: Pa
     update(str(src), str(out), workers=1, resume=True, on_event=lambda kind, msg: events.append(msg))
     assert any("converted again" in e and "drops" in e for e in events), events
     fresh = tmp_path / "fresh"
-    convert(str(src), str(fresh), dedupe="drop", split=SPLIT, shards=2, labels=str(out / "labels.txt"))
+    convert(
+        str(src), str(fresh), dedupe="drop", split=SPLIT, split_rule="hash", shards=2, labels=str(out / "labels.txt")
+    )
     assert _rel(src, copy) in _names(out)
     assert _names(out) == _names(fresh)
 

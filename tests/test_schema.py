@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import examples
 from img2tfrecord.format.schema import COLORSPACES, parse_example, serialize_example
 
 
@@ -42,7 +43,7 @@ def test_serialized_example_matches_tensorflow(payload):
     assert parse_example(ours)["image/class/label"] == [7]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     payload=st.binary(max_size=300)
     | st.sampled_from([b"x" * 127, b"x" * 128, b"x" * 16383, b"x" * 16384, b"x" * 2_100_000]),

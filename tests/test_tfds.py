@@ -188,13 +188,13 @@ def test_sixteen_bit_pngs_read_back_as_uint16(cli, tmp_path):
     assert rows["a/flat.png"]["image/encoded"].max() == 7 * 257  # 8-bit scaled to 16 bits, as tf.image does
 
 
-def test_readme_tfds_recipe_runs(outputs):
+def test_docs_tfds_recipe_runs(outputs):
     import re
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    block = re.search(r"```python\n(.*?)```", readme.split("### TensorFlow Datasets", 1)[1], re.S).group(1)
+    reading = (Path(__file__).resolve().parents[1] / "docs" / "reading.md").read_text(encoding="utf-8")
+    block = re.search(r"```python\n(.*?)```", reading.split("## TensorFlow Datasets", 1)[1], re.S).group(1)
     scope: dict = {}
-    exec(compile(block.replace('"out"', repr(str(outputs["png"]))), "README.md", "exec"), scope)
+    exec(compile(block.replace('"out"', repr(str(outputs["png"]))), "docs/reading.md", "exec"), scope)
     assert scope["names"] == ["cat", "dog", "fox"] and scope["n"] == 18
     image, label = next(iter(scope["train"]))
     assert image.shape[-1] == 3 and label.dtype.name == "int64"

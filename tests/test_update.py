@@ -131,7 +131,7 @@ def test_update_refuses_other_options_and_accepts_the_same(tmp_path: Path, cli) 
     res = cli("update", src, out, "--encoding", "jpeg")
     assert res.exit_code == 2
     assert "was converted with --encoding png" in res.output
-    assert f"img2tfrecord convert {src} {out} --overwrite --encoding jpeg" in res.output
+    assert f"img2tfrecord convert {src} {out} --like {out} --overwrite --encoding jpeg" in res.output
     res = cli("update", src, out, "--split", "train=0.7,validation=0.3")
     assert res.exit_code == 2 and "--split train=0.5,validation=0.5" in res.output
     assert cli("update", src, out, "--encoding", "png", "--split", "validation=0.5,train=0.5").exit_code == 2

@@ -22,8 +22,9 @@ from img2tfrecord.conversion.update import update
 from img2tfrecord.errors import Interrupted
 
 SPLIT = "train=0.6,validation=0.4"
-DROP = ("--dedupe", "drop", "--split", SPLIT, "--shards", "2")
-LINEAGE = ("version", "parent", "created")
+# the hash rule: an image's split is split_of(path), so the tests can name where each copy goes
+DROP = ("--dedupe", "drop", "--split", SPLIT, "--split-rule", "hash", "--shards", "2")
+LINEAGE = ("version", "parent", "created", "history")
 
 
 def _plan_place(rel: str, seed: int = 0) -> tuple[int, int]:
@@ -209,7 +210,7 @@ def test_compact_of_a_dedupe_drop_dataset_keeps_its_layout_and_report(tmp_path: 
 @pytest.mark.parametrize("mode", ["report"])
 def test_dedupe_report_finds_copies_across_old_and_new_images(tmp_path: Path, cli, mode: str) -> None:
     src, out, fresh, files = _dataset(tmp_path)
-    opts = ("--dedupe", mode, "--split", SPLIT, "--shards", "2")
+    opts = ("--dedupe", mode, "--split", SPLIT, "--split-rule", "hash", "--shards", "2")
     _ok(cli("convert", src, out, *opts))
     shutil.copy(files["a"][1], src / "b" / "old_copy.jpg")  # a copy of an old image
     new = save(natural_image(18, 14, 77), src / "a" / "new.png")
@@ -300,7 +301,7 @@ def test_an_interrupted_update_resumes_to_the_same_bytes(tmp_path: Path) -> None
     shard that loses a displaced record is rewritten: --resume reuses them and gives the bytes of
     an uninterrupted update."""
     src, out, fresh, files = _dataset(tmp_path)
-    convert(str(src), str(out), dedupe="drop", split=SPLIT, shards=2)
+    convert(str(src), str(out), dedupe="drop", split=SPLIT, split_rule="hash", shards=2)
     old = files["a"][1]
     shutil.copy(old, _name(src / "b", "earlier", old.suffix, before=_rel(src, old)))
     shutil.copy(old, _name(src / "b", "later", old.suffix, after=_rel(src, old)))

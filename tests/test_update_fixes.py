@@ -60,6 +60,8 @@ def test_compact_refuses_a_catalog_whose_lengths_do_not_match_the_shards(tmp_pat
     src, out = tmp_path / "in", tmp_path / "out"
     make_dataset(src, {"a": 4, "b": 3}, size=(16, 12))
     convert(src, out, shards=2, **({"compression": compression} if compression else {}))
+    make_dataset(src, {"c": 3}, size=(16, 12), seed=4)
+    update(src, out)  # a shard appended: compact has records to copy (a compact dataset has none)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
 
     def shifted(cat: catalog.Catalog) -> None:  # the shard's length is the same: only the framing tells

@@ -97,7 +97,7 @@ def test_fractions_keep_their_order_when_a_split_is_empty_then_filled(tmp_path: 
     update brings the first; and a split that loses every image leaves dataset.json as convert does."""
     src, out, fresh = tmp_path / "in", tmp_path / "out", tmp_path / "fresh"
     fractions = {"test": 0.2, "train": 0.8}
-    opts = ("--split", "test=0.2,train=0.8")
+    opts = ("--split", "test=0.2,train=0.8", "--split-rule", "hash")  # _named picks files by the hash rule
     for i, name in enumerate(_named("train", fractions, "old", 4)):
         save(natural_image(16, 12, 100 + i), src / "a" / name, quality=90)
     assert cli("convert", src, out, *opts).exit_code == 0

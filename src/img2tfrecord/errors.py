@@ -68,21 +68,55 @@ class Img2TFRecordError(Exception):
     audience it is shown to (see `option`)."""
 
     exit_code = 1
+    kind = "error"  # what `--json` names it (error.kind): a CI script's switch
 
     def __str__(self) -> str:
         return wording(super().__str__())
+
+    def learnt(self) -> dict[str, Any]:
+        """What the failed run found out, beside its message (`--json` puts it in the answer)."""
+        return {}
 
 
 class UsageError(Img2TFRecordError):
     """The user asked for something impossible (missing input, bad option, output exists). Exit 2."""
 
     exit_code = 2
+    kind = "usage"
 
 
 class DataError(Img2TFRecordError):
     """The data or the disk failed (--strict with bad inputs, I/O failure, corrupt shard). Exit 1."""
 
     exit_code = 1
+    kind = "data"
+
+
+class UnusableImages(DataError):
+    """--strict found images it cannot convert: every one of them, once all were checked. Exit 1.
+
+    `skipped`: each as dataset.json lists skips (path, split, reason)."""
+
+    kind = "unusable_images"
+    NAMED = 5  # named in the message; `skipped` holds them all
+
+    def __init__(self, skipped: list[dict[str, str]]) -> None:
+        self.skipped = skipped = sorted(skipped, key=lambda s: s["path"])
+        n = len(skipped)
+        strict = option("strict", True)
+        if n == 1:
+            super().__init__(f"{strict}: {skipped[0]['path']}: {skipped[0]['reason']}; nothing was published")
+            return
+        named = ", ".join(s["path"] for s in skipped[: self.NAMED])
+        more = f" and {n - self.NAMED:,} more" if n > self.NAMED else ""
+        listed = said("each is listed above as skipped", "each is in the exception's .skipped")
+        super().__init__(f"{strict}: {n:,} unusable images ({listed}): {named}{more}; nothing was published")
+
+    def __reduce__(self) -> Any:  # raised in a worker process, re-raised in the caller's
+        return (type(self), (self.skipped,))
+
+    def learnt(self) -> dict[str, Any]:
+        return {"skipped": self.skipped}
 
 
 class UnknownParameter(UsageError, TypeError):
@@ -105,16 +139,25 @@ def check_keywords(function: str, given: Iterable[str], accepted: Iterable[str])
 class WorkerDied(DataError):
     """A worker process vanished (OOM killer, crash); finished shards are kept for --resume. Exit 1."""
 
+    kind = "worker_died"
+
 
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C or SIGTERM stopped a conversion; finished shards were kept for --resume.
 
     `publishing`: it came while the finished dataset was being put in place; `in_place`: why
     that is not one atomic step there (then OUTPUT may be incomplete), else None; `published`:
-    it came once the dataset was in place (nothing is left to do)."""
+    it came once the dataset was in place (nothing is left to do); `kept_in`: the folder that holds
+    the finished shards (the workspace beside OUTPUT, `.out.img2tfrecord`), as the user's path spells it."""
 
     def __init__(
-        self, done: int, total: int, publishing: bool = False, in_place: str | None = None, published: bool = False
+        self,
+        done: int,
+        total: int,
+        publishing: bool = False,
+        in_place: str | None = None,
+        published: bool = False,
+        kept_in: str | None = None,
     ) -> None:
         super().__init__(f"{done} of {total} shards finished")
         self.done = done
@@ -122,6 +165,11 @@ class Interrupted(KeyboardInterrupt):
         self.publishing = publishing
         self.in_place = in_place
         self.published = published
+        self.kept_in = kept_in
+
+    def learnt(self) -> dict[str, Any]:
+        """What `--json` adds to the answer of an interrupted run."""
+        return {"shards_finished": self.done, "shards_total": self.total, "published": self.published}
 
     def describe(self, output: str) -> str:
         """One line (what the CLI prints): what is true of OUTPUT now, and what to run."""
@@ -132,11 +180,25 @@ class Interrupted(KeyboardInterrupt):
             return wording(
                 f"interrupted while publishing: {output} is incomplete (readers refuse it); {again} to finish it"
             )
+        kept = f", kept in {self.kept_in}" if self.kept_in and self.done else ""
         return wording(
-            f"interrupted: nothing was published ({self.done} of {self.total} shards finished; {again} to continue)"
+            f"interrupted: nothing was published ({self.done} of {self.total} shards finished{kept}; {again} to continue)"
         )
 
 
 def plural(n: int, word: str, words: str | None = None) -> str:
     """'1 record', '2 records', '1 class', '3 classes' (`words` for irregular plurals)."""
     return f"{n:,} {word if n == 1 else words or word + 's'}"
+
+
+_SIZE_UNITS = (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3))
+
+
+def size_text(n: float, per: str = "") -> str:
+    """Bytes as every message says them: decimal units ("850.0 KB", "1.2 MB", "3.4 GB", "120 bytes";
+    never "0.0 MB"), the units of disk makers and of `df -H`. One formatter, so that convert's
+    summary and inspect's table say the same figure for the same shards."""
+    for unit, size in _SIZE_UNITS:
+        if n >= size:
+            return f"{n / size:,.1f} {unit}{per}"
+    return f"{n:,.0f} {'byte' if round(n) == 1 else 'bytes'}{per}"

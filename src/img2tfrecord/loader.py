@@ -15,19 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import DecodeError
 
-from img2tfrecord import cstderr, fs
+from img2tfrecord import cstderr
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.format.framing import COMPRESSIONS, check_framing, detect_compression
 from img2tfrecord.format.layout import (
     Manifest,
-    check_complete,
-    glob_paths,
-    is_shard_candidate,
-    read_manifest,
-    shard_files_in,
-    special_kind,
 )
 from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME
+from img2tfrecord.format.readers import Source, identity, replaced, split_files
 from img2tfrecord.format.schema import FEATURE_TYPES, FORMAT_RAW, feature_kinds
 from img2tfrecord.tf_import import tensorflow
 
@@ -53,40 +48,18 @@ def features_spec() -> dict[str, Any]:
     return {key: tf.io.FixedLenFeature([], dtypes[kind]) for key, kind in FEATURE_TYPES.items()}
 
 
-def _split_files(
-    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], split: str
-) -> tuple[list[str], Manifest | None, int | None]:
-    """(shard files, manifest or None, record count or None) for `load`."""
-    if not isinstance(path, (str, os.PathLike)):
-        files = [os.fspath(p) for p in path]
-        if not files:
-            raise UsageError("load: the list of files is empty")
-        return files, None, None
-    text = os.fspath(path)
-    p = fs.as_path(text)
-    if p.is_file() and p.name == MANIFEST:
-        p = p.parent
-    if p.is_dir():
-        check_complete(str(p))
-        man = read_manifest(p)
-        if man is not None:
-            refs = man.shards(split)
-            if not refs:
-                raise UsageError(f"{p / MANIFEST}: split {split!r} has no shards")
-            records = man.splits[split].get("records")
-            return [os.fspath(r.path) for r in refs], man, records if isinstance(records, int) else None
-        found = shard_files_in(p, split)
-        if not found:
-            raise UsageError(f"{p}: no {MANIFEST} and no {split}-NNNNN-of-NNNNN shard files")
-        return [os.fspath(f) for f in found], None, None
-    if p.is_file():
-        return [text], None, None
-    if (kind := special_kind(p)) is not None:
-        raise UsageError(f"load: {text!r} is {kind}, not a TFRecord file or a dataset directory")
-    files = [os.fspath(m) for m in glob_paths(text) if is_shard_candidate(m)]
-    if not files:
-        raise UsageError(f"load: {text!r} is no directory, file or glob that matches shard files")
-    return files, None, None
+def _check_split_total(man: Manifest, split: str, records: int) -> None:
+    """DataError (one line naming dataset.json) when the split's record count is not the sum of its
+    shards' counts there: load() tells tf.data the count it reads, and a wrong one would surface as
+    TensorFlow's FailedPreconditionError once the shards run out. After the shards' own checks,
+    which name the shard whose count is wrong."""
+    listed = [(r.entry or {}).get("records") for r in man.shards(split)]
+    counts = [n for n in listed if isinstance(n, int) and not isinstance(n, bool)]
+    if len(counts) == len(listed) and sum(counts) != records:
+        raise DataError(
+            f"{man.dir / MANIFEST}: splits.{split}.records is {records:,}, but its shards' records add up to "
+            f"{sum(counts):,}; the file was edited or damaged (convert again to rebuild it)"
+        )
 
 
 def _to_channels(tf: Any, img: Any, channels: int | None, have: int | None = None) -> Any:
@@ -178,21 +151,23 @@ def decode_image(
 VERIFY_LEVELS = ("none", "framing", "full")
 
 
-def _check_shards(files: list[str], comp: str, verify: str, man: Manifest | None, split: str) -> list[int | None]:
+def _check_shards(src: Source, comp: str, verify: str, split: str) -> list[int | None]:
     """`load`'s checks before TensorFlow sees the files (see `verify`); raises DataError.
 
     Returns each file's record count where known (counted here, else from dataset.json).
     """
+    man = src.man
     listed = {os.fspath(r.path): (r.entry or {}).get("records") for r in man.shards(split)} if man else {}
+    reads = dict(zip(src.shown, src.reads))
 
     def one(f: str) -> int | None:
         want = listed.get(f)
         want = want if isinstance(want, int) and not isinstance(want, bool) else None
         try:
             if verify == "full":
-                n = _verify_records(f, comp, man)
+                n = _verify_records(reads[f], comp, man, f)
             elif verify == "framing" and comp == "none":
-                n = check_framing(f)
+                n = check_framing(reads[f])
             else:  # TensorFlow streams compressed files without reserving the claimed length
                 return want
         except OSError as e:
@@ -201,10 +176,32 @@ def _check_shards(files: list[str], comp: str, verify: str, man: Manifest | None
             raise DataError(f"{f}: holds {n:,} records, {MANIFEST} says {want:,}")
         return n
 
-    if len(files) == 1:
-        return [one(files[0])]
-    with ThreadPoolExecutor(min(8, len(files))) as pool:  # file reads release the GIL
-        return list(pool.map(one, files))  # raises the first file's error, in file order
+    if len(src.shown) == 1:
+        return [one(src.shown[0])]
+    with ThreadPoolExecutor(min(8, len(src.shown))) as pool:  # file reads release the GIL
+        return list(pool.map(one, src.shown))  # raises the first file's error, in file order
+
+
+def _opened(tf: Any, src: Source) -> Any:
+    """A graph function: shard number -> the file name TensorFlow opens, once that file is checked
+    (in Python, once a shard) to be the one load() found: a shard removed or replaced since (a
+    version published in place, or with no folder held open) stops the reader with our one line,
+    before TensorFlow opens it (whose `ignore_errors` would retry a missing file forever)."""
+    names = tf.constant(src.reads)
+    found = [identity(f) for f in src.reads]
+
+    def changed(s: Any) -> str:
+        i = int(s)
+        if found[i] is None or identity(src.reads[i]) == found[i]:
+            return ""  # the same file (or none when load() was called either: TensorFlow's own error)
+        return replaced(src, i)
+
+    def opened(s: Any) -> Any:
+        said = tf.py_function(changed, [s], tf.string)
+        with tf.control_dependencies([tf.debugging.Assert(tf.equal(said, ""), [said])]):
+            return tf.identity(names[s])
+
+    return opened
 
 
 _NOT_OURS = "is not a tf.train.Example with the img2tfrecord features"
@@ -212,7 +209,7 @@ _NOT_OURS = "is not a tf.train.Example with the img2tfrecord features"
 
 def _checked_records(
     tf: Any,
-    files: list[str],
+    src: Source,
     counts: list[int],
     compression_type: str,
     spec: dict[str, Any],
@@ -238,7 +235,8 @@ def _checked_records(
     the checks cost next to nothing while all is well: decoding is the shards' one function.
     """
     comp = compression_type.lower() or "none"
-    names = tf.constant(files)
+    files = src.reads
+    opened = _opened(tf, src)
     sizes = tf.constant(counts, tf.int64)
 
     def decode(r: Any) -> Any:
@@ -246,12 +244,14 @@ def _checked_records(
         return out(ex, image_of(ex))
 
     def shard(s: Any) -> Any:
-        read = tf.data.TFRecordDataset(names[s], compression_type=compression_type).ignore_errors()
+        read = tf.data.TFRecordDataset(opened(s), compression_type=compression_type).ignore_errors()
         good = read.map(_graph(decode), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).ignore_errors()
 
         def short(*x: Any) -> Any:  # pulled only when the shard has fewer records than it should
             msg = tf.py_function(
-                lambda s: _describe_short_shard(files[int(s)], counts[int(s)], comp, spec, image_of), [s], tf.string
+                lambda s: _describe_short_shard(files[int(s)], counts[int(s)], comp, spec, image_of, src.shown[int(s)]),
+                [s],
+                tf.string,
             )
             with tf.control_dependencies([tf.debugging.Assert(False, [msg])]):
                 return tf.nest.map_structure(tf.identity, x if len(x) > 1 else x[0])
@@ -271,7 +271,9 @@ def _checked_records(
     )
 
 
-def _describe_short_shard(path: str, count: int, compression: str, spec: dict[str, Any], image_of: Any) -> str:
+def _describe_short_shard(
+    read: str, count: int, compression: str, spec: dict[str, Any], image_of: Any, path: str
+) -> str:
     """Why a shard gave load() fewer than its `count` records: the first one TensorFlow could not
     read, parse or decode, found by reading it again (Python, called from the graph only then)."""
     from img2tfrecord.format.framing import FramingError, TFRecordFile
@@ -279,7 +281,7 @@ def _describe_short_shard(path: str, count: int, compression: str, spec: dict[st
     tf = tensorflow()
     index = 0
     try:
-        for rec in TFRecordFile(path, compression):
+        for rec in TFRecordFile(read, compression):
             index = rec.index
             what = f"{path}: record {index}"
             if not rec.crc_ok or rec.oversize:
@@ -312,7 +314,7 @@ def _describe_short_shard(path: str, count: int, compression: str, spec: dict[st
 
 def _plain_records(
     tf: Any,
-    files: list[str],
+    src: Source,
     compression_type: str,
     spec: dict[str, Any],
     image_of: Any,
@@ -323,10 +325,11 @@ def _plain_records(
     deterministic: bool,
 ) -> Any:
     """`out(example, image)` of every record of `files`, unchecked: TensorFlow's own errors."""
-    ds = tf.data.Dataset.from_tensor_slices(files)
+    ds = tf.data.Dataset.range(len(src.reads))
     if shuffle_files:
-        ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-    read = _graph(lambda f: tf.data.TFRecordDataset(f, compression_type=compression_type))
+        ds = ds.shuffle(len(src.reads), seed=seed, reshuffle_each_iteration=True)
+    opened = _opened(tf, src)
+    read = _graph(lambda s: tf.data.TFRecordDataset(opened(s), compression_type=compression_type))
     ds = ds.interleave(
         read,
         cycle_length=cycle_length,
@@ -366,7 +369,7 @@ def _graph(fn: Any) -> Any:
     return tensorflow().autograph.experimental.do_not_convert(fn)
 
 
-def _verify_records(path: str, comp: str, man: Manifest | None) -> int:
+def _verify_records(path: str, comp: str, man: Manifest | None, shown: str = "") -> int:
     """Read every record of one shard in Python and check what TensorFlow would fail on; return the count.
 
     TensorFlow's errors (`corrupted record at 1234`, `Could not parse example input`) name
@@ -378,10 +381,11 @@ def _verify_records(path: str, comp: str, man: Manifest | None) -> int:
     from img2tfrecord.format.schema import Example
 
     n = 0
+    read, path = path, shown or path
     max_pixels = pixel_limit(man)
     unzipped = "" if comp == "none" else " (decompressed)"
     try:
-        for rec in TFRecordFile(path, comp):
+        for rec in TFRecordFile(read, comp):
             where = f"{path}: record {rec.index} at byte {rec.offset:,}{unzipped}"
             if rec.oversize:
                 raise DataError(f"{where}: {rec.length:,} data bytes, more than verify='full' reads into memory")
@@ -470,13 +474,17 @@ def load(
         raise UsageError(f"load: channels must be 1, 2, 3, 4 or None, not {channels!r}")
     if isinstance(image_size, int):
         image_size = (image_size, image_size)
-    files, man, records = _split_files(path, split)
+    src = split_files(path, split)
+    files, man, records, holder = src.shown, src.man, src.records, src.holder
+    # the open folder is held by the dataset (and what is made of it, iterators included), never by
+    # a graph function: TensorFlow keeps the Python functions of eager graphs for good
+    src = src._replace(holder=None)
     comp = compression.lower()
     if comp == "auto":
         if man is not None:
             comp = man.compression
         else:
-            kinds = {detect_compression(f) for f in files}
+            kinds = {detect_compression(f) for f in src.reads}
             if len(kinds) > 1:
                 raise DataError(f"load: the shards mix compressions ({', '.join(sorted(kinds))}); load them separately")
             comp = kinds.pop()
@@ -484,7 +492,9 @@ def load(
         raise UsageError(f"load: compression must be auto, none, gzip or zlib, not {compression!r}")
     if verify not in VERIFY_LEVELS:
         raise UsageError(f"load: verify must be {', '.join(VERIFY_LEVELS)}, not {verify!r}")
-    counts = _check_shards(files, comp, verify, man, split) if verify != "none" else [None] * len(files)
+    counts = _check_shards(src, comp, verify, split) if verify != "none" else [None] * len(files)
+    if records is not None and man is not None:
+        _check_split_total(man, split, records)
     compression_type = "" if comp == "none" else comp.upper()
     if deterministic is None:
         deterministic = not shuffle_files or seed is not None  # a seed asks for a repeatable order
@@ -505,16 +515,17 @@ def load(
         cycle = cycle_length or min(len(files), 16)
         if None in counts:  # no count to hold TensorFlow's reads against: its own errors it is
             ds = _plain_records(
-                tf, files, compression_type, spec, image_of, out, shuffle_files, seed, cycle, deterministic
+                tf, src, compression_type, spec, image_of, out, shuffle_files, seed, cycle, deterministic
             )
         else:
             known = [n for n in counts if n is not None]  # every count is known on this branch
             ds = _checked_records(
-                tf, files, known, compression_type, spec, image_of, out, shuffle_files, seed, cycle, deterministic
+                tf, src, known, compression_type, spec, image_of, out, shuffle_files, seed, cycle, deterministic
             )
         if records is not None:
             ds = ds.apply(tf.data.experimental.assert_cardinality(records))
         ds = ds.prefetch(tf.data.AUTOTUNE)
         if man is not None:
             ds.class_names = man.classes  # like Keras' image_dataset_from_directory
+        ds._img2tfrecord_folder = holder  # the folder read stays open while the dataset lives
         return ds

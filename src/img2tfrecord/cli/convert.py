@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
-from img2tfrecord.cli.text import safe, safe_lines, size_text
+from img2tfrecord.cli import answer
+from img2tfrecord.cli.text import report, safe, safe_lines, size_text
 from img2tfrecord.conversion import options
 from img2tfrecord.errors import Img2TFRecordError, Interrupted, plural
 from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
@@ -29,8 +29,10 @@ class _Stderr:
     at its last redraw (99%). Looking `sys.stderr` up at each write follows the swap.
     """
 
+    muted = False  # a bar closed after Ctrl-C or an error: its last frame is not drawn again
+
     def write(self, s: str) -> int:
-        return sys.stderr.write(s)
+        return len(s) if self.muted else sys.stderr.write(s)
 
     def flush(self) -> None:
         sys.stderr.flush()
@@ -75,9 +77,16 @@ class _Progress:
         else:
             _err(msg)
 
-    def close(self) -> None:
+    def close(self, finished: bool = True) -> None:
+        """End the bar's line. `finished`: draw the last frame first (100%); else (Ctrl-C, an
+        error) the frame on screen stays as it is, followed by the terminal's ^C: drawn again it
+        would be a second bar below the first whenever the ^C makes the line wrap."""
         if self.bar is not None:
+            self.stream.muted = not finished
             self.bar.close()
+            self.stream.muted = False
+            if not finished:
+                self.stream.write("\n")
             self.bar = None
 
 
@@ -100,6 +109,8 @@ def _stderr_is_terminal() -> bool:
 
 
 def _summary_text(s: dict[str, Any]) -> str:
+    from img2tfrecord.cli.report import report_hint
+
     classes = s["classes"]
     if s.get("already_published"):  # --resume after a run killed once its dataset was in place
         splits = ", ".join(f"{n}: {v['records']:,} in {plural(v['shards'], 'shard')}" for n, v in s["splits"].items())
@@ -153,13 +164,18 @@ def _summary_text(s: dict[str, Any]) -> str:
         text += f" Ignored {plural(s['ignored_files'], 'non-image file')}."
     if s["excluded_files"]:
         text += f" Left out {plural(s['excluded_files'], 'image')} of classes not in --labels."
-    return text
+    return text + f"\nSee it in a browser: {report_hint(s['output'])}"
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.command(cls=answer.Answering, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 # not click.Path(file_okay=False): the library says what is wrong with a path, in one line
 @click.argument("input_dir", type=click.Path(path_type=str))
 @click.argument("output_dir", type=click.Path(path_type=str))
+@click.option(
+    "--like",
+    metavar="DATASET",
+    help="Take every option DATASET was converted with (its dataset.json: split, seed, shards as asked, encoding, ...) and its labels, numbers included (classes INPUT_DIR has beyond them get the next ones). Options given too replace only what they name. DATASET may be OUTPUT_DIR itself (with --overwrite).",
+)
 @click.option(
     "--shards",
     metavar="N|SPLIT=N,...",
@@ -169,7 +185,19 @@ def _summary_text(s: dict[str, Any]) -> str:
     "--split",
     "split",
     metavar="NAME=FRAC,...",
-    help="Split every class, e.g. train=0.8,validation=0.2 (stratified, seeded). Not with an INPUT_DIR already split into train/validation/test folders (those are used as they are).",
+    help="Split every class, e.g. train=0.8,validation=0.2: each split of each class of n images gets floor or ceil of its fraction times n, the images chosen by a seeded hash of their paths; update never moves an image (new ones go where their class is furthest below its share). Not with an INPUT_DIR already split into train/validation/test folders, nor a --file-list with a split column (those are used as they are).",
+)
+@click.option(
+    "--split-rule",
+    type=click.Choice(["exact", "hash"]),
+    default="exact",
+    show_default=True,
+    help="How --split picks an image's split: exact (shares per class exact to one image) or hash (a pure function of the path's hash: shares follow the fractions only on average; what datasets made before the exact rule use). Recorded in dataset.json; update keeps it.",
+)
+@click.option(
+    "--split-group",
+    metavar="PATTERN",
+    help=r"Keep images of one group in one split: a regular expression searched in each path below INPUT_DIR; its first group (or the whole match) names the group, e.g. 'patient_(\d+)'. Paths it does not match are groups of one. Recorded in dataset.json.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shuffle and of --split.")
 @click.option(
@@ -203,6 +231,13 @@ def _summary_text(s: dict[str, Any]) -> str:
     "--resize", metavar="N|WxH", help="Resize: shorter side to N (aspect kept), or exactly WxH. Implies re-encoding."
 )
 @click.option(
+    "--resize-mode",
+    type=click.Choice(options.RESIZE_MODES),
+    default="always",
+    show_default=True,
+    help="always: every image to the --resize size, small ones enlarged; shrink: only images whose shorter side is over N (--resize N), the others keep their size.",
+)
+@click.option(
     "--channels",
     type=click.Choice(options.CHANNEL_CHOICES),
     default="keep",
@@ -229,8 +264,8 @@ def _summary_text(s: dict[str, Any]) -> str:
     help="Compress the shards (JPEG/PNG payloads barely shrink).",
 )
 @click.option(
-    "--index",
-    is_flag=True,
+    "--index/--no-index",
+    default=False,
     help="Write a DALI index ({shard}.idx) next to each shard (uncompressed shards only: not with --compression).",
 )
 @click.option(
@@ -271,7 +306,7 @@ def _summary_text(s: dict[str, Any]) -> str:
 @click.option(
     "--file-list",
     metavar="FILE",
-    help="CSV/TSV of path,label_name (or path: CLASS/.../image below INPUT_DIR) to convert instead of walking INPUT_DIR; relative paths are joined to INPUT_DIR.",
+    help="CSV/TSV of path,label_name (or path: CLASS/.../image below INPUT_DIR), or path,label_name,split to give each image its split, to convert instead of walking INPUT_DIR; relative paths are joined to INPUT_DIR.",
 )
 @click.option(
     "--engine",
@@ -290,7 +325,12 @@ def _summary_text(s: dict[str, Any]) -> str:
     is_flag=True,
     help="Print the plan (classes, counts per split and shard) on stdout, and what the real run would refuse; write nothing.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="One JSON object on stdout on every exit: ok, exit_code, then the summary, or error {kind, message} and what the run learnt.",
+)
 @click.option(
     "--quiet",
     "-q",
@@ -308,13 +348,19 @@ def convert_command(
       img2tfrecord convert data/ out/ --split train=0.8,validation=0.2 --encoding jpeg --resize 256
 
     Exit codes: 0 success (skipped files are reported), 1 data failure (--strict with bad images,
-    I/O error), 2 usage error.
+    I/O error), 2 usage error, 130 Ctrl-C (143 SIGTERM).
     """
     from img2tfrecord.conversion.convert import convert
 
-    progress = _Progress(enabled=not quiet and not as_json and _stderr_is_terminal() and not kw["dry_run"])
+    if kw["like"] is not None:  # --like: what the user typed replaces the dataset's; click's defaults do not
+        source = click.get_current_context().get_parameter_source
+        kw = {k: v for k, v in kw.items() if source(k) is not click.core.ParameterSource.DEFAULT}
+    if labels_file is not None:
+        kw["labels"] = labels_file
+    progress = _Progress(enabled=not quiet and not as_json and _stderr_is_terminal() and not kw.get("dry_run"))
 
     def on_event(kind: str, msg: str) -> None:
+        answer.event(kind, msg)
         if quiet and kind == "note":  # --quiet keeps what went wrong (warnings, skips), not the notes
             return
         progress.write(f"{kind}: {msg}")
@@ -329,31 +375,31 @@ def convert_command(
         summary = convert(
             input_dir,
             output_dir,
-            labels=labels_file,
             on_event=on_event,
             progress=on_progress if progress.enabled else None,
             **kw,
         )
     except Img2TFRecordError as e:
-        progress.close()
-        _err(f"error: {e}")
-        sys.exit(e.exit_code)
+        progress.close(finished=False)
+        answer.error(e)
     except KeyboardInterrupt as e:
-        progress.close()
+        progress.close(finished=False)
         if isinstance(e, Interrupted):
-            _err(e.describe(output_dir))
-        else:
-            _err("interrupted: nothing was published; run the same command again to convert")
-        sys.exit(143 if _terminated else 130)
+            interrupted(e.describe(output_dir), e)
+        interrupted("interrupted: nothing was published; run the same command again to convert")
     progress.close()
-    if as_json:
-        click.echo(json.dumps(summary, ensure_ascii=False))
-    elif not quiet:
+    answer.result(summary)
+    if not as_json and not quiet:
         text = safe_lines(_summary_text(summary))
-        click.echo(text, err=not summary["dry_run"])  # a dry run's plan is its output: stdout
+        report(text, err=not summary["dry_run"])  # a dry run's plan is its output: stdout
 
 
 _terminated = False
+
+
+def interrupted(message: str, e: Interrupted | None = None) -> NoReturn:
+    """Ctrl-C (exit 130) or SIGTERM (143): the line that says what is left, and for --json what is known."""
+    answer.failed(143 if _terminated else 130, "interrupted", message, e.learnt() if e is not None else None)
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:

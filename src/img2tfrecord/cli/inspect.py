@@ -5,14 +5,17 @@ Nothing here imports TensorFlow (only `--verify` does, inside the library), so `
 
 from __future__ import annotations
 
-import json
+import signal
 import sys
 import unicodedata
 from typing import Any
 
 import click
 
+from img2tfrecord.cli import answer
+from img2tfrecord.cli.report import report_hint
 from img2tfrecord.cli.text import safe as _safe
+from img2tfrecord.cli.text import size_text
 from img2tfrecord.errors import Img2TFRecordError, UsageError, plural
 
 BAR_WIDTH = 40
@@ -47,15 +50,6 @@ def _cell(text: str | None, width: int = CELL_WIDTH) -> str:
     return "".join(out) + "..."
 
 
-def _human(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"  # pragma: no cover
-
-
 def _bar_char() -> str:
     enc = (getattr(sys.stdout, "encoding", None) or "").lower()
     return "\u2588" if "utf" in enc else "#"
@@ -83,7 +77,7 @@ def _details(s: dict[str, Any], title: str) -> list[str]:
     from img2tfrecord.inspection.scan import REPORT_RECORD_BYTES
     from img2tfrecord.inspection.stats import MAX_FEATURE_KEYS, MAX_LABELS
 
-    out = [f"{title}: {s['records']:,} records, {_human(s['bytes'])}, compression {s['compression'] or 'unknown'}"]
+    out = [f"{title}: {s['records']:,} records, {size_text(s['bytes'])}, compression {s['compression'] or 'unknown'}"]
     if s["non_examples"]:
         n = s["non_examples"]
         out.append(f"  {plural(n, 'record')} {'is' if n == 1 else 'are'} not tf.train.Example")
@@ -104,7 +98,7 @@ def _details(s: dict[str, Any], title: str) -> list[str]:
     if s["unread"]:
         n = s["unread"]
         out.append(
-            f"  {plural(n, 'record')} over {REPORT_RECORD_BYTES >> 20} MiB: CRC checked, content not read (--verify reads {'it' if n == 1 else 'them'})"
+            f"  {plural(n, 'record')} over {size_text(REPORT_RECORD_BYTES)}: CRC checked, content not read (--verify reads {'it' if n == 1 else 'them'})"
         )
     if s["labels"]:
         out.append("  labels:")
@@ -163,7 +157,7 @@ def format_report(rep: dict[str, Any], per_file: bool = False) -> str:
     rows = []
     for f in files:
         status = "MISSING" if not f["exists"] else plural(f["problems"], "problem") if f["problems"] else "ok"
-        rows.append([f["path"], f"{f['records']:,} records", _human(f["bytes"]), f["compression"] or "-", status])
+        rows.append([f["path"], f"{f['records']:,} records", size_text(f["bytes"]), f["compression"] or "-", status])
     lines += _table(rows, "")
     for lin in rep.get("lineage") or []:
         parent = f"parent {str(lin['parent'])[:16]}..." if lin.get("parent") else "no parent"
@@ -206,7 +200,33 @@ def format_report(rep: dict[str, Any], per_file: bool = False) -> str:
     elif rep["verified"]:
         t = rep["total"]
         lines += ["", f"verified {plural(t['files'], 'file')}, {plural(t['records'], 'record')}: no problems"]
-    return "\n".join(lines)
+    return "\n".join(lines + _lists_text(rep))
+
+
+def _lists_text(rep: dict[str, Any]) -> list[str]:
+    """--split-group's finding and --export-list's file, below the report."""
+    lines = []
+    if g := rep.get("split_groups"):
+        n = g["crossing_count"]
+        head = f"{n} of {plural(g['groups'], 'group')} (--split-group {g['pattern']}) cross splits"
+        if not n:
+            lines += ["", f"{head}: none leaks across splits"]
+        else:
+            lines += ["", f"{head} (leakage between splits):"]
+            for name, per in list(g["crossing"].items())[:10]:
+                lines.append(f"  {_safe(name)}: " + ", ".join(f"{s} {k}" for s, k in per.items()))
+            if n > 10:
+                lines.append(f"  ... and {n - 10} more (--json lists up to {len(g['crossing'])})")
+    if e := rep.get("exported"):
+        lines += ["", f"wrote {plural(e['images'], 'image')} as path,label,split to {_safe(e['file'])}"]
+    return lines
+
+
+def _datasets(paths: tuple[str, ...]) -> list[str]:
+    """The PATHs that are dataset folders (a dataset.json in them), as typed: what `report` reads."""
+    import os
+
+    return [p for p in dict.fromkeys(paths) if os.path.isfile(os.path.join(p, "dataset.json"))]
 
 
 def _problem(p: dict[str, Any], compressed: bool = False) -> str:
@@ -220,6 +240,7 @@ def _problem(p: dict[str, Any], compressed: bool = False) -> str:
 
 @click.command(
     "inspect",
+    cls=answer.Answering,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     short_help="Look inside TFRecord shards; verify, extract, contact sheet.",
 )
@@ -233,7 +254,12 @@ def _problem(p: dict[str, Any], compressed: bool = False) -> str:
     show_default=True,
     help="Records to show in the table; images for --extract; thumbnails per class for --contact-sheet.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object (keys in the README).")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the report as one JSON object on stdout, on every exit: ok, exit_code, then the report (keys: docs/inspecting.md), or error {kind, message}.",
+)
 @click.option(
     "--verify",
     is_flag=True,
@@ -259,6 +285,17 @@ def _problem(p: dict[str, Any], compressed: bool = False) -> str:
 )
 @click.option("--per-file", is_flag=True, help="Show the detailed block for every file, not only the total.")
 @click.option(
+    "--split-group",
+    metavar="PATTERN",
+    help="Name the groups whose images lie in more than one split (leakage), a group being what PATTERN (a regular expression, as convert's --split-group) finds in each image's path. PATH: one dataset folder.",
+)
+@click.option(
+    "--export-list",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Write the dataset's split assignment as a path,label,split file list; convert --file-list FILE --labels PATH/labels.txt (same options) gives what compact gives. PATH: one dataset folder.",
+)
+@click.option(
     "--workers",
     type=click.IntRange(min=1),
     help="Threads decoding images for --verify. Default: all cores. The report is the same for any value.",
@@ -274,6 +311,8 @@ def inspect_command(
     split: str | None,
     per_file: bool,
     workers: int | None,
+    split_group: str | None,
+    export_list: str | None,
 ) -> None:
     """Look inside TFRecord files (ours or any tf.train.Example files).
 
@@ -286,10 +325,12 @@ def inspect_command(
       img2tfrecord inspect out --extract imgs/ --all
       img2tfrecord inspect out --contact-sheet sheet.png -n 8
 
-    Exit status: 0 if no problem was found, 1 if any was, 2 for usage errors.
+    Exit status: 0 if no problem was found, 1 if any was, 2 for usage errors, 130 Ctrl-C (143 SIGTERM).
     """
+    from img2tfrecord.cli.convert import _on_sigterm, interrupted
     from img2tfrecord.inspection import scan as inspector
 
+    signal.signal(signal.SIGTERM, _on_sigterm)  # SIGTERM ends it as Ctrl-C does: one line, exit 143
     try:
         if extract_all and not extract_dir:
             raise UsageError("--all only goes with --extract DIR")
@@ -303,16 +344,25 @@ def inspect_command(
             contact_sheet=contact_sheet,
             progress=sys.stderr.isatty(),
             workers=workers,
+            split_group=split_group,
+            export_list=export_list,
         )
     except Img2TFRecordError as e:
-        click.echo(f"error: {_safe(str(e))}", err=True)
-        sys.exit(e.exit_code)
+        answer.error(e)
+    except KeyboardInterrupt:
+        made = [f for f in (extract_dir, contact_sheet) if f]
+        interrupted(
+            "interrupted: nothing was checked to the end" + f"; {' and '.join(made)} may be incomplete" * bool(made)
+        )
     data = report.to_dict()
-    if as_json:
-        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
-    else:
+    answer.result(data, indent=2)
+    if not as_json:
         click.echo(format_report(data, per_file))
+        for d in _datasets(paths):
+            click.echo(f"\nSee it in a browser: {_safe(report_hint(d))}")
     if not report.ok:
-        if as_json:
-            click.echo(f"error: {plural(report.problem_count, 'problem')} found", err=True)
+        found = f"{plural(report.problem_count, 'problem')} found"
+        if as_json:  # the report's text lists them; the JSON answer's stderr says why the exit is 1
+            answer.failed(1, "problems", f"error: {found}")
+        answer.record("problems", found)
         sys.exit(1)

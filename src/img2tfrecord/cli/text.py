@@ -8,9 +8,16 @@ such characters as Python escapes (`\\n`, `\\x1b`, `\\u202e`); dataset.json hold
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import sys
 
-from img2tfrecord.errors import wording
+import click
+
+from img2tfrecord.errors import size_text, wording
+
+__all__ = ["report", "safe", "safe_lines", "size_text"]  # size_text: errors' one formatter of sizes, for the commands
 
 # Control characters (newlines, terminal escapes) and bidi overrides: shown escaped.
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
@@ -29,10 +36,20 @@ def safe_lines(text: str) -> str:
     return "\n".join(map(safe, text.split("\n")))
 
 
-def size_text(n: float, per: str = "") -> str:
-    """Bytes in a unit that shows a number ("850 KB", "120 bytes", not "0.0 MB"); MB at most, to
-    compare runs at a glance."""
-    for unit, size in (("MB", 1e6), ("KB", 1e3)):
-        if n >= size:
-            return f"{n / size:,.1f} {unit}{per}"
-    return f"{n:.0f} bytes{per}"
+def report(text: str, err: bool) -> None:
+    """Print the summary of a command whose work is done (published): a stream that cannot take it
+    (its disk full, a closed pipe) loses the text but not the exit code, which says what happened.
+
+    The stream that failed is swapped for os.devnull, so Python's flush at exit fails no more."""
+    try:
+        click.echo(text, err=err)
+        stream = sys.stderr if err else sys.stdout
+        if stream is not None:
+            stream.flush()
+    except OSError:
+        with contextlib.suppress(OSError):
+            sink = open(os.devnull, "w")  # noqa: SIM115 - the process's stream from now on
+            if err:
+                sys.stderr = sink
+            else:
+                sys.stdout = sink

@@ -42,6 +42,9 @@ def seen(tasks: Sequence[Task]) -> Iterator[Seen]:
             yield Seen(encode_name(task.rel), task.size, task.mtime_ns, utf8_text(task.text))
 
 
+NO_SHAPE = (0, 0, 0)  # an outcome of an older journal: the catalog records the shape as not known
+
+
 def digest_bytes(hex_digest: str) -> bytes:
     return bytes.fromhex(hex_digest) if hex_digest else NO_DIGEST
 
@@ -73,11 +76,24 @@ def add_split(
                     continue
             digest = digest_bytes(column[k * DIGEST_HEX : (k + 1) * DIGEST_HEX])
             kind = o.kinds[o.kind_of[k]] if k < len(o.kind_of) else ""
+            shape = o.shapes[3 * k : 3 * k + 3] if 3 * k < len(o.shapes) else NO_SHAPE
             k += 1
             shard, record = next(slots)
             length = next(all_lengths)
             cat.add(
-                item.rel, item.size, item.mtime, digest, CONVERTED, split, "", shard, record, length, item.cls, kind
+                item.rel,
+                item.size,
+                item.mtime,
+                digest,
+                CONVERTED,
+                split,
+                "",
+                shard,
+                record,
+                length,
+                item.cls,
+                kind,
+                *shape,
             )
 
 

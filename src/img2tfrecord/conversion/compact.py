@@ -1,7 +1,10 @@
 """compact(): fold a dataset's appended and rewritten shards into the layout a fresh conversion makes.
 
 After updates, a split holds its first shards, some rewritten, and shards appended per update.
-`compact` puts every record where `convert INPUT OUT2 --labels OUTPUT/labels.txt` (same options)
+`compact` keeps every image's split (under the exact split rule, that is the dataset's history:
+update never moves an image, so it need not be how a fresh convert would split today's tree) and
+puts every record where `convert --file-list LIST INPUT OUT2 --labels OUTPUT/labels.txt` (same
+options; LIST the dataset's own path,label,split assignment, `inspect OUTPUT --export-list LIST`)
 would: each split's images in hash order (conversion.splits), cut as that run's plan cuts them
 (the shard count from dataset.json's `shard_request`, images skipped or dropped as copies by their
 converter taken out, re-cut when that unbalances the counts, as `write.rebalance` does). It reads no image and
@@ -9,12 +12,13 @@ encodes nothing: the catalog says where each record is, and the records are copi
 with `copy_file_range` for uncompressed local shards, through `tf.io.gfile` reads for remote
 ones; through TensorFlow's record writer, from a decompressed copy, for gzip/zlib ones). So the shards, indexes, labels.txt, TFDS metadata and
 catalog equal that conversion's byte for byte, and dataset.json does apart from its lineage and
-`options.labels` (which that run was given).
+options. `--rebalance` re-splits first (conversion.rebalance): the one step that moves images.
 """
 
 from __future__ import annotations
 
 import gzip
+import itertools
 import os
 import shutil
 import struct
@@ -28,8 +32,9 @@ from img2tfrecord.conversion import write as writer
 from img2tfrecord.conversion.options import ShardSettings
 from img2tfrecord.conversion.plan import auto_shard_counts, estimate_bytes, min_shard_records, shard_bounds
 from img2tfrecord.conversion.splits import order_key
-from img2tfrecord.conversion.update import Recorded, catalog_mismatch, manifest_of, read_recorded
+from img2tfrecord.conversion.update_manifest import history, manifest_of
 from img2tfrecord.conversion.update_options import recorded_settings
+from img2tfrecord.conversion.update_recorded import Recorded, catalog_mismatch, read_recorded
 from img2tfrecord.conversion.write import ShardInfo
 from img2tfrecord.errors import DataError, Interrupted, UsageError, option
 from img2tfrecord.format import catalog as catalog_file
@@ -102,6 +107,34 @@ def split_order(rec: Recorded) -> list[str]:
     return names + [s for s in (rec.manifest.get("splits") or {}) if s not in names]
 
 
+def _read(output_dir: str, rebalance: bool) -> tuple[Recorded, dict[str, Any] | None]:
+    """The dataset as it is, or with its splits made exact again (`rebalance`), and what moved."""
+    rec = read_recorded(output_dir)
+    if not rebalance:
+        return rec, None
+    from img2tfrecord.conversion.rebalance import rebalanced
+
+    new = rebalanced(rec.options, rec.catalog, output_dir)
+    return Recorded(rec.text, rec.manifest | {"options": new.options}, new.catalog), new.report
+
+
+def is_compact(rec: Recorded, targets: dict[str, list[_Target]], counts: dict[str, int]) -> bool:
+    """Whether OUTPUT is already what compact would write: the splits with shards in the fresh
+    layout's order, each shard named and holding the catalog rows (in record order) it would, and
+    dataset.json's shard counts those of the layout. A fresh conversion is; an update that added
+    or rewrote shards is not."""
+    splits = {s: [e["file"] for e in sp.get("shards") or []] for s, sp in (rec.manifest.get("splits") or {}).items()}
+    if [s for s, files in splits.items() if files] != list(targets) or rec.options.get("shards") != counts:
+        return False
+    cat = rec.catalog
+    held: dict[str, list[int]] = {}
+    for r in sorted(itertools.compress(range(len(cat)), cat.converted()), key=cat.records.__getitem__):
+        held.setdefault(cat.shards[r], []).append(r)
+    return all(splits[s] == [t.name for t in ts] for s, ts in targets.items()) and all(
+        held.get(t.name, []) == t.rows for ts in targets.values() for t in ts
+    )
+
+
 def _first(codes: array, c: int) -> int | None:
     """The first row whose code is `c` (None: a value no row has any more)."""
     try:
@@ -111,14 +144,19 @@ def _first(codes: array, c: int) -> int | None:
 
 
 @cstderr.quieted
-def compact(output_dir: str | os.PathLike[str], *, fsync: bool = True, dry_run: bool = False) -> dict[str, Any]:
-    """Rewrite the dataset in `output_dir` in a fresh conversion's layout, copying records; return the summary."""
+def compact(
+    output_dir: str | os.PathLike[str], *, fsync: bool = True, dry_run: bool = False, rebalance: bool = False
+) -> dict[str, Any]:
+    """Rewrite the dataset in `output_dir` in a fresh conversion's layout, copying records; return the summary.
+
+    Every image keeps its split, unless `rebalance`: then the splits are made exact per class again
+    (conversion.rebalance), which moves images between splits and says how many."""
     output_dir = os.fspath(output_dir)  # a pathlib.Path from Python
     created_stamp()
     from img2tfrecord.conversion.publish import finish_cut_short
 
     finish_cut_short(output_dir, dry_run)  # a publish in place (object stores) cut short: finished first
-    rec = read_recorded(output_dir)
+    rec, moved = _read(output_dir, rebalance)
     settings = recorded_settings(rec.options, fsync=fsync, strict=False)
     targets, counts = layout(rec, settings)
     current = {s: [e["file"] for e in sp.get("shards") or []] for s, sp in (rec.manifest.get("splits") or {}).items()}
@@ -129,25 +167,29 @@ def compact(output_dir: str | os.PathLike[str], *, fsync: bool = True, dry_run: 
         "version": int(rec.manifest.get("version") or 1),
         "shards_before": sum(map(len, current.values())),
         "shards_after": sum(map(len, planned.values())),
+        "compact": is_compact(rec, targets, counts),  # then nothing is written: same version
+        "bytes_written": 0,
     }
-    if dry_run:
-        return summary
+    if moved is not None:
+        summary["rebalanced"] = moved
     from img2tfrecord.conversion import publish
 
     ws = publish.workspace(output_dir)
+    if dry_run or summary["compact"]:
+        if not dry_run:
+            _refuse_unfinished(ws, output_dir)  # its --resume would lose a compact's new version
+        return summary
     lock = publish.OutputLock(ws)
     lock.acquire()
     try:
         publish.recover(ws)
-        if publish.has_unfinished(ws):
-            from img2tfrecord.conversion.resume import journal_command
-
-            which = journal_command(ws.journal_dir) or "convert"
-            raise UsageError(
-                f"{output_dir} holds an unfinished {which}: finish it ({which} with {option('resume', True)}) first"
-            )
-        rec = read_recorded(output_dir)
+        _refuse_unfinished(ws, output_dir)
+        rec, moved = _read(output_dir, rebalance)
         targets, counts = layout(rec, settings)
+        if moved is not None:
+            summary["rebalanced"] = moved
+        if is_compact(rec, targets, counts):  # what another compact left, meanwhile
+            return summary | {"compact": True, "version": int(rec.manifest.get("version") or 1)}
         publish.prepare(ws)
         state = publish.Published()
         try:
@@ -164,8 +206,23 @@ def compact(output_dir: str | os.PathLike[str], *, fsync: bool = True, dry_run: 
             raise
     finally:
         lock.release(remove=True)
-    summary.update(version=summary["version"] + 1, bytes_written=written)
+    summary.update(
+        version=summary["version"] + 1, bytes_written=written, warnings=[state.leftover] if state.leftover else []
+    )
     return summary
+
+
+def _refuse_unfinished(ws: Any, output_dir: str) -> None:
+    """UsageError when an interrupted convert or update left work to finish in `output_dir`."""
+    from img2tfrecord.conversion import publish
+
+    if publish.has_unfinished(ws):
+        from img2tfrecord.conversion.resume import journal_command
+
+        which = journal_command(ws.journal_dir) or "convert"
+        raise UsageError(
+            f"{output_dir} holds an unfinished {which}: finish it ({which} with {option('resume', True)}) first"
+        )
 
 
 def _build(
@@ -226,7 +283,10 @@ def _build(
         ignored_files=int(rec.manifest.get("ignored_files") or 0),
         excluded_files=int(rec.manifest.get("excluded_files") or 0),
         walk_skipped=[s for s in rec.manifest.get("skipped") or [] if s.get("path") not in images],
+        catalog_bytes=data,
     )
+    if rec.manifest.get("history"):
+        manifest["history"] = history(rec.manifest, manifest, None)
     metadata = tfds_metadata.files(manifest) | {
         LABELS_NAME: labels_text(manifest["classes"]),
         MANIFEST_NAME: manifest_text(manifest),
@@ -248,7 +308,7 @@ def _check_headers(output_dir: str, plain: str, sources: dict[int, str], offsets
                 head = f.read(HEADER_BYTES)
                 if not is_record_header(head) or struct.unpack_from("<Q", head)[0] != cat.lengths[r] - RECORD_OVERHEAD:
                     what = f"record {cat.records[r]} of {name} is not where, or not as long as, it says"
-                    raise DataError(catalog_mismatch(fs.join(output_dir, CATALOG_NAME), what))
+                    raise DataError(catalog_mismatch(fs.join(output_dir, CATALOG_NAME), what, output_dir))
 
 
 def _write(

@@ -22,7 +22,7 @@ from img2tfrecord.conversion.engines import Engine
 from img2tfrecord.conversion.events import EventSink, Timing, worded
 from img2tfrecord.conversion.finalize import _plan_summary, finalize
 from img2tfrecord.conversion.options import ENGINES
-from img2tfrecord.conversion.output import _check_space, _describe_io, _space_note, check_output
+from img2tfrecord.conversion.output import Source, _check_space, _describe_io, _space_note, check_output
 from img2tfrecord.conversion.plan import Plan, check_options, check_paths, plan_job
 from img2tfrecord.conversion.publish import (
     OutputLock,
@@ -68,6 +68,7 @@ def convert(
     engine: str = "local",
     beam_options: str | list[str] | None = None,
     resume: bool = False,
+    like: str | os.PathLike[str] | None = None,
     on_event: EventSink | None = None,
     progress: Callable[[int, int, int], None] | None = None,
     **options: Any,
@@ -75,6 +76,8 @@ def convert(
     """Convert an image folder into a sharded TFRecord dataset and return the run's summary.
 
     `options` are those of `plan_job` (shards, split, seed, labels, encoding, resize, ...).
+    `like`: an existing dataset whose recorded options, shard request and labels (with their
+    numbers) this run takes; `options` given beside it override only what they name.
     `on_event(kind, message)` receives "warning" and "skipped" messages as they happen;
     `progress(images, bytes_read, total)` is called after each image (local engine). Raises
     UsageError (bad options, no images, output exists) or DataError (--strict with bad images,
@@ -96,8 +99,13 @@ def convert(
         (input_dir, "input"),
         (output_dir, "output"),
         (options.get("file_list") or "", option("file_list")),
+        (os.fspath(like) if like is not None else "", option("like")),
     ):
         fs.check_remote(path, what)  # a missing file system or an unreachable bucket: one line, before any work
+    if like is not None:  # read before any work: OUTPUT itself may be the dataset it is like (--overwrite)
+        from img2tfrecord.conversion.like import with_like
+
+        options = with_like(os.fspath(like), options)
     if engine == "beam":  # before a long listing: Beam installed, options parse, paths fit the runner
         from img2tfrecord.conversion.engines.beam import preflight
 
@@ -113,11 +121,12 @@ def convert(
     check_paths(input_dir, output_dir)
     check_options(**options)  # a wrong command is told so before "output is not empty"
     ws = workspace(output_dir)
+    source = Source(input_dir, options.get("file_list"))
     if dry_run:
         plan = plan_job(input_dir, output_dir, **options)
         refused = None
         try:  # what the real run would refuse, said now
-            check_output(ws, overwrite, resume)
+            check_output(ws, overwrite, resume, source)
             _unfinished_run(ws, resume, overwrite)
         except UsageError as e:
             refused = str(e)  # shown with the plan
@@ -126,7 +135,7 @@ def convert(
         _walk_events(plan, emit)
         return _plan_summary(plan, timing, refused)
 
-    check_output(ws, overwrite, resume)
+    check_output(ws, overwrite, resume, source)
     existed = fs.is_remote(output_dir) or os.path.exists(output_dir)
     lock = OutputLock(ws)
     lock.acquire()  # first: a second run is refused before it says or touches anything
@@ -142,7 +151,9 @@ def convert(
                     f"{option('resume', True)}: the interrupted run had already published its dataset in {ws.shown} (removing the "
                     "old version was all that was left, done now): there is nothing to resume"
                 )
-            check_output(ws, overwrite, resume)
+        check_output(
+            ws, overwrite, resume, source
+        )  # as OUTPUT is now (a dataset renamed back by `recover` among others)
         if discarding := _unfinished_run(ws, resume, overwrite):
             emit("warning", discarding)
         plan = plan_job(input_dir, output_dir, **options)
@@ -287,7 +298,9 @@ def _run(
             discard(ws)
             raise
         prune(ws.build, set(kept))  # keep finished shards for --resume, drop partial ones
-        raise Interrupted(len(kept), len(plan.shards), publishing=publishing, in_place=ws.in_place) from None
+        raise Interrupted(
+            len(kept), len(plan.shards), publishing=publishing, in_place=ws.in_place, kept_in=ws.shown_root
+        ) from None
     except WorkerDied:
         prune(ws.build, set(kept))
         raise
@@ -327,5 +340,5 @@ def _kept_message(plan: Plan, ws: Workspace, e: BaseException, done: int, publis
 # What convert() accepts: its own keywords and plan_job's (named in the error for any other).
 _PARAMETERS = [
     *(p for p in inspect.signature(convert).parameters if p not in ("input_dir", "output_dir", "options")),
-    *(p for p in inspect.signature(plan_job).parameters if p not in ("input_dir", "output_dir")),
+    *(p for p in inspect.signature(plan_job).parameters if p not in ("input_dir", "output_dir", "known_classes")),
 ]

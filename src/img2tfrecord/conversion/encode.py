@@ -402,9 +402,11 @@ def _fit(im: Image.Image, opts: EncodeOptions, target: str) -> Image.Image:
     return im
 
 
-def _target_size(size: tuple[int, int], resize: tuple[int, int] | int) -> tuple[int, int]:
+def _target_size(size: tuple[int, int], resize: tuple[int, int] | int, mode: str = "always") -> tuple[int, int]:
     w, h = size
     if isinstance(resize, int):
+        if mode == "shrink" and min(w, h) <= resize:  # never enlarged
+            return size
         scale = resize / min(w, h)
         return (resize, max(1, round(h * scale))) if w <= h else (max(1, round(w * scale)), resize)
     return resize
@@ -447,7 +449,7 @@ def _transcode(
         im = ImageOps.exif_transpose(im)  # EXIF in JPEG/WebP/PNG, TIFF's own Orientation tag
     im = _fit(_lossless(im), opts, target)
     if opts.resize is not None:
-        size = _target_size(im.size, opts.resize)
+        size = _target_size(im.size, opts.resize, opts.resize_mode)
         if size != im.size:
             resample = Image.Resampling.BICUBIC
             if im.mode == "I;16":

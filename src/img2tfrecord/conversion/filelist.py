@@ -12,18 +12,18 @@ import os
 import posixpath
 import stat
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.labels import check_class_names, class_list, read_text_input
-from img2tfrecord.conversion.splits import Discovery, Missing, assemble
+from img2tfrecord.conversion.splits import EXACT, SPLIT_DIR_NAMES, Discovery, Missing, SplitRule, assemble
 from img2tfrecord.conversion.table import ImageTable, encode_name
 from img2tfrecord.errors import UsageError, option
 from img2tfrecord.format.schema import filename_problem, utf8_text
 
 FILE_LIST_HEADERS = {"path", "filename", "file"}
-MAX_FILE_LIST_BYTES = 2 << 30  # ~30 M rows; the list is held in memory while it is parsed (~4x its size)
+MAX_FILE_LIST_BYTES = 2_000_000_000  # ~30 M rows; the list is held in memory while it is parsed (~4x its size)
 
 
 def discover_file_list(
@@ -34,11 +34,14 @@ def discover_file_list(
     seed: int = 0,
     label_offset: int = 0,
     labels: list[str] | None = None,
+    known_classes: list[str] | None = None,
+    rule: SplitRule = EXACT,
 ) -> Discovery:
     """The images named by a CSV/TSV file instead of a walk (how big datasets are described in buckets).
 
     Rows are ``path,label_name`` or just ``path`` (the class is then the first folder of the path
-    below INPUT). Relative paths are joined to INPUT; absolute and scheme:// paths are used as
+    below INPUT), or ``path,label_name,split``: each image's split as listed (splits in the order
+    the list first names them; not with --split). Relative paths are joined to INPUT; absolute and scheme:// paths are used as
     given. A first row whose path column reads path/filename/file is a header. Rows are sorted
     per class, so the order of the list does not matter, and listing exactly the files of a
     folder tree gives the same dataset as walking it. Local files are checked (and sized) here;
@@ -46,14 +49,20 @@ def discover_file_list(
     is reported as skipped.
     """
     listed = _read_file_list(input_dir, file_list)
+    given = bool(listed.splits)  # a split column: each image's split as listed
+    if given and split:
+        raise UsageError(
+            f"{option('file_list', file_list)} gives each image's split (its third column): drop {option('split')}"
+        )
     found = set(listed.labels)
-    classes = class_list(found, labels, f"{option('file_list', file_list)} lists no images")
+    classes = class_list(found, labels, f"{option('file_list', file_list)} lists no images", known_classes)
     check_class_names((c for c in classes if c in found), f"{option('file_list', file_list)}: the label", "change it")
     root = fs.local(input_dir)
     table = ImageTable(root, fs.is_remote(root), classes, [i + label_offset for i in range(len(classes))])
     index = {c: i for i, c in enumerate(classes)}
     groups = {c: table.new_group("", i) for c, i in index.items()}
-    per_class: dict[str, dict[str, Sequence[int]]] = {c: {"": array("q")} for c in classes}
+    keys = listed.splits or [""]
+    per_class: dict[str, dict[str, Sequence[int]]] = {c: {k: array("q") for k in keys} for c in classes}
     excluded: dict[str, int] = {}
     chunk = 1 << 16  # rows moved into the table at a time (image/filename order: list order is irrelevant)
     for start in range(0, len(listed.rows), chunk):
@@ -67,7 +76,7 @@ def discover_file_list(
                 continue
             if n in listed.paths:
                 table.paths[len(table) + len(names)] = listed.paths[n]
-            per_class[label][""].append(len(table) + len(names))  # type: ignore[attr-defined]
+            per_class[label][keys[listed.split_of[n]] if given else ""].append(len(table) + len(names))  # type: ignore[attr-defined]
             names.append(row[: -ROW_NUMBER - 1])
             group_of.append(groups[label])
             sizes.append(listed.sizes[n])
@@ -78,8 +87,8 @@ def discover_file_list(
         table,
         per_class,
         excluded,
-        list(split) if split else ["train"],
-        presplit=False,
+        keys if given else list(split) if split else ["train"],
+        presplit=given,
         split=split,
         seed=seed,
         ignored=0,
@@ -87,8 +96,9 @@ def discover_file_list(
         what="class",
         whats="classes",
         no_images=f"{option('file_list', file_list)}: none of the listed images belongs to a class in {option('labels')}",
+        rule=rule,
         missing=Missing(
-            set(classes) - found,
+            set(classes) - found if labels is not None else set(),  # a known class (like=) gone: "no images"
             lambda c: f"no row of {option('file_list', file_list)} is of that class",
             f"no row of {option('file_list', file_list)} is of those classes",
         ),
@@ -106,6 +116,8 @@ class _Listed(NamedTuple):
     sizes: array
     mtimes: array
     paths: dict[int, str]
+    splits: list[str]  # the split column's names, in the order the list first gives them ([]: no such column)
+    split_of: array  # by row number: index into `splits`
 
 
 ROW_NUMBER = 8  # bytes of the row number after a listed name's NUL
@@ -150,8 +162,9 @@ def _read_file_list(input_dir: str, file_list: str) -> _Listed:
     root = fs.local(input_dir)
     rows: list[bytes] = []  # name + NUL + row number
     lines = array("q")  # by row number: the line it was on
-    label_of, sizes, mtimes = array("I"), array("q"), array("q")
+    label_of, sizes, mtimes, split_of = array("I"), array("q"), array("q"), array("H")
     label_index: dict[str, int] = {}
+    split_index: dict[str, int] = {}
     paths: dict[int, str] = {}
     missing: list[tuple[int, str]] = []
     columns = 0
@@ -170,15 +183,20 @@ def _read_file_list(input_dir: str, file_list: str) -> _Listed:
             if not columns and cells[0].lower() in FILE_LIST_HEADERS:
                 columns = len(cells)  # header row: fixes the column count, holds no image
                 continue
-            if len(cells) not in (1, 2) or (columns and len(cells) != columns):
-                want = {1: "path", 2: "path,label_name"}.get(columns, "path,label_name (or only path)")
+            if len(cells) not in (1, 2, 3) or (columns and len(cells) != columns):
+                want = {1: "path", 2: "path,label_name", 3: "path,label_name,split"}.get(
+                    columns, "path,label_name[,split] (or only path)"
+                )
                 raise fail(line, f"expected {want}, got {len(cells)} column(s): {delimiter.join(row)!r}")
             columns = len(cells)
             given = cells[0]
             if not given:
                 raise fail(line, "empty path")
             path, rel, below = _resolve_listed(input_dir, given)
-            if len(cells) == 2:
+            if len(cells) == 3:
+                split_index.setdefault(_split_name(cells[2], given, line, fail), len(split_index))
+                split_of.append(split_index[_split_name(cells[2], given, line, fail)])
+            if len(cells) >= 2:
                 label = cells[1]
                 if not label:
                     raise fail(line, f"empty label for {given}")
@@ -222,7 +240,15 @@ def _read_file_list(input_dir: str, file_list: str) -> _Listed:
         line, path = missing[0]
         more = f" ({len(missing) - 1} more listed file(s) are missing too)" if len(missing) > 1 else ""
         raise UsageError(f"{where} line {line}: {path} does not exist{more}")
-    return _Listed(rows, list(label_index), label_of, sizes, mtimes, paths)
+    return _Listed(rows, list(label_index), label_of, sizes, mtimes, paths, list(split_index), split_of)
+
+
+def _split_name(cell: str, given: str, line: int, fail: Callable[[int, str], UsageError]) -> str:
+    """A split column's cell as a split name (val -> validation); UsageError for one that is not a name."""
+    name = SPLIT_DIR_NAMES.get(cell.lower(), cell)
+    if not name or not name.replace("_", "").isalnum():
+        raise fail(line, f"bad split {cell!r} for {given}: expected a name such as train, validation or test")
+    return name
 
 
 def _listed_twice(

@@ -16,7 +16,7 @@ from img2tfrecord.conversion.plan import Plan, one_record_warning
 from img2tfrecord.conversion.publish import Published, Workspace, publish
 from img2tfrecord.conversion.table import class_counts
 from img2tfrecord.conversion.write import ShardOutcome
-from img2tfrecord.errors import DataError, option, plural, wording
+from img2tfrecord.errors import UnusableImages, option, plural, wording
 from img2tfrecord.format import catalog as catalog_file
 from img2tfrecord.format import tfds as tfds_metadata
 from img2tfrecord.format.catalog import CATALOG_NAME, Catalog
@@ -69,11 +69,8 @@ def finalize(
     """Merge shard outcomes, rebalance after skips, publish (`publish.publish`: raises OSError), and build the summary."""
     staging = ws.build
     skipped = plan.skipped + [s for o in outcomes for s in o.skipped]  # the walk's, then the images'
-    if plan.settings.strict and skipped:  # engines that cannot stop early (Beam) end up here
-        first = skipped[0]
-        raise DataError(
-            f"{option('strict', True)}: {plural(len(skipped), 'unusable image')}, e.g. {first['path']}: {first['reason']}; nothing was published"
-        )
+    if plan.settings.strict and skipped:  # every image was tried: all the unusable ones are named
+        raise UnusableImages(skipped)
     merged: dict[str, dict[str, int]] = {"formats": {}, "transcoded": {}, "depths": {}, "reduced": {}}
     split_info: dict[str, dict[str, Any]] = {}
     classes = [utf8_text(c) for c in plan.classes]
@@ -132,6 +129,7 @@ def finalize(
         )
         emit("warning", warnings[-1])
     t_end = time.perf_counter()
+    catalog_bytes = catalog_file.encode(cat)
     manifest = build_manifest(
         classes=classes,
         label_offset=plan.label_offset,
@@ -147,16 +145,20 @@ def finalize(
         duplicates=duplicates,
         excluded_files=plan.excluded_files,
         shard_request=plan.shard_request,
+        catalog=catalog_bytes,
     )
     files = [sh["file"] for si in split_info.values() for sh in si["shards"]]
     files += [sh["index"] for si in split_info.values() for sh in si["shards"] if "index" in sh]
     files.append(CATALOG_NAME)
-    fs.write_bytes(fs.join(staging, CATALOG_NAME), catalog_file.encode(cat))
+    fs.write_bytes(fs.join(staging, CATALOG_NAME), catalog_bytes)
     metadata = tfds_metadata.files(manifest) | {
         LABELS_NAME: labels_text(classes),
         MANIFEST_NAME: manifest_text(manifest),  # last
     }
     publish(ws, files, metadata, plan.settings.fsync, state)
+    if state is not None and state.leftover:
+        warnings.append(state.leftover)
+        emit("warning", state.leftover)
 
     images = sum(o.images for o in outcomes)
     # what this run converted; shards reused from an interrupted run (--resume) took no time here

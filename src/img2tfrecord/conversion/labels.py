@@ -14,10 +14,10 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from img2tfrecord import fs
-from img2tfrecord.errors import UsageError, option
+from img2tfrecord.errors import UsageError, option, size_text
 from img2tfrecord.format.manifest import class_name_problem, shown
 
-MAX_LABELS_BYTES = 64 << 20  # ImageNet-21k's 21,841 names are ~0.4 MB; 64 MB holds millions
+MAX_LABELS_BYTES = 64_000_000  # ImageNet-21k's 21,841 names are ~0.4 MB; 64 MB holds millions
 READ_CHUNK = 1 << 20
 
 
@@ -36,7 +36,7 @@ def read_text_input(path: str, where: str, limit: int) -> str:
                     raise UsageError(f"{where} is not a text file (byte {len(data) + nul:,} is NUL)")
                 data += chunk
                 if len(data) > limit:
-                    raise UsageError(f"{where} is larger than {limit >> 20:,} MB: not a list this tool can hold")
+                    raise UsageError(f"{where} is larger than {size_text(limit)}: not a list this tool can hold")
     except FileNotFoundError:
         raise UsageError(f"{where} does not exist") from None
     except IsADirectoryError:
@@ -96,9 +96,14 @@ def check_class_names(names: Iterable[str], what: str, fix: str) -> None:
             raise UsageError(f"{what} {shown(name)} {problem}: {fix}")
 
 
-def class_list(found: set[str], labels: list[str] | None, no_classes: str) -> list[str]:
-    """The classes, in label order: --labels as given, else the names found, sorted."""
-    classes = list(labels) if labels is not None else sorted(found)
+def class_list(found: set[str], labels: list[str] | None, no_classes: str, known: list[str] | None = None) -> list[str]:
+    """The classes, in label order: --labels as given; else `known` (an existing dataset's classes,
+    `convert --like`), each keeping its label, then the other names found, sorted (update's rule:
+    `updated_class_list`); else the names found, sorted."""
+    if labels is None and known is not None:
+        classes = updated_class_list(list(known), found).classes
+    else:
+        classes = list(labels) if labels is not None else sorted(found)
     if not classes:
         raise UsageError(no_classes)
     if labels is not None:

@@ -6,12 +6,13 @@ import re
 from dataclasses import dataclass
 
 from img2tfrecord.errors import UsageError, option
+from img2tfrecord.format.manifest import DEDUPE_MODES as DEDUPE_MODES  # re-exported: the CLI's choices
+from img2tfrecord.format.manifest import ENCODINGS as ENCODINGS
 from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
 from img2tfrecord.fs import CHECKSUMS
 
 # The allowed values of the options (the CLI's click.Choice lists are these).
 ENGINES = ("local", "beam")
-DEDUPE_MODES = ("report", "drop", "off")
 COMPRESSION_CHOICES = ("gzip", "zlib")
 CHECKSUM_CHOICES = CHECKSUMS
 
@@ -27,6 +28,25 @@ def parse_resize(value: str | int | tuple[int, int] | None) -> int | tuple[int, 
     if not m or int(m.group(1)) == 0 or (m.group(2) is not None and int(m.group(2)) == 0):
         raise UsageError(f"bad {option('resize', value)}: use N (shorter side to N) or WxH, e.g. 256 or 224x224")
     return int(m.group(1)) if m.group(2) is None else (int(m.group(1)), int(m.group(2)))
+
+
+RESIZE_MODES = ("always", "shrink")
+
+
+def check_resize_mode(mode: str, resize: int | tuple[int, int] | None) -> str:
+    """`--resize-mode`: always (every image to the size; the default, as before the option) or
+    shrink (img2dataset's resize_only_if_bigger: only images whose shorter side is over N; a WxH
+    size is exact, so it takes no mode but always)."""
+    if mode not in RESIZE_MODES:
+        raise UsageError(f"bad {option('resize_mode', mode)}: choose {' or '.join(RESIZE_MODES)}")
+    if mode == "shrink" and resize is None:
+        raise UsageError(f"{option('resize_mode', mode)} says how to {option('resize')}: add {option('resize')} N")
+    if mode == "shrink" and isinstance(resize, tuple):
+        raise UsageError(
+            f"{option('resize_mode', mode)} keeps the aspect ratio: use {option('resize')} N (shorter side), "
+            f"not an exact WxH size"
+        )
+    return mode
 
 
 def parse_shards(value: str | int | dict[str, int] | None) -> int | dict[str, int] | None:
@@ -50,9 +70,6 @@ def parse_shards(value: str | int | dict[str, int] | None) -> int | dict[str, in
     return parse_shards(out)
 
 
-ENCODINGS = ("keep", "jpeg", "png", "raw")
-
-
 CHANNEL_CHOICES = ("keep", "1", "3")
 
 
@@ -63,6 +80,7 @@ class EncodeOptions:
     encoding: str = "keep"
     quality: int = 95
     resize: tuple[int, int] | int | None = None  # N: shorter side to N; (W, H): exact size
+    resize_mode: str = "always"  # "shrink": only images whose shorter side is over N (`check_resize_mode`)
     channels: str = "keep"
     max_pixels: int = DEFAULT_MAX_PIXELS
     validate: bool = True

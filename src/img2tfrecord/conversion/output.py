@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
+from typing import NamedTuple
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.events import EventSink
 from img2tfrecord.conversion.plan import Plan
 from img2tfrecord.conversion.publish import Workspace, check_foreign, has_unfinished
-from img2tfrecord.errors import DataError, UsageError, option, plural
+from img2tfrecord.errors import DataError, UsageError, option, plural, said, size_text
 from img2tfrecord.format.manifest import MANIFEST_NAME
 from img2tfrecord.format.naming import LOCK_NAME, STAGING_DIR
 
 
-def check_output(ws: Workspace, overwrite: bool, resume: bool = False) -> None:
+def check_output(ws: Workspace, overwrite: bool, resume: bool = False, source: Source | None = None) -> None:
     """Refuse a non-empty output directory unless --overwrite (exit 2, before any work).
+
+    One that holds a dataset is most likely one to update: the message names `update` (with
+    `source`, the command's input) before --overwrite, which replaces it.
 
     --resume of an unfinished run is not refused: its OUTPUT holds the version it replaces (or,
     published in place, part of the new one). --resume on a finished dataset says there is
@@ -31,11 +36,32 @@ def check_output(ws: Workspace, overwrite: bool, resume: bool = False) -> None:
                     f"{option('resume', True)}: {output_dir} holds a finished dataset, there is nothing to resume; "
                     f"to convert again, drop {option('resume')} and add {option('overwrite', True)}"
                 )
+            if MANIFEST_NAME in existing and source is not None:
+                raise UsageError(
+                    f"output {output_dir} holds a dataset: to bring it up to date with {source.input_dir}, "
+                    f"{source.update(output_dir)}; to replace it, add {option('overwrite', True)}"
+                )
             raise UsageError(
                 f"output {output_dir} is not empty ({plural(len(existing), 'entry', 'entries')}): choose another folder or add {option('overwrite', True)}"
             )
         if overwrite:
             check_foreign(ws)
+
+
+class Source(NamedTuple):
+    """What a convert reads (its INPUT, its --file-list): the `update` a dataset in OUTPUT takes."""
+
+    input_dir: str
+    file_list: str | None = None
+
+    def update(self, output_dir: str) -> str:
+        """'run: img2tfrecord update IN OUT' (CLI) / "call update('IN', 'OUT')" (Python)."""
+        args = [self.input_dir, output_dir] + (["--file-list", self.file_list] if self.file_list else [])
+        more = f", file_list={self.file_list!r}" if self.file_list else ""
+        return said(
+            f"run: {shlex.join(['img2tfrecord', 'update', *args])}",
+            f"call update({self.input_dir!r}, {output_dir!r}{more})",
+        )
 
 
 def free_bytes(output_dir: str) -> int | None:
@@ -51,18 +77,10 @@ def free_bytes(output_dir: str) -> int | None:
         return None
 
 
-def human_bytes(n: float) -> str:
-    for unit in ("bytes", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
-        n /= 1000
-    raise AssertionError("unreachable")
-
-
 def _space_note(plan: Plan) -> str:
     free = free_bytes(plan.output_dir)
-    note = f"the dataset needs about {human_bytes(plan.estimated_bytes)}"
-    return note + (f" and {human_bytes(free)} are free there" if free is not None else "")
+    note = f"the dataset needs about {size_text(plan.estimated_bytes)}"
+    return note + (f" and {size_text(free)} are free there" if free is not None else "")
 
 
 def _describe_io(e: BaseException) -> str:
@@ -89,7 +107,7 @@ def check_space(
     free = free_bytes(folder)
     if free is None or needed <= free:
         return
-    note = f"{writes} about {human_bytes(needed)} and {human_bytes(free)} are free there"
+    note = f"{writes} about {size_text(needed)} and {size_text(free)} are free there"
     if estimated:  # a rough estimate: say so, but let the user try
         emit("warning", f"{what} may not fit: {note}")
         return

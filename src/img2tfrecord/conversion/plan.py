@@ -35,15 +35,17 @@ from img2tfrecord.conversion.options import (
     TF_COMPRESSION,
     EncodeOptions,
     ShardSettings,
+    check_resize_mode,
     parse_resize,
     parse_shards,
 )
-from img2tfrecord.conversion.splits import parse_split_spec
+from img2tfrecord.conversion.splits import SPLIT_RULES, SplitRule, parse_split_spec
 from img2tfrecord.conversion.table import Task, sizes_of
 from img2tfrecord.conversion.walk import discover
 from img2tfrecord.errors import DataError, UsageError, option, plural
 from img2tfrecord.format.naming import shard_name
 from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
+from img2tfrecord.format.split_groups import group_pattern
 
 TARGET_SHARD_BYTES = 200 * 1024 * 1024  # ceil(total / 200 MiB) shards -> each in (100, 200] MiB
 
@@ -172,6 +174,7 @@ class Plan:
     # --dedupe drop decided before the run (update: across versions, conversion.update_dedupe): the
     # rel path of each copy to leave out -> (digest, kept copy's rel); None: the engine decides
     drop: dict[str, tuple[str, str]] | None = None
+    known_classes: list[str] | None = None  # `convert(like=...)`'s classes, which kept their labels
 
     @property
     def images(self) -> int:
@@ -185,6 +188,16 @@ class CheckedOptions(NamedTuple):
     shard_request: int | dict[str, int] | None
     fractions: dict[str, float] | None
     class_list: list[str] | None
+
+
+def refuse_walk_skips(skipped: list[dict[str, str]], strict: bool) -> None:
+    """Under --strict, what the walk cannot read (convert's and update's) fails the run."""
+    if strict and skipped:
+        first = skipped[0]
+        raise DataError(
+            f"{option('strict', True)}: {plural(len(skipped), 'file or folder', 'files or folders')} cannot be read, e.g. "
+            f"{first['path']}: {first['reason']}; nothing was written"
+        )
 
 
 def check_options(**options: Any) -> CheckedOptions:
@@ -219,6 +232,7 @@ def check_options(**options: Any) -> CheckedOptions:
         encoding=encoding,
         quality=quality,
         resize=parse_resize(o["resize"]),
+        resize_mode=check_resize_mode(o["resize_mode"], parse_resize(o["resize"])),
         channels=str(channels),
         max_pixels=max_pixels,
         validate=o["validate"],
@@ -227,6 +241,9 @@ def check_options(**options: Any) -> CheckedOptions:
     split, labels = o["split"], o["labels"]
     fractions = parse_split_spec(split) if isinstance(split, str) else split
     class_list = read_labels_file(labels) if isinstance(labels, str) else labels
+    if o["split_rule"] not in SPLIT_RULES:
+        raise UsageError(f"bad {option('split_rule', o['split_rule'])}: choose {' or '.join(SPLIT_RULES)}")
+    group_pattern(o["split_group"])
     return CheckedOptions(opts, shard_request, fractions, class_list)
 
 
@@ -246,12 +263,15 @@ def plan_job(
     *,
     shards: str | int | dict[str, int] | None = None,
     split: str | dict[str, float] | None = None,
+    split_rule: str = "exact",
+    split_group: str | None = None,
     seed: int = 0,
     label_offset: int = 0,
     labels: str | list[str] | None = None,
     encoding: str = "keep",
     quality: int = 95,
     resize: str | int | tuple[int, int] | None = None,
+    resize_mode: str = "always",
     channels: str = "keep",
     max_pixels: int = DEFAULT_MAX_PIXELS,
     validate: bool = True,
@@ -262,8 +282,12 @@ def plan_job(
     dedupe: str = "report",
     checksum: str = DEFAULT_CHECKSUM,
     fsync: bool = True,
+    known_classes: list[str] | None = None,
 ) -> Plan:
-    """Check the options, walk the input (or read `file_list`) and cut it into shards. Raises UsageError."""
+    """Check the options, walk the input (or read `file_list`) and cut it into shards. Raises UsageError.
+
+    `known_classes` (`convert(like=...)`, without `labels`): an existing dataset's classes, which
+    keep their labels; the other classes found get the next ones, sorted (update's rule)."""
     options = {k: v for k, v in locals().items() if k not in ("input_dir", "output_dir")}  # every keyword above
     opts, shard_request, fractions, class_list = check_options(**options)
     check_paths(input_dir, output_dir)
@@ -275,6 +299,7 @@ def plan_job(
             shard_request,
             fractions,
             class_list,
+            SplitRule(split_rule, split_group),
             seed,
             label_offset,
             file_list,
@@ -284,6 +309,7 @@ def plan_job(
             checksum,
             fsync,
             strict,
+            known_classes,
         )
 
 
@@ -306,6 +332,7 @@ def _plan(
     shard_request: int | dict[str, int] | None,
     fractions: dict[str, float] | None,
     class_list: list[str] | None,
+    rule: SplitRule,
     seed: int,
     label_offset: int,
     file_list: str | None,
@@ -315,31 +342,35 @@ def _plan(
     checksum: str,
     fsync: bool,
     strict: bool,
+    known_classes: list[str] | None = None,
 ) -> Plan:
+    labels = {"labels": class_list, "known_classes": known_classes}
     if file_list:
         found = discover_file_list(
-            input_dir, file_list, split=fractions, seed=seed, label_offset=label_offset, labels=class_list
+            input_dir, file_list, split=fractions, seed=seed, label_offset=label_offset, rule=rule, **labels
         )
     else:
-        found = discover(input_dir, split=fractions, seed=seed, label_offset=label_offset, labels=class_list)
-    if strict and found.skipped:
-        first = found.skipped[0]
-        raise DataError(
-            f"{option('strict', True)}: {plural(len(found.skipped), 'file or folder', 'files or folders')} cannot be read, e.g. "
-            f"{first['path']}: {first['reason']}; nothing was written"
-        )
+        found = discover(input_dir, split=fractions, seed=seed, label_offset=label_offset, rule=rule, **labels)
+    refuse_walk_skips(found.skipped, strict)
+    if strict and found.loose:
+        raise DataError(f"{option('strict', True)}: {found.loose}; nothing was written")
     split_bytes = {s: estimate_task_bytes(items, opts) for s, items in found.splits.items()}
     counts, shard_warnings = auto_shard_counts(
         split_bytes, {s: len(v) for s, v in found.splits.items()}, shard_request, min_shard_records(index)
     )
     empty = [f"split {s} has no images; no shards are written for it" for s, v in found.splits.items() if not v]
-    options = asdict(opts) | {
+    recorded = asdict(opts)
+    if opts.resize_mode == "always":  # the default: dataset.json and the resume fingerprint as before the option
+        del recorded["resize_mode"]
+    options = recorded | {
         "resize": list(opts.resize) if isinstance(opts.resize, tuple) else opts.resize,
         "seed": seed,
         "label_offset": label_offset,
         "compression": compression,
         "index": index,
         "split": fractions,
+        "split_rule": rule.name,  # how --split's fractions pick an image's split (conversion.splits)
+        "split_group": rule.group,
         "shards": dict(counts),
         "labels": class_list,
         "dedupe": dedupe,
@@ -364,6 +395,7 @@ def _plan(
         warnings=found.warnings + shard_warnings + empty,
         skipped=found.skipped,
         notes=found.notes,
+        known_classes=known_classes,
     )
 
 

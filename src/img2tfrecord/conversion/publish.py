@@ -58,24 +58,26 @@ import hashlib
 import json
 import os
 import shutil
-import signal
-import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import NoReturn
 
 from img2tfrecord import fs
+from img2tfrecord.conversion.output_lock import WORKSPACE_LOCK, OutputLock
+from img2tfrecord.conversion.signals import signals_deferred
 from img2tfrecord.errors import DataError, UsageError, option
+from img2tfrecord.format import readers
 from img2tfrecord.format.catalog import CATALOG_NAME
+from img2tfrecord.format.journal import JOURNAL_NAME, workspace_name
 from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME
 from img2tfrecord.format.naming import LOCK_NAME, PUBLISHING_NAME, SHARD_RE, STAGING_DIR
 from img2tfrecord.format.tfds import FILE_NAMES as TFDS_NAMES
 
-JOURNAL = "journal.jsonl"  # finished shards, for --resume: conversion.resume writes it under this name
+JOURNAL = JOURNAL_NAME  # finished shards, for --resume: conversion.resume writes it under this name
 BUILD = "dataset"
 ASIDE = "previous"  # the old version, after a plain-rename switch
+OLD = "old-"  # old versions, kept while a reader holds them (`format.readers`)
 PUBLISHED = "published"
-WORKSPACE_LOCK = "lock"
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
@@ -102,6 +104,15 @@ class Workspace:
     def journal_dir(self) -> str:
         return self.root
 
+    @property
+    def shown_root(self) -> str:
+        """The folder that holds a run's journal and finished shards, as the user's OUTPUT spells it:
+        `.out.img2tfrecord` beside `out`, or `out/.img2tfrecord-staging` in place."""
+        if self.in_place or fs.is_remote(self.output):
+            return fs.join(self.shown, os.path.basename(self.root))
+        head = os.path.dirname(os.path.normpath(self.shown))
+        return os.path.join(head, os.path.basename(self.root))
+
 
 def workspace(output_dir: str) -> Workspace:
     """The workspace of `output_dir` (a trailing slash, `.` or a symlink name the same folder)."""
@@ -118,7 +129,7 @@ def _workspace(output_dir: str) -> Workspace:
     staging = os.path.join(out, STAGING_DIR)
     if not name:
         return Workspace(out, staging, staging, os.path.join(out, LOCK_NAME), "it is the root folder")
-    root = os.path.join(parent, f".{name}.img2tfrecord")
+    root = os.path.join(parent, workspace_name(name))
     if not _writable(parent):
         return Workspace(out, staging, staging, os.path.join(out, LOCK_NAME), f"{parent} is not writable")
     lock = os.path.join(root, WORKSPACE_LOCK)
@@ -192,81 +203,6 @@ def check_foreign(ws: Workspace) -> None:
         )
 
 
-# --------------------------------------------------------------------------- the lock
-
-
-class OutputLock:
-    """One run at a time per OUTPUT: a second one would empty the first one's build folder (or,
-    with --resume, write the same shard files). An advisory flock, released by the kernel when the
-    run dies; nothing on object stores.
-
-    The lock file may be removed while held (`release(remove=True)`, when the workspace goes):
-    `acquire` checks, after its flock, that the path still names the file it locked, and retries
-    otherwise, so a run that opened the old file just before its removal never holds a lock that a
-    third run, creating the file anew, could take too."""
-
-    def __init__(self, ws: Workspace) -> None:
-        self.ws = ws
-        self.path = ws.lock_path
-        self._fd: int | None = None
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
-    def acquire(self) -> None:
-        if self.path is None:
-            return
-        try:
-            import fcntl
-        except ImportError:  # not POSIX
-            return
-        for _ in range(100):
-            try:
-                os.makedirs(os.path.dirname(self.path), exist_ok=True)
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            except FileNotFoundError:  # its folder removed meanwhile by the run that held it
-                continue
-            except OSError as e:
-                raise UsageError(f"cannot create output {self.ws.shown}: {e.strerror or e}") from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                holder = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
-                os.close(fd)
-                raise UsageError(
-                    f"another img2tfrecord run (pid {holder}) is writing to {self.ws.shown}: wait for it, or stop it and add {option('resume', True)}"
-                ) from None
-            if _same_file(fd, self.path):
-                os.ftruncate(fd, 0)
-                os.write(fd, f"{os.getpid()}\n".encode())
-                self._fd = fd
-                return
-            os.close(fd)  # we locked a file that was removed meanwhile: take the new one
-        raise UsageError(f"cannot lock output {self.ws.shown}: its lock file keeps changing")
-
-    def release(self, remove: bool = False) -> None:
-        """Unlock; with `remove`, delete the lock file (and the empty workspace) first, still holding it."""
-        if self._fd is None:
-            return
-        if remove and self.path is not None:
-            with contextlib.suppress(OSError):
-                os.remove(self.path)
-            if os.path.basename(self.path) == WORKSPACE_LOCK:  # the workspace, if nothing else is left in it
-                with contextlib.suppress(OSError):
-                    os.rmdir(os.path.dirname(self.path))
-        os.close(self._fd)
-        self._fd = None
-
-
-def _same_file(fd: int, path: str) -> bool:
-    try:
-        a, b = os.fstat(fd), os.stat(path)
-    except OSError:
-        return False
-    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
-
-
 # --------------------------------------------------------------------------- the workspace's life
 
 
@@ -290,6 +226,7 @@ def recover(ws: Workspace) -> bool:
     if want is not None and _digest_of(os.path.join(ws.output, MANIFEST_NAME)) == want:
         _remove_workspace(ws)
         return True
+    sweep(ws)
     aside = os.path.join(ws.root, ASIDE)
     if not os.path.lexists(ws.output) and os.path.isdir(aside):
         os.rename(aside, ws.output)
@@ -336,12 +273,14 @@ def has_unfinished(ws: Workspace) -> bool:
     return fs.exists(fs.join(ws.journal_dir, JOURNAL))
 
 
-def reuse(ws: Workspace, names: Iterable[str], new_names: Iterable[str] | None = None) -> None:
+def reuse(ws: Workspace, names: Iterable[str], new_names: Iterable[str] | None = None) -> int:
     """Put OUTPUT's files `names` (unchanged shards, their indexes) into the build folder without
     rewriting them: a hard link locally (same inode: no bytes copied, and a reader of the old
     version is not disturbed), a server-side copy on object stores. For `update` / `compact`.
-    `new_names`: the name each gets in the new version (a shard renumbered `-of-` a new count)."""
+    `new_names`: the name each gets in the new version (a shard renumbered `-of-` a new count).
+    Returns how many were copied because the file system has no hard links (`fs.link_or_copy`)."""
     names = list(names)
+    copied = 0
     for name, new in zip(names, list(new_names) if new_names is not None else names):
         src, dst = fs.join(ws.output, name), fs.join(ws.build, new)
         if fs.is_remote(src):
@@ -349,7 +288,8 @@ def reuse(ws: Workspace, names: Iterable[str], new_names: Iterable[str] | None =
             continue
         with contextlib.suppress(FileNotFoundError):
             os.remove(dst)
-        os.link(src, dst)
+        copied += fs.link_or_copy(src, dst)
+    return copied
 
 
 # --------------------------------------------------------------------------- publish
@@ -357,9 +297,11 @@ def reuse(ws: Workspace, names: Iterable[str], new_names: Iterable[str] | None =
 
 @dataclass
 class Published:
-    """What `publish` did: `switched` once the new version is in place (the old one may still be being removed)."""
+    """What `publish` did: `switched` once the new version is in place (the old one may still be being
+    removed); `leftover`: the line to say when removing the old version failed."""
 
     switched: bool = False
+    leftover: str | None = None
 
 
 def publish(
@@ -398,7 +340,7 @@ def publish(
     with signals_deferred():  # the switch and the removal of the old version run to their end
         switch(ws)
         state.switched = True
-        _remove_workspace(ws)
+        state.leftover = _remove_workspace(ws)
 
 
 def switch(ws: Workspace) -> None:
@@ -457,18 +399,63 @@ def _carry_over(ws: Workspace) -> None:
         if os.path.isdir(src) and not os.path.islink(src):
             continue  # refused before the run (check_foreign); one made since stays with the old version
         if not os.path.lexists(dst):
-            os.link(src, dst, follow_symlinks=False)
+            fs.link_or_copy(src, dst, follow_symlinks=False)
 
 
-def _remove_workspace(ws: Workspace) -> None:
-    """After the switch: the old version, the journal, the marker, then (by the lock) the workspace."""
+def _remove_workspace(ws: Workspace) -> str | None:
+    """After the switch: the old version, the journal, the marker, then (by the lock) the workspace.
+
+    The old version is renamed to `OLD*` in the workspace, then removed unless a reader still holds
+    it (`format.readers`: load() reads the version it opened through its open folder); a later
+    command removes it once free (`sweep`). Returns the line to say when removing failed (the new
+    version is in place all the same; what is left is removed by the next command)."""
+    failed: OSError | None = None
     for name in (BUILD, ASIDE):
         path = os.path.join(ws.root, name)
         if os.path.lexists(path):
-            shutil.rmtree(path, ignore_errors=True)
-    for name in (JOURNAL, PUBLISHED):
-        with contextlib.suppress(FileNotFoundError):
+            try:
+                os.rename(path, _old_name(ws.root))
+            except OSError as e:  # the marker stays: `recover` retires it next time
+                return _leftover(ws, e)
+    failed = sweep(ws)
+    for name in (JOURNAL, PUBLISHED):  # the marker last: while it is there, `recover` finishes this
+        try:
             os.remove(os.path.join(ws.root, name))
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            return _leftover(ws, e)
+    return _leftover(ws, failed) if failed is not None else None
+
+
+def _old_name(root: str) -> str:
+    n = 1
+    while os.path.lexists(os.path.join(root, f"{OLD}{n}")):
+        n += 1
+    return os.path.join(root, f"{OLD}{n}")
+
+
+def sweep(ws: Workspace) -> OSError | None:
+    """Remove the old versions kept in the workspace that no reader holds any more (under the lock);
+    the first error, if any (the rest is tried all the same, and again by the next command)."""
+    try:
+        names = sorted(n for n in os.listdir(ws.root) if n.startswith(OLD))
+    except OSError:
+        return None
+    errors: list[BaseException] = []
+    for name in names:
+        path = os.path.join(ws.root, name)
+        if not readers.in_use(path):
+            shutil.rmtree(path, onerror=lambda fn, p, info: errors.append(info[1]))
+    failed = next((e for e in errors if isinstance(e, OSError)), None)
+    return failed
+
+
+def _leftover(ws: Workspace, e: OSError) -> str:
+    return (
+        f"removing the old version of {ws.shown} failed ({e.strerror or e}); the new version is in place, and "
+        f"what is left of the old one (in {ws.root}) is removed by the next update, compact or convert of it"
+    )
 
 
 def _publish_in_place(
@@ -568,15 +555,20 @@ def _give_up(marker: str, why: str) -> NoReturn:
 
 
 def finish_cut_short(output_dir: str, dry_run: bool = False) -> bool:
-    """Before a command reads OUTPUT's dataset.json (update, compact): a publish in place cut short
-    there is finished first, under the lock (a dry run says so instead: it writes nothing). True
-    when one was finished."""
+    """Before a command reads OUTPUT's dataset.json (update, compact): a publish cut short there is
+    settled first, under the lock (`recover`): one in place is finished; a switch killed between
+    its two renames (no RENAME_EXCHANGE) has the old version renamed back; one killed after it has
+    its old version removed. A dry run says so instead: it writes nothing. True when a new version
+    had been switched in."""
     ws = workspace(output_dir)
-    if not ws.in_place or not fs.exists(fs.join(ws.build, PUBLISHING_NAME)):
+    if not _cut_short(ws):
         return False
     if dry_run:
+        if not ws.in_place and os.path.lexists(ws.output):  # complete: the old version or the new one
+            return False
+        state = "readers refuse the folder" if ws.in_place else f"the dataset is in {os.path.join(ws.root, ASIDE)}"
         raise UsageError(
-            f"{ws.shown}: the publish of a new version was cut short (readers refuse the folder); "
+            f"{ws.shown}: the publish of a new version was cut short ({state}); "
             f"run the command without {option('dry_run', True)} to finish it first"
         )
     lock = OutputLock(ws)
@@ -585,6 +577,12 @@ def finish_cut_short(output_dir: str, dry_run: bool = False) -> bool:
         return recover(ws)
     finally:
         lock.release(remove=not has_unfinished(ws))
+
+
+def _cut_short(ws: Workspace) -> bool:
+    if ws.in_place:
+        return fs.exists(fs.join(ws.build, PUBLISHING_NAME))
+    return os.path.lexists(os.path.join(ws.root, PUBLISHED)) or os.path.lexists(os.path.join(ws.root, ASIDE))
 
 
 def _digest_of(path: str) -> str | None:
@@ -610,29 +608,3 @@ def _remove(path: str) -> None:
             shutil.rmtree(path)
         else:
             os.remove(path)
-
-
-# --------------------------------------------------------------------------- signals
-
-
-@contextlib.contextmanager
-def signals_deferred() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM for a short step that must not be cut in two (a switch and its cleanup,
-    a thread's start), then deliver them. In the main thread only: elsewhere Python runs no handlers."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    pending: list[int] = []
-    wanted = (signal.SIGINT, signal.SIGTERM)
-    try:
-        old = {s: signal.signal(s, lambda signum, frame: pending.append(signum)) for s in wanted}
-    except (ValueError, OSError):  # no signals here (an embedded interpreter)
-        yield
-        return
-    try:
-        yield
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
-        for signum in dict.fromkeys(pending):
-            signal.raise_signal(signum)

@@ -25,6 +25,7 @@ from img2tfrecord.conversion.publish import JOURNAL  # the one name, beside the 
 from img2tfrecord.conversion.table import fingerprint_items, mtimes_of
 from img2tfrecord.conversion.write import ShardOutcome
 from img2tfrecord.errors import DataError, UsageError, option, plural, said
+from img2tfrecord.format import journal as journal_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from img2tfrecord.conversion.plan import Plan
@@ -50,7 +51,26 @@ def header(plan: Plan) -> dict[str, Any]:
         "images": plan.images,
         "shards": shards,
         "sources": sources,  # per shard, with its images' st_mtime_ns: a source edited in place rebuilds it
+        # the convert command line that makes this job (`inspect` of a missing OUTPUT advises it
+        # with --resume); not part of the fingerprint
+        "command_line": convert_command_line(plan),
     }
+
+
+def convert_command_line(plan: Plan) -> list[str] | None:
+    """`img2tfrecord convert IN OUT` and the flags of every option not at its default, the shard
+    request as asked for: the command whose --resume continues this job. None when no command line
+    can say it (a list of labels given from Python, not a file; the labels of a `like` dataset)."""
+    from img2tfrecord.conversion.like import cli_flags
+    from img2tfrecord.conversion.plan import plan_options
+
+    defaults = plan_options({})
+    given = {k: v for k, v in plan.options.items() if k != "shards" and v != defaults.get(k, v)}
+    if given.pop("labels", None) is not None or plan.known_classes is not None:
+        return None
+    if plan.shard_request is not None:
+        given["shards"] = plan.shard_request
+    return ["img2tfrecord", "convert", plan.input_dir, plan.output_dir, *cli_flags(given)]
 
 
 def _plain(value: Any) -> Any:
@@ -90,16 +110,7 @@ class Journal:
 
 def _entries(journal_dir: str) -> list[Any]:
     """The journal's lines: its header, then one per finished shard; [] without a journal."""
-    path = fs.join(journal_dir, JOURNAL)
-    if not fs.exists(path):
-        return []
-    entries = []
-    for line in fs.read_bytes(path).splitlines():
-        try:
-            entries.append(json.loads(line))
-        except (ValueError, RecursionError):
-            break  # a line cut short by a crash (or damaged): what follows it is not trusted
-    return entries if entries and isinstance(entries[0], dict) else []
+    return journal_file.entries(journal_dir)
 
 
 def journal_header(journal_dir: str) -> dict[str, Any] | None:

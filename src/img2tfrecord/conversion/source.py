@@ -19,6 +19,7 @@ from typing import NamedTuple
 from PIL import Image, UnidentifiedImageError
 
 from img2tfrecord import cstderr
+from img2tfrecord.conversion import skips
 from img2tfrecord.format.images import NOT_IMAGES, describe_unknown, jpeg_header_view, png_header, sniff
 
 # Sizes are judged here and in `encode` (--max-pixels), not by Pillow's global limit, which would raise at open().
@@ -59,21 +60,21 @@ def read_source(path: str, max_pixels: int | None = None) -> bytes:
             finally:
                 os.close(fd)
             if len(data) != st.st_size:
-                raise SkipImage("file changed while it was being read; run again")
+                raise SkipImage(skips.CHANGED_WHILE_READ)
     except SkipImage:
         raise
     except FileNotFoundError:
-        raise SkipImage("file vanished (or is a broken symlink) before it could be read") from None
+        raise SkipImage(skips.VANISHED) from None
     except PermissionError:
-        raise SkipImage("permission denied") from None
+        raise SkipImage(skips.DENIED) from None
     except IsADirectoryError:
         raise SkipImage("is a directory") from None
     except OSError as e:
         if e.errno == errno.ENXIO and os.path.exists(path):  # what open() says of a socket
             raise SkipImage("not a regular file (a socket): not read") from None
-        raise SkipImage(f"cannot read: {e.strerror or e}") from None
+        raise SkipImage(f"{skips.CANNOT_READ}{e.strerror or e}") from None
     except Exception as e:  # tf.io.gfile errors (NotFoundError, PermissionDeniedError) are not OSErrors
-        raise SkipImage(f"cannot read: {describe_error(e)}") from None
+        raise SkipImage(f"{skips.CANNOT_READ}{describe_error(e)}") from None
     if not data:
         raise SkipImage("empty file (0 bytes)")
     return data

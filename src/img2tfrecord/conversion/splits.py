@@ -2,17 +2,27 @@
 images are written. Shared by the folder walk (conversion.walk) and --file-list (conversion.filelist),
 which only list files into an `ImageTable`; everything here works on the table's image numbers.
 
-Both are a pure function of the seed and the image's own relative path (`Task.rel`): its seeded
-64-bit hash (`order_key`: XXH3-64, a specified algorithm, so the same on every Python version and
-platform, unlike `hash()`) is a point of [0, 2^64). `--split train=0.8,validation=0.2` gives train
-the slice [0, 0.8 * 2^64) and validation the rest (`split_bounds`, `split_of`), and a split is
-written in the order of the same hash. So adding or removing other images never moves an image to
-another split, and the images that stay keep their relative order (what `update` builds on; a
-split cut from a seeded reshuffle moved 5 of 4,000 images each way when one file was added). The
-price: a class's share of a split follows the fraction within binomial noise instead of exactly
-(a class of 5 may get no validation image; that is warned of by name). Split folders (`train/`,
-`validation/`) are used as they are, each ordered by the hash. Two images whose hashes are equal
-(about n^2 / 2^65: one in ~3,700 datasets of 100 M images) keep image/filename order.
+Both start from the seeded 64-bit hash of the image's own relative path (`Task.rel`): `order_key`,
+XXH3-64, a specified algorithm, so the same on every Python version and platform, unlike `hash()`.
+A split is written in the order of that hash, so the images that stay keep their relative order
+when others come or go (what `update` builds on).
+
+Which split an image goes to follows the dataset's split rule (`SplitRule`, recorded in
+dataset.json's options as `split_rule`):
+
+* ``exact`` (the default): per class, shares exact to one image (conversion.quota: the class's
+  images in hash order, the first floor-or-ceil(f*n) to the first split, ...); `update` keeps every
+  image where it is and gives each new one to the split furthest below its class's share
+  (`SplitRule.prior`: the catalog's splits); `compact --rebalance` makes the shares exact again.
+* ``hash``: an image's split is a pure function of its hash: `--split train=0.8,validation=0.2`
+  gives train the slice [0, 0.8 * 2^64) of the hash and validation the rest (`split_bounds`,
+  `split_of`), so a class's share follows the fraction within binomial noise (a class of 5 may get
+  no validation image; that is warned of by name). Datasets made before the exact rule have it.
+
+`--split-group PATTERN` makes the images whose paths give one group key (conversion.quota.group_key)
+one unit that never crosses splits. Split folders (`train/`, `validation/`) and a --file-list's
+split column are used as they are, each split ordered by the hash. Two images whose hashes are
+equal (about n^2 / 2^65: one in ~3,700 datasets of 100 M images) keep image/filename order.
 
 Shards are contiguous runs of that order (plan.shard_bounds), and the hash does not know the class,
 so every shard mixes the classes as a shuffle did.
@@ -22,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import re
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,15 +41,64 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import xxhash
 
-from img2tfrecord.conversion.table import ImageTable, TaskView, encode_name
+from img2tfrecord.conversion import quota
+from img2tfrecord.conversion.table import ImageTable, TaskView, decode_name, encode_name
 from img2tfrecord.errors import UsageError, option, plural
 from img2tfrecord.format.manifest import shown
 from img2tfrecord.format.schema import utf8_text
+from img2tfrecord.format.split_groups import group_key, group_pattern
 
 if TYPE_CHECKING:
     import numpy as np
 
 SPLIT_DIR_NAMES = {"train": "train", "validation": "validation", "val": "validation", "test": "test"}
+
+
+SPLIT_RULES = ("exact", "hash")
+OLD_RULE = "hash"  # what a dataset.json without `split_rule` was made by
+
+
+class Prior(NamedTuple):
+    """The splits a dataset already gives its images (update), by path hash: `keys` the catalog's
+    paths' `order_key`s, sorted (a uint64 array), `splits` the split of each (an index into `names`)."""
+
+    keys: np.ndarray
+    splits: np.ndarray
+    names: Sequence[str]
+
+
+def prior_of(
+    blob: bytes | bytearray, ends: Sequence[int], splits: Sequence[int], names: Sequence[str], seed: int
+) -> Prior:
+    """The `Prior` of paths held as one blob and their end offsets (format.catalog's `Names`), each
+    with its split's code into `names`: one XXH3 a path, then numpy (a dict of a million paths
+    probed once an image cost ~3x as much)."""
+    import numpy as np
+
+    h, s, view = xxhash.xxh3_64_intdigest, seed & _SEED_MASK, memoryview(blob)
+    starts = [0, *ends[:-1]]
+    keys = np.fromiter((h(view[a:b], s) for a, b in zip(starts, ends)), dtype=np.uint64, count=len(ends))
+    view.release()
+    order = np.argsort(keys, kind="stable")
+    return Prior(keys[order], np.asarray(splits, dtype=np.int64)[order], list(names))
+
+
+class SplitRule(NamedTuple):
+    """How `--split` fractions pick an image's split (see the module docstring)."""
+
+    name: str = "exact"  # SPLIT_RULES
+    group: str | None = None  # --split-group's regular expression
+    prior: Prior | None = None  # update: images the dataset holds keep their split
+
+
+EXACT = SplitRule()
+
+
+def recorded_rule(options: Mapping[str, object], prior: Prior | None = None) -> SplitRule:
+    """The split rule dataset.json's options record (none recorded: the old hash rule)."""
+    name = options.get("split_rule") or OLD_RULE
+    group = options.get("split_group")
+    return SplitRule(str(name), str(group) if group else None, prior)
 
 
 FEW_CLASSES = 5  # more classes than this with no images are said in one line (ImageNet-21k's --labels: 21,841)
@@ -65,6 +125,7 @@ class Discovery:
     excluded_files: int = 0  # images of classes --labels leaves out
     skipped: list[dict[str, str]] = field(default_factory=list)  # what the walk could not read: path, split, reason
     notes: list[str] = field(default_factory=list)  # said once, not warnings (junk folders ignored)
+    loose: str = ""  # the warning about images outside any class folder, left out ("" if none): --strict refuses it
 
 
 def parse_split_spec(spec: str) -> dict[str, float]:
@@ -218,11 +279,12 @@ def assemble(
     whats: str,
     no_images: str,
     missing: Missing | None = None,
+    rule: SplitRule = EXACT,
 ) -> Discovery:
     """Hash splits and hash order over the table's image numbers (see the module docstring): shared
     by the folder walk and --file-list. `per_class` holds the image numbers of each class and split
     folder, in image/filename order; `missing`: the classes of --labels not found at all, and
-    what to say of them."""
+    what to say of them; `rule`: how --split's fractions pick a split (`SplitRule`)."""
     classes = table.classes
     if excluded:
         unlisted = sorted(excluded)
@@ -262,12 +324,18 @@ def assemble(
             pools[s] = _in_order([per_class[c][s] for c in classes if s in per_class.get(c, {})])
     else:
         every = _in_order([numbers for c in classes for numbers in per_class.get(c, {}).values()])
-        if split:
+        if split and rule.name == "hash" and not rule.group:
             bounds = np.array(split_bounds(split)[:-1], dtype=np.uint64)
             which = np.searchsorted(bounds, keys[every], side="right").astype(np.uint16)
             pools = {s: every[which == j] for j, s in enumerate(split)}
             del which
             warnings.extend(_classes_missing(table, every, pools, split))
+        elif split:
+            which = assign(table, per_class, keys, split, seed, rule)
+            pools = {s: np.flatnonzero(which == j) for j, s in enumerate(split)}
+            del which
+            if rule.name == "hash":
+                warnings.extend(_classes_missing(table, every, pools, split))
         else:
             pools = {"train": every}
     undecodable = [n for n in classes if not n.isascii() and utf8_text(n) != n]
@@ -296,3 +364,147 @@ def assemble(
         presplit=presplit,
         excluded_files=sum(excluded.values()),
     )
+
+
+def assign(
+    table: ImageTable,
+    per_class: dict[str, dict[str, Sequence[int]]],
+    keys: np.ndarray,
+    fractions: Mapping[str, float],
+    seed: int,
+    rule: SplitRule,
+) -> np.ndarray:
+    """A uint8 array by image number: the index (in `fractions`' order) of each image's split,
+    `quota.NO_SPLIT` for the images of no class of `per_class` (the arithmetic is conversion.quota's).
+
+    The common case (convert, no groups) is a numpy sort per class. Groups and update's new images
+    are placed one unit at a time in Python: a cost per group or new image; update's look-up of
+    the images the dataset holds is one dict probe per image, as its diff's."""
+    import numpy as np
+
+    names, fracs = list(fractions), list(fractions.values())
+    which = np.full(len(table), quota.NO_SPLIT, dtype=np.uint8)
+    index = {c: i for i, c in enumerate(table.classes)}
+    classes = {index[c]: _numbers(parts.values()) for c, parts in per_class.items() if c in index}
+    pattern = group_pattern(rule.group)
+    if rule.name == "hash":  # --split-group over the old rule: a group's split is its key's hash slice
+        bounds = np.array(split_bounds(fractions)[:-1], dtype=np.uint64)
+        units = _units(table, classes, keys, seed, pattern)
+        for u in units.values():
+            which[u.images] = int(np.searchsorted(bounds, np.uint64(u.key), side="right"))
+        return which
+    if rule.prior is None and pattern is None:
+        quota.exact(keys, list(classes.values()), fracs, which)
+        return which
+    if rule.prior is None:  # convert with groups
+        units = _units(table, classes, keys, seed, pattern)
+        quota.fill(quota.ordered(units), {c: len(n) for c, n in classes.items()}, fracs, which)
+        return which
+    counts = _held(keys, classes, which, names, rule)
+    if pattern is None:
+        quota.top_up(quota.ordered(_singles(classes, keys, which)), counts, fracs, which)
+        return which
+    held = _held_groups(table, classes, which, pattern)
+    units = _units(table, classes, keys, seed, pattern, which)
+    new: dict[object, quota.Unit] = {}
+    for k, u in units.items():
+        if k in held:  # a group the dataset already holds: its new images join it
+            which[u.images] = held[k]
+        else:
+            new[k] = u
+    quota.top_up(quota.ordered(new), counts, fracs, which)
+    return which
+
+
+def _numbers(parts: object) -> np.ndarray:
+    import numpy as np
+
+    arrays = [np.asarray(p, dtype=np.int64) for p in parts]  # type: ignore[attr-defined]
+    return np.concatenate(arrays) if arrays else np.empty(0, np.int64)
+
+
+def _held(
+    keys: np.ndarray, classes: Mapping[int, np.ndarray], which: np.ndarray, names: list[str], rule: SplitRule
+) -> dict[int, list[int]]:
+    """Update: `which` set for every image the dataset holds in one of `names` (found by its path
+    hash in the prior's sorted keys); returns the images per split per class it holds."""
+    counts: dict[int, list[int]] = {}
+    if rule.prior is None:
+        return counts
+    import numpy as np
+
+    prior = rule.prior
+    position = {s: j for j, s in enumerate(names)}
+    split_of_code = np.array([position.get(s, -1) for s in prior.names] or [-1], dtype=np.int16)
+    for c, numbers in classes.items():
+        mine = keys[numbers]
+        if not len(prior.keys):
+            found = np.full(len(numbers), -1, dtype=np.int16)
+        else:  # a path's hash found in the catalog: that path (two paths of one hash: ~n^2 / 2^65)
+            at = np.minimum(np.searchsorted(prior.keys, mine), len(prior.keys) - 1)
+            found = np.where(prior.keys[at] == mine, split_of_code[prior.splits[at]], -1).astype(np.int16)
+        mine = found >= 0
+        which[numbers[mine]] = found[mine]
+        counts[c] = np.bincount(found[mine], minlength=len(names)).tolist()
+    return counts
+
+
+def _held_groups(
+    table: ImageTable, classes: Mapping[int, np.ndarray], which: np.ndarray, pattern: re.Pattern[str]
+) -> dict[object, int]:
+    """The split of each group key the dataset already holds (its first image's, in image order)."""
+    groups: dict[object, int] = {}
+    for numbers in classes.values():
+        for i in numbers[which[numbers] != quota.NO_SPLIT].tolist():
+            g = group_key(pattern, table.rel(i))
+            if g is not None:
+                groups.setdefault(g, int(which[i]))
+    return groups
+
+
+def _singles(classes: Mapping[int, np.ndarray], keys: np.ndarray, which: np.ndarray) -> dict[object, quota.Unit]:
+    """Update without groups: a unit for each image not placed yet (the new ones)."""
+    units: dict[object, quota.Unit] = {}
+    for c, numbers in classes.items():
+        for i in numbers[which[numbers] == quota.NO_SPLIT].tolist():
+            units[i] = quota.Unit(int(keys[i]))
+            units[i].add(i, c)
+    return units
+
+
+def _units(
+    table: ImageTable,
+    classes: Mapping[int, np.ndarray],
+    keys: np.ndarray,
+    seed: int,
+    pattern: object,
+    which: np.ndarray | None = None,
+) -> dict[object, quota.Unit]:
+    """The images still to place (`which` unset), one unit an image or a group key; UsageError when
+    `--split-group`'s pattern matches no path at all."""
+    units: dict[object, quota.Unit] = {}
+    matched = False
+    for c, numbers in classes.items():
+        for i in numbers.tolist():
+            if which is not None and which[i] != quota.NO_SPLIT:
+                if pattern is not None:
+                    matched = matched or group_key(pattern, table.rel(i)) is not None  # type: ignore[arg-type]
+                continue
+            g = group_key(pattern, table.rel(i)) if pattern is not None else None  # type: ignore[arg-type]
+            if g is None:
+                units[i] = quota.Unit(int(keys[i]))
+                units[i].add(i, c)
+                continue
+            matched = True
+            u = units.get(g)
+            if u is None:
+                u = units[g] = quota.Unit(order_key(g, seed))
+            u.add(i, c)
+    if pattern is not None and not matched and units:
+        shown = getattr(pattern, "pattern", "")
+        example = decode_name(table.rel_bytes(0)) if len(table) else ""
+        raise UsageError(
+            f"{option('split_group', shown)} matches no image path (e.g. {example!r}): "
+            "give a regular expression that finds the group in the path below INPUT"
+        )
+    return units

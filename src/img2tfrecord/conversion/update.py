@@ -7,12 +7,13 @@ hard-linked into the new version under its new name (`SPLIT-XXXXX-of-YYYYY`, ren
 count changes), so its bytes are neither read nor written. The new version is built beside the
 old one and published by the same switch as `convert`'s; dataset.json's lineage gets version+1
 and the old dataset.json's sha256 as `parent`. Every record-shaping option is the dataset's own
-(dataset.json): giving one with another value is refused, naming the `convert --overwrite` to run.
+(dataset.json): giving one with another value is refused, naming the `convert --like OUT
+--overwrite` to run (update_options). The dataset read (update_recorded), the layout of the new
+version (update_layout) and the limit on what it removes (update_guard) are their own modules.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Callable
@@ -25,11 +26,15 @@ from img2tfrecord.conversion.catalog import add_split
 from img2tfrecord.conversion.changes import Changes, diff, walk
 from img2tfrecord.conversion.events import EventSink, Timing, worded
 from img2tfrecord.conversion.options import ShardSettings
-from img2tfrecord.conversion.plan import Plan, PlannedShard, check_paths, one_record_warning
+from img2tfrecord.conversion.plan import Plan, PlannedShard, check_paths, one_record_warning, refuse_walk_skips
 from img2tfrecord.conversion.publish import Workspace, reuse
 from img2tfrecord.conversion.table import TaskView
-from img2tfrecord.conversion.update_manifest import manifest_of, new_catalog
+from img2tfrecord.conversion.update_faults import keep_records, kept_back_warning, recorded_walk_skips, unread_paths
+from img2tfrecord.conversion.update_guard import Limit, parse_limit, refusal
+from img2tfrecord.conversion.update_layout import Layout, layout_of, margin, needed
+from img2tfrecord.conversion.update_manifest import history, manifest_of, new_catalog
 from img2tfrecord.conversion.update_options import recorded_settings, refuse_other_options
+from img2tfrecord.conversion.update_recorded import Recorded, read_recorded
 from img2tfrecord.conversion.update_resume import (
     ResumeState,
     check_unfinished,
@@ -38,19 +43,17 @@ from img2tfrecord.conversion.update_resume import (
     link_or_move,
 )
 from img2tfrecord.conversion.write import ShardInfo
-from img2tfrecord.errors import DataError, Interrupted, UsageError, option
+from img2tfrecord.errors import DataError, Interrupted, UnusableImages, UsageError, option, plural, wording
 from img2tfrecord.format import catalog as catalog_file
 from img2tfrecord.format import tfds as tfds_metadata
-from img2tfrecord.format.catalog import CATALOG_NAME, CONVERTED, Catalog
+from img2tfrecord.format.catalog import CATALOG_NAME, Catalog
 from img2tfrecord.format.manifest import (
     LABELS_NAME,
     MANIFEST_NAME,
-    ManifestError,
     created_stamp,
     labels_text,
     manifest_digest,
     manifest_text,
-    parse_manifest,
 )
 from img2tfrecord.format.naming import shard_name
 
@@ -60,64 +63,6 @@ from img2tfrecord.format.naming import shard_name
 _EXTENSIONS = ("simplejpeg", "fcntl", "img2tfrecord.conversion.engines.local")
 NEW_DIR = ".update-new"  # inside the build folder: new and rewritten shards under provisional names
 REWRITE = "rewrite-"  # the provisional name of a rewritten shard: REWRITE + its old name
-
-
-@dataclass
-class Recorded:
-    """The dataset as it is: dataset.json (text and parsed) and its catalog."""
-
-    text: str
-    manifest: dict[str, Any]
-    catalog: Catalog
-
-    @property
-    def options(self) -> dict[str, Any]:
-        return dict(self.manifest.get("options") or {})
-
-    @property
-    def classes(self) -> list[str]:
-        return list(self.manifest.get("classes") or [])
-
-
-def read_recorded(output_dir: str, known: Recorded | None = None) -> Recorded:
-    """OUTPUT's dataset.json and catalog; UsageError when OUTPUT is no dataset `update` can extend.
-
-    `known`: what an earlier call read, returned again when dataset.json is the same bytes (every
-    publish writes a new dataset.json, with its version, beside its catalog), so the catalog is
-    decoded once."""
-    path = fs.join(output_dir, MANIFEST_NAME)
-    if not fs.exists(path):
-        raise UsageError(f"{output_dir} holds no dataset ({MANIFEST_NAME} is missing): run convert first")
-    raw = fs.read_bytes(path)
-    if known is not None and raw == known.text.encode("utf-8"):
-        return known
-    try:
-        manifest = parse_manifest(raw)  # the one validation every reader of dataset.json uses
-    except ManifestError as e:
-        raise DataError(f"{path}: {e}") from None
-    text = raw.decode("utf-8")
-    cpath = fs.join(output_dir, CATALOG_NAME)
-    if not fs.exists(cpath):
-        raise UsageError(
-            f"{output_dir} has no {CATALOG_NAME} (it was converted by a version without one): "
-            f"run convert with {option('overwrite', True)} once; later changes can then be applied with update"
-        )
-    try:
-        cat = catalog_file.decode(fs.read_bytes(cpath))
-    except catalog_file.CatalogError as e:
-        raise DataError(f"{cpath}: {e}; run convert with {option('overwrite', True)} to rebuild the dataset") from None
-    problems = catalog_file.count_problems(cat, manifest.get("splits") or {})
-    if problems:
-        raise DataError(catalog_mismatch(cpath, problems[0]))
-    return Recorded(text, manifest, cat)
-
-
-def catalog_mismatch(where: str, what: str) -> str:
-    """The refusal of a catalog that disagrees with the dataset (update and compact copy records by it)."""
-    return (
-        f"{where}: {what}: the catalog does not match the shards, so records cannot be copied by it; "
-        f"run `img2tfrecord inspect --verify` on the dataset; convert with {option('overwrite', True)} rebuilds it"
-    )
 
 
 @dataclass
@@ -144,11 +89,16 @@ def update(
     strict: bool = False,
     fsync: bool = True,
     file_list: str | os.PathLike[str] | None = None,
+    max_delete: str | int | None = None,
     on_event: EventSink | None = None,
     progress: Callable[[int, int, int], None] | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """Apply the input's changes to the dataset in `output_dir`; return the summary.
+
+    `max_delete`: how many records the update may remove, N or "P%" of them (default "50%"):
+    more is refused (DataError, nothing written; a dry run's summary says so in `refused`), as
+    an input folder that is not the dataset's would remove it all (conversion.update_guard).
 
     `options` are convert's record-shaping options: each must equal dataset.json's (UsageError
     otherwise). Nothing changed: nothing is written and the summary says `up_to_date`. Interrupted
@@ -162,27 +112,42 @@ def update(
     created_stamp()
     if workers is not None and workers < 1:
         raise UsageError(f"bad {option('workers', workers)}: must be >= 1")
+    limit = parse_limit(max_delete)
     for path, what in ((input_dir, "input"), (output_dir, "output"), (file_list or "", option("file_list"))):
         fs.check_remote(path, what)
     check_paths(input_dir, output_dir)
     from img2tfrecord.conversion.publish import finish_cut_short
 
     finish_cut_short(output_dir, dry_run)  # a publish in place (object stores) cut short: finished first
-    rec = read_recorded(output_dir)
+    rec = read_recorded(output_dir, input_dir=input_dir)
     refuse_other_options(
-        rec.options | {"shard_request": rec.manifest.get("shard_request")}, options, input_dir, output_dir
+        rec.options | {"shard_request": rec.manifest.get("shard_request")}, options, input_dir, output_dir, file_list
     )
     settings = recorded_settings(rec.options, fsync=fsync, strict=strict)
     if dry_run:
         changes = _changes(input_dir, rec, file_list, check_content, emit)
-        return _summary(input_dir, output_dir, rec, changes, _layout(changes, rec, settings), timing, dry_run=True)
+        summary = _summary(input_dir, output_dir, rec, changes, layout_of(changes, rec, settings), timing, dry_run=True)
+        why = refusal(changes.removed_records, _records(rec), limit, input_dir, output_dir)
+        summary["refused"] = None if why is None else wording(why)  # rendered for who asked, as an error is
+        return summary
     # The record writer loads in a thread while the input is walked and diffed (under the lock).
     # Started only once the changes are known, it would overlap nothing: starting a thread waits for
     # the load (glibc's loader lock), so the engine's threads would wait too (+1% update measured
     # 0.93 -> 1.36 s). The price: an update with nothing to do waits for it (0.6 -> 0.9 s, 384 MB peak).
     with writer.preloading(output_dir, first=_EXTENSIONS):
         return _apply(
-            input_dir, output_dir, rec, settings, check_content, resume, workers, file_list, emit, progress, timing
+            input_dir,
+            output_dir,
+            rec,
+            settings,
+            check_content,
+            resume,
+            workers,
+            file_list,
+            limit,
+            emit,
+            progress,
+            timing,
         )
 
 
@@ -195,6 +160,7 @@ def _apply(
     resume: bool,
     workers: int | None,
     file_list: str | None,
+    limit: Limit,
     emit: EventSink,
     progress: Callable[[int, int, int], None] | None,
     timing: Timing,
@@ -208,17 +174,20 @@ def _apply(
     try:
         publish.recover(ws)
         check_unfinished(ws, resume)
-        rec = read_recorded(output_dir, rec)  # as it is now that we hold the lock
+        rec = read_recorded(output_dir, rec, input_dir)  # as it is now that we hold the lock
         changes = _changes(input_dir, rec, file_list, check_content, emit)
-        layout = _layout(changes, rec, settings)
+        refuse_walk_skips(changes.found.skipped, settings.strict)
+        if why := refusal(changes.removed_records, _records(rec), limit, input_dir, output_dir):
+            raise DataError(why)  # before anything is written: OUTPUT and an unfinished update's shards stay
+        layout = layout_of(changes, rec, settings)
         if changes.nothing:
             if publish.has_unfinished(ws):  # an unfinished update of what is now up to date
                 publish.discard(ws)
             return _summary(input_dir, output_dir, rec, changes, layout, timing, dry_run=False)
         from img2tfrecord.conversion.output import check_space
 
-        needed = _needed(changes, layout, settings) + _margin(changes)
-        check_space(output_dir, needed, settings.encode.reencodes, emit, writes="the update writes", what="the update")
+        space = needed(changes, layout, settings) + margin(changes)
+        check_space(output_dir, space, settings.encode.reencodes, emit, writes="the update writes", what="the update")
         publish.prepare(ws, keep=resume)
         if resume:
             clear_build(ws, NEW_DIR)
@@ -245,10 +214,18 @@ def _apply(
             raise
         summary = _summary(input_dir, output_dir, rec, changes, layout, timing, dry_run=False)
         summary.update(built.report)
+        if state.leftover:
+            built.warnings.append(state.leftover)
+            emit("warning", state.leftover)
         summary["warnings"] = summary["warnings"] + built.warnings
         return summary
     finally:
         lock.release(remove=not publish.has_unfinished(ws))
+
+
+def _records(rec: Recorded) -> int:
+    """The dataset's records, as dataset.json counts them (the catalog agrees: `read_recorded`)."""
+    return sum(int(sp.get("records") or 0) for sp in (rec.manifest.get("splits") or {}).values())
 
 
 def _changes(input_dir: str, rec: Recorded, file_list: str | None, check_content: bool, emit: EventSink) -> Changes:
@@ -257,138 +234,19 @@ def _changes(input_dir: str, rec: Recorded, file_list: str | None, check_content
             f"{option('check_content', True)} compares content digests, which a dataset converted with "
             f"{option('dedupe', 'off')} lacks"
         )
-    found = walk(input_dir, rec.options, rec.classes, file_list)
+    found = walk(input_dir, rec.options, rec.classes, file_list, rec.catalog)
     for w in found.warnings:
         emit("warning", w)
     for skip in found.skipped:
         emit("skipped", f"{skip['path']}: {skip['reason']}")
     changes = diff(found, rec.catalog, rec.classes, check_content)
+    changes.walk_skips_changed = recorded_walk_skips(rec.manifest, rec.catalog) != found.skipped
     if rec.options.get("dedupe") == "drop":  # the copy a fresh convert keeps, across versions
         from img2tfrecord.conversion.update_dedupe import resolve
 
         before = (rec.manifest.get("duplicates") or {}).get("dropped") or []
         resolve(changes, int(rec.options.get("seed") or 0), {d["path"]: d["duplicate_of"] for d in before})
     return changes
-
-
-@dataclass
-class _Layout:
-    """Per split: the old shards kept as they are, those rewritten, those emptied, and the new ones."""
-
-    kept: dict[str, list[dict[str, Any]]]
-    rewritten: dict[str, list[tuple[dict[str, Any], list[int]]]]  # (old entry, record numbers kept)
-    emptied: dict[str, list[str]]
-    new_counts: dict[str, int]  # shards for the images to encode
-    per_shard: int  # records a new shard holds at most
-    # a split no old record stays in: the shards of no record a fresh convert writes for it, should
-    # every image it has be skipped or dropped (`_empty_counts`)
-    empty: dict[str, int] = field(default_factory=dict)
-
-
-def _layout(changes: Changes, rec: Recorded, settings: ShardSettings) -> _Layout:
-    """Which old shards are kept, rewritten or emptied, and how many new shards each split gets: the
-    splits in the order a fresh convert lists them (the walk's), then those with no image left.
-
-    New shards follow the dataset's shard-size rule (`shard_request`): without --shards, convert's
-    own (`plan.auto_shard_counts` over the new images' estimated bytes: 100-200 MiB a shard); with
-    a count, the shard size that count gave, i.e. at most the split's average records per shard.
-    A shard of no record is kept only as a fresh convert writes it (a split whose every image is
-    skipped or dropped: `_Layout.empty`), so an updated dataset lists such a split as convert does."""
-    cat = rec.catalog
-    records: dict[str, list[tuple[int, int]]] = {}  # shard -> (record, row) of its records
-    for r, state in enumerate(cat.states):
-        if state == CONVERTED:
-            records.setdefault(cat.shards[r], []).append((cat.records[r], r))
-    splits = rec.manifest.get("splits") or {}
-    total = sum(int(sp.get("records") or 0) for sp in splits.values())
-    count = sum(len(sp.get("shards") or []) for sp in splits.values())
-    overall = max(1, math.ceil(total / count)) if count else 1
-    out = _Layout({}, {}, {}, {}, overall)
-    by_bytes = _byte_rule_counts(changes, settings) if rec.manifest.get("shard_request") is None else None
-    fresh: dict[str, int] = {}
-    for s in dict.fromkeys([*changes.splits, *splits]):  # the walk's order, as convert's; then the vanished
-        entries = (splits.get(s) or {}).get("shards") or []
-        gone = changes.splits[s].gone if s in changes.splits else set()
-        kept, rewritten, emptied = [], [], []
-        for entry in entries:
-            rows = sorted(records.get(entry["file"], []))
-            keep = [n for n, r in rows if r not in gone]
-            if keep and len(keep) == len(rows):
-                kept.append(entry)
-            elif keep:
-                rewritten.append((entry, keep))
-            else:  # a shard of no record too (all its images skipped): it stays only as convert writes it
-                emptied.append(entry["file"])
-        n = len(changes.splits[s].encode) if s in changes.splits else 0
-        if not kept and not rewritten and len(changes.found.splits.get(s) or ()):
-            empty = (fresh := fresh or _empty_counts(changes, rec, settings))[s]
-            if not n and len(entries) == empty and all(not int(e.get("records") or 0) for e in entries):
-                kept, emptied = entries, []  # convert's shards of no record already: linked as they are
-            else:
-                out.empty[s] = empty
-        out.kept[s], out.rewritten[s], out.emptied[s] = kept, rewritten, emptied
-        if by_bytes is not None:
-            k = by_bytes.get(s, 0) if n else 0
-        else:
-            per = max(1, math.ceil(int(splits[s]["records"]) / len(entries))) if entries else overall
-            k = math.ceil(n / per) if n else 0
-            if k:
-                k = writer.recut_count(k, n, settings.index)  # no shard of one record with an index
-        out.new_counts[s] = k
-    return out
-
-
-def _empty_counts(changes: Changes, rec: Recorded, settings: ShardSettings) -> dict[str, int]:
-    """Per split of the walk, the shards a fresh convert writes for it when every image is skipped
-    or dropped: its plan's count (over all the images the walk found, with dataset.json's shard
-    rule), re-cut as `write.rebalance` re-cuts no record (with --index: one shard)."""
-    from img2tfrecord.conversion.plan import auto_shard_counts, estimate_task_bytes, min_shard_records
-
-    views = changes.found.splits
-    request = rec.manifest.get("shard_request")
-    if isinstance(request, dict):  # a split folder gone since: convert would refuse to name it
-        request = {s: k for s, k in request.items() if s in views}
-    counts, _ = auto_shard_counts(
-        {s: estimate_task_bytes(v, settings.encode) for s, v in views.items()},
-        {s: len(v) for s, v in views.items()},
-        request,
-        min_shard_records(settings.index),
-    )
-    return {s: writer.recut_count(k, 0, settings.index) for s, k in counts.items()}
-
-
-def _byte_rule_counts(changes: Changes, settings: ShardSettings) -> dict[str, int]:
-    """New shards per split by convert's default rule, applied to the images to encode."""
-    from img2tfrecord.conversion.plan import auto_shard_counts, estimate_task_bytes, min_shard_records
-
-    if not changes.found.splits:
-        return {}
-    table = next(iter(changes.found.splits.values())).table
-    views = {s: TaskView(table, sc.encode) for s, sc in changes.splits.items()}
-    counts, _ = auto_shard_counts(  # its warnings are convert's; update warns of a one-record shard itself
-        {s: estimate_task_bytes(v, settings.encode) for s, v in views.items()},
-        {s: len(v) for s, v in views.items()},
-        None,
-        min_shard_records(settings.index),
-    )
-    return counts
-
-
-def _needed(changes: Changes, layout: _Layout, settings: ShardSettings) -> int:
-    """About how many bytes the new version writes: its new shards (estimated as convert does) and
-    the rewritten ones (at most their old size); kept shards cost nothing (links). What the dry run
-    says; the space check adds `_margin` (the catalog and metadata, and room to spare)."""
-    from img2tfrecord.conversion.plan import estimate_task_bytes
-
-    table = next(iter(changes.found.splits.values())).table
-    new = sum(estimate_task_bytes(TaskView(table, sc.encode), settings.encode) for sc in changes.splits.values())
-    rewritten = sum(int(e.get("bytes") or 0) for v in layout.rewritten.values() for e, _ in v)
-    return new + rewritten
-
-
-def _margin(changes: Changes) -> int:
-    """The space check's safety margin over `_needed`: 64 bytes a catalog row and 64 KB."""
-    return 64 * len(changes.catalog) + 65536
 
 
 @dataclass
@@ -405,7 +263,7 @@ def _build(
     output_dir: str,
     rec: Recorded,
     changes: Changes,
-    layout: _Layout,
+    layout: Layout,
     settings: ShardSettings,
     workers: int | None,
     emit: EventSink,
@@ -430,6 +288,20 @@ def _build(
     outcomes = _encode(
         planned, ws, input_dir, output_dir, changes, rec, layout, settings, work, workers, emit, progress, timing, run
     )
+    if settings.strict and (
+        unusable := [skip | {"split": sh.split} for sh, o in zip(planned, outcomes) for skip in o.skipped]
+    ):
+        raise UnusableImages(unusable)  # every new image was tried: all the unusable ones are named
+    if kept_back := keep_records(changes, unread_paths(planned, outcomes)):  # read errors keep the old records
+        again = layout_of(changes, rec, settings)  # the same new shards; fewer old ones rewritten
+        layout.kept, layout.rewritten, layout.emptied, layout.empty = (
+            again.kept,
+            again.rewritten,
+            again.emptied,
+            again.empty,
+        )
+        warnings.append(kept_back_warning(len(kept_back), version - 1))
+        emit("warning", warnings[-1])
     new_rows = Catalog(has_digests=settings.digests)
     new_infos: dict[str, list[ShardInfo]] = {}
     for s in layout.new_counts:
@@ -484,7 +356,7 @@ def _build(
     final_of: dict[str, str] = {}  # old shard name -> final name
     final_new: dict[str, str] = {}  # provisional name of a new shard -> final name
     split_info: dict[str, dict[str, Any]] = {}
-    linked = linked_bytes = 0
+    linked = linked_bytes = copied = 0
     for s, ordered in slots.items():
         if not ordered:
             continue
@@ -497,13 +369,13 @@ def _build(
                 final_new[slot.provisional] = final
             dst = fs.join(build, final)
             if slot.linked:  # publish.reuse: a hard link (a server-side copy on object stores)
-                reuse(ws, [slot.old] + ([index_src] if index_src else []), [final, final + ".idx"])
+                copied += reuse(ws, [slot.old] + ([index_src] if index_src else []), [final, final + ".idx"])
                 linked += 1
                 linked_bytes += int(slot.info.get("bytes") or 0)
             else:  # linked, not moved: a journaled new shard stays where --resume finds it
-                link_or_move(slot.source, dst)
+                copied += link_or_move(slot.source, dst)
                 if settings.index:
-                    link_or_move(slot.source + ".idx", dst + ".idx")
+                    copied += link_or_move(slot.source + ".idx", dst + ".idx")
             slot.info["file"] = final
             if settings.index or index_src:
                 slot.info["index"] = final + ".idx"
@@ -511,12 +383,15 @@ def _build(
             if "index" in slot.info:
                 files.append(slot.info["index"])
         split_info[s] = {"shards": [slot.info for slot in ordered]}
+    if copied:
+        emit("note", f"{output_dir}'s file system has no hard links: {plural(copied, 'file')} copied instead")
     if fs.is_remote(work):
         fs.rmtree(work)  # locally, `publish` removes it with what else is not part of the dataset
     # 4. the catalog of the new version
     renumber = {key: n for mine in slots.values() for slot in mine for key, n in slot.renumber.items()}
-    cat = new_catalog(rec.catalog, changes, new_rows, renumber, final_of, final_new, settings)
-    fs.write_bytes(fs.join(build, CATALOG_NAME), catalog_file.encode(cat))
+    cat = new_catalog(rec.catalog, changes, new_rows, renumber, final_of, final_new, settings, kept_back)
+    catalog_bytes = catalog_file.encode(cat)
+    fs.write_bytes(fs.join(build, CATALOG_NAME), catalog_bytes)
     files.append(CATALOG_NAME)
     manifest = manifest_of(
         rec,
@@ -531,7 +406,9 @@ def _build(
         kept_copy=changes.kept_copy,
         warnings=warnings,
         emit=emit,
+        catalog_bytes=catalog_bytes,
     )
+    manifest["history"] = history(rec.manifest, manifest, changes.summary())
     for s, sp in manifest["splits"].items():
         if settings.index and sp["records"] == 1:
             warnings.append(one_record_warning(s))
@@ -548,6 +425,7 @@ def _build(
         "shards_new": sum(len(v) for v in new_infos.values()),
         "shards_rewritten": sum(len(v) for v in layout.rewritten.values()),
         "shards_linked": linked,
+        "files_copied": copied,  # not linked: the file system has no hard links
         "shards_removed": sum(len(v) for v in layout.emptied.values()),
         "bytes_written": written,
         "bytes_new_shards": new_bytes,
@@ -586,7 +464,7 @@ def _encode(
     output_dir: str,
     changes: Changes,
     rec: Recorded,
-    layout: _Layout,
+    layout: Layout,
     settings: ShardSettings,
     work: str,
     workers: int | None,
@@ -632,7 +510,7 @@ def _summary(
     output_dir: str,
     rec: Recorded,
     changes: Changes,
-    layout: _Layout,
+    layout: Layout,
     timing: Timing,
     dry_run: bool,
 ) -> dict[str, Any]:
@@ -658,7 +536,7 @@ def _summary(
         "warnings": list(changes.found.warnings),
         "elapsed_seconds": round(time.perf_counter() - timing.start, 3),
     }
-    out["bytes_needed"] = _needed(changes, layout, _settings_of(rec))
+    out["bytes_needed"] = needed(changes, layout, _settings_of(rec))
     if rec.options.get("dedupe") == "drop":  # update_dedupe's decisions
         restored = sum(sc.counts.get("restored", 0) for sc in changes.splits.values())
         out["dedupe"] = {"dropped": len(changes.drop), "displaced": len(changes.demoted), "restored": restored}

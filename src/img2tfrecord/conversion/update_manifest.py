@@ -24,7 +24,7 @@ _IS_DROPPED = bytes(int(i == DROPPED) for i in range(256))  # a bytes.translate 
 
 
 class Parent(Protocol):
-    """The version being replaced, as these builders need it (`update.Recorded` is one)."""
+    """The version being replaced, as these builders need it (`update_recorded.Recorded` is one)."""
 
     text: str  # its dataset.json as read: the new version's `parent` is its sha256
     manifest: dict[str, Any]
@@ -38,11 +38,14 @@ def new_catalog(
     final_of: dict[str, str],
     final_new: dict[str, str],
     settings: ShardSettings,
+    kept_back: set[bytes] | frozenset[bytes] = frozenset(),
 ) -> Catalog:
     """The old rows that stay (shards and record numbers as they are now) and the new rows.
 
     `renumber`: (old shard, record) -> its record number in the rewritten shard; `final_of` /
-    `final_new`: an old shard's / a new shard's provisional name -> its name in the new version."""
+    `final_new`: an old shard's / a new shard's provisional name -> its name in the new version;
+    `kept_back`: paths whose old row stays though this run tried them (`update_faults`): their new
+    (skipped) rows are left out."""
     kept = changes.kept_rows
     cat = old.take(kept)  # then each record's new shard name and number
     cat.has_digests = settings.digests
@@ -59,6 +62,8 @@ def new_catalog(
         if r in changes.refreshed:
             cat.sizes[j], cat.mtimes[j] = changes.refreshed[r]
     for r in range(len(new_rows)):
+        if kept_back and new_rows.rels[r] in kept_back:
+            continue
         shard = new_rows.shards[r]
         cat.add_row(new_rows, r, final_new.get(shard, shard), new_rows.records[r])
     return cat
@@ -66,7 +71,7 @@ def new_catalog(
 
 def _drop_rows(cat: Catalog, kept: list[int], demoted: dict[int, bytes]) -> None:
     """The kept rows update_dedupe found to be later copies now, made dropped rows as convert writes
-    them (no shard, record or kind; the digest: a skipped file's is known only now)."""
+    them (no shard, record, kind or shape; the digest: a skipped file's is known only now)."""
     w = cat.digests.width
     for j, r in enumerate(kept):
         digest = demoted.get(r)
@@ -74,6 +79,7 @@ def _drop_rows(cat: Catalog, kept: list[int], demoted: dict[int, bytes]) -> None
             cat.states[j] = DROPPED
             cat.reasons[j], cat.shards[j], cat.kinds[j] = "", "", ""
             cat.records[j], cat.lengths[j] = -1, 0
+            cat.heights[j], cat.widths[j], cat.channels[j] = 0, 0, 0
             cat.digests.blob[j * w : j * w + w] = digest
 
 
@@ -92,11 +98,12 @@ def manifest_of(
     kept_copy: dict[str, str] | None = None,
     warnings: list[str] | None = None,
     emit: EventSink | None = None,
+    catalog_bytes: bytes | None = None,
 ) -> dict[str, Any]:
     """dataset.json of the version after `rec` (update's and compact's), its counts taken from its
     catalog `cat`: class counts, formats and depths, the skipped images (`skipped_rows`, in that
     order; default: the catalog's), the duplicate report (`kept_copy`: the kept copy of the copies
-    update_dedupe placed). `split_info` holds each split's shards."""
+    update_dedupe placed). `split_info` holds each split's shards; `catalog_bytes` the file `cat` is."""
     counts: dict[str, dict[str, int]] = {s: dict.fromkeys(classes, 0) for s in split_info}
     merged: dict[str, Counter[str]] = {k: Counter() for k in ("formats", "depths", "transcoded", "reduced")}
     order = {s: i for i, s in enumerate(split_info)}
@@ -150,7 +157,28 @@ def manifest_of(
         version=int(old.get("version") or 1) + 1,
         parent=manifest_digest(rec.text),
         shard_request=old.get("shard_request"),
+        catalog=catalog_bytes,
     )
+
+
+CHANGE_KINDS = ("added", "removed", "changed")
+
+
+def history(old: dict[str, Any], manifest: dict[str, Any], summary: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """dataset.json's `history`: the old version's entries, then (for an update: `summary` is its
+    `Changes.summary()`) this version's images added, removed and changed per class, summed over
+    the splits. Only the current dataset.json and catalog are kept, so a version's changes are
+    known later only if they are written down when it is made. `compact` changes no image: its
+    version carries the history as it is."""
+    out = list(old.get("history") or [])
+    if summary is None:
+        return out
+    per: dict[str, Counter[str]] = {}
+    for sp in summary["splits"].values():
+        for cls, n in sp["classes"].items():
+            per.setdefault(cls, Counter()).update({k: int(n.get(k, 0)) for k in CHANGE_KINDS})
+    classes = {c: {k: n[k] for k in CHANGE_KINDS} for c, n in sorted(per.items()) if any(n[k] for k in CHANGE_KINDS)}
+    return out + [{"version": manifest["version"], "created": manifest["created"], "classes": classes}]
 
 
 def _in_plan_order(rec: Parent, cat: Catalog, rows: list[int], order: dict[str, int]) -> list[int]:

@@ -129,12 +129,13 @@ def interrupted_line(output: str, done: int, total: int) -> str:
     )
 
 
-def link_or_move(src: str, dst: str) -> None:
+def link_or_move(src: str, dst: str) -> bool:
     """Put a new shard at its final name: a hard link locally (the journaled file stays where
-    --resume finds it until the switch), a rename on object stores."""
+    --resume finds it until the switch; a copy where the file system has no hard links: True),
+    a rename on object stores."""
     if fs.is_remote(src):
         fs.rename(src, dst)
-        return
+        return False
     with contextlib.suppress(FileNotFoundError):
         os.remove(dst)
-    os.link(src, dst)
+    return fs.link_or_copy(src, dst)

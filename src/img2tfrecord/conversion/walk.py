@@ -21,9 +21,7 @@ gives size and mtime), and laid out so that a split's image numbers are in image
 sorting a split sorts integers. On 1 M files in 10 classes (`bench/plan.py`, 2 cores),
 `convert --dry-run` takes about the time of a bare `os.scandir` walk that keeps (path, size)
 tuples, sorts and shuffles them (1.1x; it was 2.7x), and ~75 bytes an image at its peak RSS (~91 with
-the mtime column and the hash order; the
-bare walk ~230; it was ~700). The stat of each file is most of both.
-"""
+the mtime column and the hash order; the bare walk ~230; it was ~700). The stat of each file is most of both."""
 
 from __future__ import annotations
 
@@ -39,18 +37,20 @@ from itertools import chain
 from typing import NamedTuple
 
 from img2tfrecord import fs
+from img2tfrecord.conversion import skips
 from img2tfrecord.conversion.labels import class_list
-from img2tfrecord.conversion.splits import SPLIT_DIR_NAMES, Discovery, Missing, assemble, split_of
-from img2tfrecord.conversion.table import ImageTable, Task, encode_name
-from img2tfrecord.errors import DataError, UsageError, option, plural
+from img2tfrecord.conversion.splits import EXACT, SPLIT_DIR_NAMES, Discovery, Missing, SplitRule, assemble, split_of
+from img2tfrecord.conversion.table import ImageTable, encode_name
+from img2tfrecord.conversion.walk_remote import LIST_THREADS
+from img2tfrecord.conversion.walk_remote import stat_remote as stat_remote  # re-exported: update's walk uses it
+from img2tfrecord.conversion.walk_text import junk_note, loose_warning, mixed_split_warning, no_classes
+from img2tfrecord.errors import DataError, UsageError, option
 from img2tfrecord.format.manifest import class_name_problem, shown
 from img2tfrecord.format.schema import utf8_text
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"})
-LIST_THREADS = 32  # concurrent gfile listings of a remote input (each is one or a few HTTP requests)
 
 IMAGE_EXTENSIONS_B = frozenset(e.encode() for e in IMAGE_EXTENSIONS)
-ImageItem = Task  # one candidate image: where it is, what it will be labelled
 
 # The fast local walk reads names as bytes and stats files relative to an open folder (fstatat):
 # POSIX, with names that decode as UTF-8 with surrogate escapes (so bytes are what str.encode gives).
@@ -98,7 +98,7 @@ class WalkReport:
     junk_files: int = 0
     error: str | None = None
 
-    def failed(self, rel: str, e: BaseException, what: str = "cannot list folder") -> None:
+    def failed(self, rel: str, e: BaseException, what: str = skips.CANNOT_LIST) -> None:
         why = _reason(e)
         if rel in ("", "/"):
             self.error = why
@@ -143,10 +143,22 @@ def _local_entries(path: str) -> list[_Entry]:
     out = []
     for e in _list_dir(path):
         try:
-            out.append(_Entry(e.name, e.path, e.is_dir(follow_symlinks=True)))
+            is_dir = e.is_dir(follow_symlinks=True)
+            image = os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS  # read (and skipped) as one
+            out.append(
+                _Entry(e.name, e.path, is_dir, None if is_dir or image else _broken_link(e.is_symlink(), e.path))
+            )
         except OSError as err:  # a symlink loop (ELOOP), a name too long...
             out.append(_Entry(e.name, e.path, False, err))
     return out
+
+
+def _broken_link(is_link: bool, path: str | bytes) -> OSError | None:
+    """The error of a symlink whose target is missing (a folder on a disk not mounted now, say):
+    what cannot be told a folder or a file is a passing skip, not a file to ignore."""
+    if is_link and not os.path.exists(path):
+        return FileNotFoundError(errno.ENOENT, skips.BROKEN_LINK)
+    return None
 
 
 def _remote_entries(path: str, pool: ThreadPoolExecutor | None = None) -> list[_Entry]:
@@ -312,7 +324,7 @@ def _walk_class_fast(root: str) -> ClassFiles:
                         try:
                             is_dir = e.is_dir()
                         except OSError as err:
-                            report.failed(os.fsdecode(rel + name), err, "cannot tell whether it is a folder")
+                            report.failed(os.fsdecode(rel + name), err, skips.CANNOT_TELL)
                             continue
                         if is_dir:
                             if name[:1] == b"." or name in junk_dirs:
@@ -326,6 +338,8 @@ def _walk_class_fast(root: str) -> ClassFiles:
                         dot = name.rfind(b".")
                         if dot > 0 and name[dot:].lower() in exts:
                             files.append(name)
+                        elif broken := _broken_link(e.is_symlink(), e.path):  # not an image's name: a folder?
+                            report.failed(os.fsdecode(rel + name), broken, skips.CANNOT_TELL)
                         else:
                             ignored += 1
             except OSError as err:
@@ -387,7 +401,7 @@ def _walk_class(root: str, rel_prefix: str) -> tuple[list[tuple[str, str, int, i
         for e in entries:
             child_rel = f"{rel}{e.name}"
             if e.error is not None:
-                report.failed(child_rel, e.error, "cannot tell whether it is a folder")
+                report.failed(child_rel, e.error, skips.CANNOT_TELL)
             elif e.is_dir:
                 if never_data_dir(e.name):
                     report.junk_dirs.add(e.name)
@@ -416,6 +430,8 @@ def discover(
     seed: int = 0,
     label_offset: int = 0,
     labels: list[str] | None = None,
+    known_classes: list[str] | None = None,
+    rule: SplitRule = EXACT,
 ) -> Discovery:
     """Walk `input_dir` and return the candidate list of every split, in plan order (conversion.splits).
 
@@ -423,11 +439,8 @@ def discover(
     """
     remote = fs.is_remote(input_dir)
     if not (fs.isdir(input_dir) if remote else os.path.isdir(input_dir)):
-        what = (
-            "does not exist"
-            if not (fs.exists(input_dir) if remote else os.path.exists(input_dir))
-            else "is not a directory"
-        )
+        bare = input_dir.rstrip("/") or input_dir  # "cat_000.jpg/" names a file too
+        what = "is a file, not a folder" if (fs.exists(bare) if remote else os.path.exists(bare)) else "does not exist"
         raise UsageError(f"input {input_dir} {what}: give the folder that holds one subfolder per class")
     report = WalkReport()  # what the walk cannot read or leaves out, below INPUT
     top = _entries(input_dir, remote, report, "", "input")
@@ -448,14 +461,8 @@ def discover(
         split_roots = {SPLIT_DIR_NAMES[e.name.lower()]: e.path for e in top_dirs}
     else:
         split_roots = {"": input_dir}
-        named = [e.name for e in top_dirs if e.name.lower() in SPLIT_DIR_NAMES]
-        if named:
-            others = [e.name for e in top_dirs if e.name.lower() not in SPLIT_DIR_NAMES]
-            warnings.append(
-                f"{input_dir} holds {'a split folder' if len(named) == 1 else 'split folders'} ({', '.join(named)}) next to class "
-                f"folders ({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): {'it is' if len(named) == 1 else 'they are'} "
-                "taken as classes; to use splits, move every class folder into train/, validation/ or test/"
-            )
+        if mixed := mixed_split_warning(input_dir, [e.name for e in top_dirs]):
+            warnings.append(mixed)
 
     walks: list[tuple[str, str, str]] = []  # (class name, split key, folder)
     for skey, sroot in split_roots.items():
@@ -469,17 +476,10 @@ def discover(
                         ignored += 1
                 continue
             walks.append((e.name, skey, e.path))
-    if loose:
-        warnings.append(
-            f"{plural(len(loose), 'image')} {'lies' if len(loose) == 1 else 'lie'} outside any class folder (e.g. {loose[0].name}) and {'is' if len(loose) == 1 else 'are'} ignored: "
-            "put them in INPUT/CLASS/"
-        )
+    left_out = loose_warning(input_dir, len(loose), loose[0].name, top_level=not presplit) if loose else ""
+    warnings += [left_out] * bool(loose)
     images = f"(images: {', '.join(sorted(IMAGE_EXTENSIONS))})"
-    classes = class_list(
-        {c for c, _, _ in walks},
-        labels,
-        f"no class folders found in {input_dir}: expected {fs.join(input_dir, 'CLASS_NAME', 'image.jpg')} {images}",
-    )
+    classes = class_list({c for c, _, _ in walks}, labels, no_classes(input_dir, len(loose), images), known_classes)
     folders = {c for c, _, _ in walks}
     for c in classes:
         if c in folders and (problem := class_name_problem(c)):
@@ -529,6 +529,7 @@ def discover(
         what="class folder",
         whats="class folders",
         no_images=f"no images found in {input_dir}: expected {fs.join(input_dir, 'CLASS_NAME', 'image.jpg')} {images}",
+        rule=rule,
         missing=Missing(
             set(classes) - folders,
             (lambda c: f"no split folder of {input_dir} holds a folder {c}")
@@ -540,7 +541,8 @@ def discover(
         ),
     )
     found_all.skipped = sorted(skipped, key=lambda s: s["path"])
-    if note := _junk_note(report):
+    found_all.loose = left_out
+    if note := junk_note(report.junk_dirs):
         found_all.notes.append(note)
     return found_all
 
@@ -559,7 +561,7 @@ def _entries(path: str, remote: bool, report: WalkReport, rel: str, what: str) -
     out = []
     for e in entries:
         if e.error is not None:
-            report.failed(rel + e.name, e.error, "cannot tell whether it is a folder")
+            report.failed(rel + e.name, e.error, skips.CANNOT_TELL)
         elif e.is_dir and never_data_dir(e.name):
             report.junk_dirs.add(e.name)
         elif not e.is_dir and os_junk_file(e.name):
@@ -567,35 +569,3 @@ def _entries(path: str, remote: bool, report: WalkReport, rel: str, what: str) -
         else:
             out.append(e)
     return out
-
-
-def _junk_note(report: WalkReport) -> str | None:
-    """The one line that says which folders were ignored as never being data (hidden and OS
-    metadata files are not said: a Mac leaves a .DS_Store in every folder it opened)."""
-    if not report.junk_dirs:
-        return None
-    names = sorted(report.junk_dirs)
-    shown_names = ", ".join(utf8_text(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
-    return f"ignored folders that are never classes or images: {shown_names}"
-
-
-def stat_remote(table: ImageTable, threads: int = LIST_THREADS) -> int:
-    """Fill in the size and mtime_ns that a remote listing leaves at 0, one `gfile.stat` per image
-    in `threads` threads; returns how many could not be stat'ed (left at 0). A request per object:
-    what `update` pays to tell changed images from unchanged ones, not what `convert`'s walk does."""
-    todo = [i for i in range(len(table)) if table.sizes[i] == 0 and table.mtimes[i] == 0]
-
-    def one(i: int) -> fs.FileStat | None:
-        try:
-            return fs.file_stat(table.task(i).path)
-        except Exception:  # tf.errors.NotFoundError & co.: the encoder reports the file later
-            return None
-
-    failed = 0
-    with ThreadPoolExecutor(max(1, min(threads, len(todo))), thread_name_prefix="stat") as pool:
-        for i, st in zip(todo, pool.map(one, todo)):
-            if st is None:
-                failed += 1
-            else:
-                table.sizes[i], table.mtimes[i] = st
-    return failed

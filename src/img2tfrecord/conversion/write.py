@@ -30,7 +30,7 @@ from img2tfrecord.conversion.options import (
     ShardSettings,
 )
 from img2tfrecord.conversion.plan import MIN_INDEXED_RECORDS, PlannedShard, shard_bounds
-from img2tfrecord.errors import DataError, option
+from img2tfrecord.errors import DataError
 from img2tfrecord.format.catalog import kind_key
 from img2tfrecord.format.framing import RECORD_OVERHEAD, record_spans
 from img2tfrecord.format.naming import shard_name, shard_split
@@ -219,6 +219,9 @@ class ShardOutcome:
     # them by position, as their names (utf8_text) are lossy ("\xff" undecodable, or typed)
     skipped_at: array = field(default_factory=lambda: array("I"))
     dropped_at: array = field(default_factory=lambda: array("I"))
+    # each record's stored height, width and channels, three entries a record (the catalog's: the
+    # report's size distributions without reading every record); empty in an older journal
+    shapes: array = field(default_factory=lambda: array("I"))
 
     def to_dict(self) -> dict[str, Any]:
         """The outcome as JSON-ready data (journal, Beam outcome files, worker results)."""
@@ -234,7 +237,7 @@ class ShardOutcome:
         return cls(**(d | packed | {"info": ShardInfo(**d["info"])}))
 
 
-_PACKED = ("lengths", "kind_of", "skipped_at", "dropped_at")  # ShardOutcome's integer arrays, packed in JSON
+_PACKED = ("lengths", "kind_of", "skipped_at", "dropped_at", "shapes")  # ShardOutcome's integer arrays, packed in JSON
 _WIDTHS = {1: "B", 2: "H", 4: "I", 8: "Q"}
 
 
@@ -290,7 +293,7 @@ def write_shard(
     sw = ShardWriter(
         staging, shard.name, settings.compression, settings.index, checksum=settings.checksum, writeback=writeback
     )
-    strict, no_digests = settings.strict, not settings.digests
+    no_digests = not settings.digests  # --strict is enforced once every image was tried (finalize)
     out = ShardOutcome(shard.split, sw.info)
     digests: list[str] = []
     kind_index: dict[tuple[str, str, str, str], int] = {}
@@ -331,6 +334,7 @@ def write_shard(
             if code is None:
                 code = kind_index[kind] = len(kind_index)
             out.kind_of.append(code)
+            out.shapes.extend((result.height or 0, result.width or 0, result.channels or 0))
             out.orientation_ignored += result.orientation_ignored
             out.converted_bytes += result.size
             reason = ""
@@ -339,8 +343,6 @@ def write_shard(
             out.skipped_at.append(position)
             if on_skip:
                 on_skip(rel, reason)
-            if strict:
-                raise DataError(f"{option('strict', True)}: {rel}: {reason}; nothing was published")
         if on_image:  # the bytes of images written; 0 for one skipped or dropped (never an empty image)
             on_image(0 if reason or result.kind == DROPPED else result.size)
 

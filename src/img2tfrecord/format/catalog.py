@@ -3,14 +3,16 @@
 One row per image the conversion saw: its path relative to the input (the file system's bytes),
 size and st_mtime_ns from the walk, the xxh3-128 digest of its bytes, its state (converted,
 skipped with a reason, or dropped as a duplicate), and for a converted image its split, shard and
-record number and the record's framed length. A record's offset in its (uncompressed) shard is
+record number, the record's framed length and its image's height, width and channels (what the
+HTML report's size distributions count without reading every record). A record's offset in its (uncompressed) shard is
 the sum of the lengths of the shard's earlier records (`Catalog.offsets`), so it is not stored.
 
 The file (`dataset.catalog`) is binary columns, each compressed on its own: rows sorted by path
 (neighbouring paths share their folders, which zlib folds away), integers stored as byte planes
 (the high bytes of sizes and mtimes are nearly constant), mtimes as differences from the previous
 row, digests raw (they do not compress). Measured on the 8,000-image bench set: 25.0 bytes an
-image on disk, 16 of them the digest (README "Keeping a dataset up to date"). The name matches no shard pattern (`SPLIT-NNNNN-of-NNNNN`), no
+image on disk, 16 of them the digest (docs/updating.md); the height, width and channels columns
+add 1.3 (26.4 with them, measured). The name matches no shard pattern (`SPLIT-NNNNN-of-NNNNN`), no
 TFDS template and no index, and ends in a suffix `layout.is_shard_candidate` passes over, so no
 reader and no `inspect out/*` takes it for a shard.
 
@@ -215,6 +217,11 @@ class Catalog:
         self.lengths = array("q")  # framed record size (data + 16), 0 unless converted
         self.classes = Tabled()  # the class name (image/class/text)
         self.kinds = Tabled()  # kind_key of the record, "" unless converted
+        # the record's image/height, image/width, image/channels; 0 unless converted, and in a
+        # catalog written before they were recorded (`shapes_known` says how many rows have them)
+        self.heights = array("I")
+        self.widths = array("I")
+        self.channels = array("B")
         self.has_digests = has_digests
         for name, values in columns.items():
             if name not in COLUMNS:
@@ -255,6 +262,9 @@ class Catalog:
         length: int = 0,
         cls: str = "",
         kind: str = "",
+        height: int = 0,
+        width: int = 0,
+        channels: int = 0,
     ) -> None:
         self.rels.append(rel)
         self.sizes.append(size)
@@ -268,6 +278,9 @@ class Catalog:
         self.lengths.append(length)
         self.classes.append(cls)
         self.kinds.append(kind)
+        self.heights.append(height)
+        self.widths.append(width)
+        self.channels.append(channels)
 
     def add_row(self, src: Catalog, r: int, shard: str, record: int) -> None:
         """Add row `r` of `src` as it is but for where its record now is (update's and compact's new versions)."""
@@ -284,6 +297,9 @@ class Catalog:
             src.lengths[r],
             src.classes[r],
             src.kinds[r],
+            src.heights[r],
+            src.widths[r],
+            src.channels[r],
         )
 
     def take(self, rows: Sequence[int]) -> Catalog:
@@ -299,7 +315,7 @@ class Catalog:
         w, digests = self.digests.width, self.digests.blob
         out.digests.blob = bytearray(b"".join([digests[r * w : r * w + w] for r in rows]))
         out.states = bytearray(map(self.states.__getitem__, rows))
-        for name in ("sizes", "mtimes", "records", "lengths"):
+        for name in ("sizes", "mtimes", "records", "lengths", *SHAPE_COLUMNS):
             column: array = getattr(self, name)
             setattr(out, name, array(column.typecode, map(column.__getitem__, rows)))
         for name in TABLED:
@@ -308,6 +324,11 @@ class Catalog:
             dst.values, dst.lookup = list(src.values), dict(src.lookup)
             dst.codes = array("I", map(src.codes.__getitem__, rows))
         return out
+
+    def shapes_known(self) -> int:
+        """How many converted rows carry their record's height, width and channels (a catalog
+        written before they were recorded, and the rows it passed on to updates, do not)."""
+        return sum(itertools.compress(map(bool, self.heights), self.converted()))
 
     def converted(self) -> bytes:
         """One byte a row: 1 where the row's image is a record, else 0 (for `itertools.compress`)."""
@@ -363,9 +384,17 @@ def count_problems(cat: Catalog, splits: Mapping[str, Any]) -> list[str]:
     `update` and `compact` trust the catalog to say which record of which shard is which image, so
     they refuse one that fails this first; `inspect --verify` reports the same problems."""
     listed = {s["file"]: int(s.get("records") or 0) for sp in splits.values() for s in sp.get("shards") or []}
-    codes = Counter(itertools.compress(cat.shards.codes, cat.converted()))
-    held = Counter({cat.shards.values[c]: n for c, n in codes.items()})
+    split_of = {s["file"]: name for name, sp in splits.items() for s in sp.get("shards") or []}
+    pairs = Counter(itertools.compress(zip(cat.shards.codes, cat.splits.codes), cat.converted()))
+    held: Counter[str] = Counter()
     out = []
+    for (shard, split), n in pairs.items():
+        name = cat.shards.values[shard]
+        held[name] += n
+        if name in split_of and cat.splits.values[split] != split_of[name]:
+            out.append(
+                f"puts records of {name} in the split {cat.splits.values[split]}; dataset.json in {split_of[name]}"
+            )
     for name in sorted(set(listed) | set(held)):
         if name not in listed:
             out.append(f"lists {held[name]} records in {name}, a shard dataset.json does not list")
@@ -374,7 +403,8 @@ def count_problems(cat: Catalog, splits: Mapping[str, Any]) -> list[str]:
     return out
 
 
-COLUMNS = ("rels", "sizes", "mtimes", "digests", "states", *TABLED, "records", "lengths")
+SHAPE_COLUMNS = ("heights", "widths", "channels")  # absent from catalogs written before they were recorded
+COLUMNS = ("rels", "sizes", "mtimes", "digests", "states", *TABLED, "records", "lengths", *SHAPE_COLUMNS)
 
 
 def _planes(values: Any, dtype: str) -> bytes:
@@ -405,6 +435,7 @@ def _array(typecode: str, values: np.ndarray) -> array:
 # dataset's) inflates no column past what its declared rows need: a small file cannot expand to GBs.
 MAX_REL = 4096  # PATH_MAX: a path relative to the input is no longer (the \0 between two included)
 WIDTHS = {"rels": MAX_REL, "sizes": 8, "mtimes": 8, "states": 1, "records": 4, "lengths": 8} | dict.fromkeys(TABLED, 4)
+WIDTHS |= {"heights": 4, "widths": 4, "channels": 1}
 
 
 def _inflate(blob: bytes, limit: int, name: str) -> bytes:
@@ -451,6 +482,9 @@ def encode(cat: Catalog) -> bytes:
         **{k: _planes(coded[k], "<u4") for k in TABLED},
         "records": _planes(col(cat.records, f"=i{cat.records.itemsize}"), "<i4"),
         "lengths": _planes(col(cat.lengths, "=i8"), "<u8"),
+        "heights": _planes(col(cat.heights, "=u4"), "<u4"),
+        "widths": _planes(col(cat.widths, "=u4"), "<u4"),
+        "channels": col(cat.channels, "u1").tobytes(),
         "digests": np.frombuffer(cat.digests.blob, np.uint8).reshape(n, 16)[order].tobytes() if n else b"",
     }
     blobs, described = [], []
@@ -466,6 +500,20 @@ def encode(cat: Catalog) -> bytes:
     }
     head = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode()
     return MAGIC + struct.pack("<I", len(head)) + head + b"".join(blobs)
+
+
+def _decode_shapes(cat: Catalog, raw: Mapping[str, bytes], n: int) -> None:
+    """The shape columns, or zeros (not known) for a catalog written before they were recorded."""
+    import numpy as np
+
+    if "heights" not in raw:
+        cat.heights, cat.widths, cat.channels = array("I", bytes(4 * n)), array("I", bytes(4 * n)), array("B", bytes(n))
+        return
+    cat.heights = _array("I", _unplanes(raw["heights"], "<u4", n))
+    cat.widths = _array("I", _unplanes(raw["widths"], "<u4", n))
+    if len(raw.get("channels", b"")) != n:
+        raise CatalogError("its channels column does not hold one entry per row")
+    cat.channels = array("B", np.frombuffer(raw["channels"], np.uint8).tobytes())
 
 
 def decode(data: bytes) -> Catalog:
@@ -509,6 +557,7 @@ def decode(data: bytes) -> Catalog:
             column.codes = _array("I", renumber[codes])
         cat.records = _array("i", _unplanes(raw["records"], "<i4", n))
         cat.lengths = _array("q", _unplanes(raw["lengths"], "<u8", n).view("<i8"))
+        _decode_shapes(cat, raw, n)
         return cat
     except (KeyError, TypeError, ValueError, IndexError, zlib.error) as e:
         if isinstance(e, CatalogError):

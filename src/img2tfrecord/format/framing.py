@@ -8,7 +8,7 @@ import gzip
 import os
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -362,6 +362,36 @@ class TFRecordFile:
                 index, offset = rec.index + 1, rec.offset + HEADER_BYTES + rec.length + FOOTER_BYTES
                 yield rec
             raw.drain()
+
+
+def records_at(
+    path: str | os.PathLike[str], offsets: Sequence[int], compression: str = "none", max_record_bytes: int | None = None
+) -> Iterator[RawRecord]:
+    """The records that start at `offsets` (in the decompressed stream, ascending), and no others
+    read: an uncompressed file is read at those offsets only (a catalog's or an index's), a
+    compressed one streamed up to the last of them. Raises FramingError on damage."""
+    limit = MAX_RECORD_BYTES if max_record_bytes is None else max_record_bytes
+    if compression != "none":
+        wanted = set(offsets)
+        last = max(offsets, default=-1)
+        for rec in TFRecordFile(path, compression, max_record_bytes=limit):
+            if rec.offset in wanted:
+                yield rec
+            if rec.offset >= last:
+                return
+        return
+    p = fs.as_path(path)
+    size = p.stat().st_size
+    with p.open("rb") as f:
+        for offset in offsets:
+            f.seek(offset)
+            try:
+                rec = next(_iter_framed(f, size - offset, limit))
+            except StopIteration:
+                raise FramingError(0, offset, "no record starts there: the file ends") from None
+            except FramingError as e:
+                raise FramingError(e.index, offset, e.message) from None
+            yield RawRecord(rec.index, offset, rec.data, rec.crc_ok, rec.skipped_length)
 
 
 def read_records(

@@ -232,6 +232,44 @@ def jpeg_frame_problem(data: bytes) -> str | None:
     return None
 
 
+_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # DHT, JPG and DAC share the range
+_STANDALONE_MARKERS = frozenset(range(0xD0, 0xD8)) | {0x01, 0xD8, 0xD9}  # RSTn, TEM, SOI, EOI: no length
+
+
+def jpeg_frame_size(data: bytes) -> tuple[int, int] | None:
+    """(height, width) of a plainly laid-out JPEG's one frame header (SOFn), read up to its scan.
+
+    None for anything less plain: junk between segments, a second frame header, a segment running
+    past the data, a standalone marker before the scan. So where this answers, the frame is the
+    one libjpeg and Pillow both read (libjpeg refuses a second one; Pillow would take the last),
+    and callers fall back to a full header parser otherwise. A few microseconds: no table parsed.
+    """
+    if not data.startswith(b"\xff\xd8"):
+        return None
+    size: tuple[int, int] | None = None
+    pos, end = 2, len(data)
+    while pos + 4 <= end:
+        if data[pos] != 0xFF:
+            return None
+        marker = data[pos + 1]
+        if marker == 0xFF:  # a fill byte before the marker
+            pos += 1
+            continue
+        if marker == 0xDA:
+            return size
+        if marker in _STANDALONE_MARKERS:
+            return None
+        length = (data[pos + 2] << 8) | data[pos + 3]
+        if length < 2 or pos + 2 + length > end:
+            return None
+        if marker in _SOF_MARKERS:
+            if size is not None or length < 8:
+                return None
+            size = ((data[pos + 5] << 8) | data[pos + 6], (data[pos + 7] << 8) | data[pos + 8])
+        pos += 2 + length
+    return None
+
+
 def _next_marker(data: bytes, pos: int) -> int:
     """Where libjpeg's `next_marker` finds the next marker from `pos`: it discards bytes up to an
     0xFF, skips fill bytes, and goes on past a stuffed 0xFF 0x00. -1 if there is none."""
@@ -390,6 +428,9 @@ def image_problem(
         return None
     if h is not None and w is not None and h > 0 and w > 0 and h * w > max_pixels:
         return f"image/height x image/width claim {h:,}x{w:,} = {h * w:,} pixels, more than the {max_pixels:,} decoded; not decoded"
+    size = jpeg_frame_size(image)
+    if size is not None and size[0] * size[1] <= max_pixels:  # the common case, without Pillow's parse
+        return None
     head = _header_pixels(image)
     if head is not None and head[0] > max_pixels:
         return f"image header claims {head[0]:,} pixels{head[1]}, more than the {max_pixels:,} decoded; not decoded (decompression bomb?)"

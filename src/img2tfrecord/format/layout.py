@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import glob
 import os
+import shlex
 import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -11,8 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from img2tfrecord import fs
-from img2tfrecord.errors import DataError, UsageError, option, said
+from img2tfrecord.errors import DataError, UsageError, option, plural, said
 from img2tfrecord.format.images import MAX_PIXELS
+from img2tfrecord.format.journal import unfinished_beside
 from img2tfrecord.format.manifest import LABELS_NAME, MAX_MANIFEST_BYTES, ManifestError, parse_manifest
 from img2tfrecord.format.manifest import MANIFEST_NAME as MANIFEST
 from img2tfrecord.format.naming import _AUX_SUFFIXES, PUBLISHING_NAME, SHARD_RE, STAGING_DIR, shard_split
@@ -153,6 +156,24 @@ def check_complete(directory: str) -> None:
         )
 
 
+def refuse_unfinished(output: str) -> None:
+    """DataError when `output` does not exist but an interrupted run into it left its workspace beside
+    it (`.out.img2tfrecord/`: finished shards kept for --resume), saying so and both ways on."""
+    left = unfinished_beside(output)
+    if left is None:
+        return
+    if left.command is not None:
+        cli = f"run: {shlex.join([*left.command, '--resume'])}"
+    else:
+        cli = "run the convert command that was interrupted again with --resume"
+    finish = said(cli, "call convert() again as it was called, with resume=True")
+    raise DataError(
+        f"{output} does not exist: a conversion into it was interrupted, and {left.folder} beside it holds "
+        f"{left.done} of its {plural(left.total, 'shard')} finished; to finish it, {finish}; to discard it, "
+        f"remove {left.folder}"
+    )
+
+
 def is_shard_candidate(path: fs.AnyPath) -> bool:
     """A regular file that could be a shard: not an index, manifest, label list or temp file."""
     return path.is_file() and not path.name.startswith(".") and not path.name.lower().endswith(_AUX_SUFFIXES)
@@ -209,6 +230,22 @@ def _list_names(paths: Sequence[fs.AnyPath], limit: int = 8) -> str:
     return ", ".join(names) + more
 
 
+def _nearby(p: fs.AnyPath) -> str:
+    """What is beside a mistyped PATH, closest names first: its folders (`outt` for `out`, a
+    dataset's most likely typo) shown with a slash, then its shard files; "" when nothing is."""
+    parent = p.parent if p.parent.is_dir() else None
+    if parent is None:
+        return ""
+    entries = [m for m in fs.children(parent) if not m.name.startswith(".")]
+    folders = [m for m in entries if m.is_dir()]
+    files = [m for m in entries if is_shard_candidate(m)]
+    close = set(difflib.get_close_matches(p.name, [m.name for m in folders + files], n=3, cutoff=0.6))
+    first = sorted(folders + files, key=lambda m: m.name not in close)  # stable: the rest by name
+    names = [m.name + "/" if m in folders else m.name for m in first[:8]]
+    more = f" and {len(first) - 8} more" if len(first) > 8 else ""
+    return f" ({parent} has: {', '.join(names)}{more})" if names else ""
+
+
 def resolve_paths(paths: Iterable[str | os.PathLike[str]], split: str | None = None) -> list[ShardRef]:
     """Turn inspect's PATH arguments into shard files.
 
@@ -221,6 +258,8 @@ def resolve_paths(paths: Iterable[str | os.PathLike[str]], split: str | None = N
     for raw in paths:
         text = os.fspath(raw)
         p = fs.as_path(text)
+        if not glob.has_magic(text) and not p.exists():
+            refuse_unfinished(text)
         if p.is_dir() or (p.is_file() and p.name == MANIFEST):
             d = p if p.is_dir() else p.parent
             check_complete(str(d))
@@ -246,14 +285,11 @@ def resolve_paths(paths: Iterable[str | os.PathLike[str]], split: str | None = N
             if not matches:
                 raise UsageError(f"{text}: the pattern matches no shard file")
         else:
-            matches = [m for m in _prefixed(p) if is_shard_candidate(m)]
+            matches = [m for m in _prefixed(p) if SHARD_RE.match(m.name) and is_shard_candidate(m)]
             if len(matches) > 1:
                 raise UsageError(f"{text}: ambiguous, it is a prefix of {len(matches)} files: {_list_names(matches)}")
             if not matches:
-                parent = p.parent if p.parent.is_dir() else None
-                near = [m for m in fs.children(parent) if is_shard_candidate(m)] if parent else []
-                hint = f" ({parent} has: {_list_names(near)})" if near else ""
-                raise UsageError(f"{text}: no such file, directory or shard prefix{hint}")
+                raise UsageError(f"{text}: no such file, directory or shard prefix{_nearby(p)}")
         found = []
         for m in matches:
             man, sp, entry = _manifest_for_file(m, cache)

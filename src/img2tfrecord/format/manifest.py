@@ -22,12 +22,40 @@ from typing import Any
 from img2tfrecord._version import __version__
 from img2tfrecord.errors import UsageError
 from img2tfrecord.format import jsontext
+from img2tfrecord.format.naming import SHARD_RE
 from img2tfrecord.format.schema import FEATURE_TYPES
-from img2tfrecord.fs import CHECKSUMS
+from img2tfrecord.fs import CHECKSUMS, hasher
 
 MANIFEST_NAME = "dataset.json"
 LABELS_NAME = "labels.txt"
 FORMAT_VERSION = 1
+CATALOG_FILE = "dataset.catalog"  # format.catalog.CATALOG_NAME (which imports numpy: not imported here)
+CATALOG_CHECKSUM = "xxh3_128"
+# the record-shaping options' allowed values (conversion.options and the CLI's choices take them from here)
+ENCODINGS = ("keep", "jpeg", "png", "raw")
+DEDUPE_MODES = ("report", "drop", "off")
+
+
+def catalog_checksum_problem(manifest: Mapping[str, Any], data: bytes) -> str | None:
+    """How the catalog's bytes differ from what dataset.json's `catalog` records (None: the same,
+    or a dataset.json of a version that recorded none)."""
+    entry = manifest.get("catalog")
+    if not isinstance(entry, dict):
+        return None
+    now = catalog_entry(data)
+    if now["bytes"] != entry.get("bytes"):
+        return f"it is {now['bytes']:,} bytes; dataset.json says {entry.get('bytes'):,}"
+    if now[CATALOG_CHECKSUM] != entry.get(CATALOG_CHECKSUM):
+        return f"its {CATALOG_CHECKSUM} is not the one dataset.json records"
+    return None
+
+
+def catalog_entry(data: bytes) -> dict[str, Any]:
+    """dataset.json's `catalog`: the catalog's size and checksum, so a reader can tell that the
+    catalog beside the shards is the one written with them (one hash of a small file)."""
+    h = hasher(CATALOG_CHECKSUM)
+    h.update(data)
+    return {"file": CATALOG_FILE, "bytes": len(data), CATALOG_CHECKSUM: h.hexdigest()}
 
 
 def created_stamp(env: Mapping[str, str] | None = None) -> str:
@@ -73,8 +101,10 @@ def build_manifest(
     parent: str | None = None,
     created: str | None = None,
     shard_request: int | dict[str, int] | None = None,
+    catalog: bytes | None = None,
 ) -> dict[str, Any]:
-    """The manifest; shard entries without a `version` are stamped with this one (they were written now)."""
+    """The manifest; shard entries without a `version` are stamped with this one (they were written now).
+    `catalog`: the bytes of the catalog written beside it."""
     for info in splits.values():
         for shard in info.get("shards") or []:
             shard.setdefault("version", version)
@@ -105,6 +135,8 @@ def build_manifest(
         "ignored_files": ignored_files,
         "excluded_files": excluded_files,
         "duplicates": duplicates or {},
+        # the catalog's size and checksum: update and compact refuse a catalog that is not this one
+        **({"catalog": catalog_entry(catalog)} if catalog is not None else {}),
     }
 
 
@@ -236,13 +268,87 @@ def _one_of(*values: Any) -> Any:
     return check
 
 
+def _resize(v: Any, where: str) -> None:
+    """null, N (the shorter side) or [width, height], as convert records --resize."""
+    want = "null, a whole number >= 1 or [width, height]"
+    if isinstance(v, list) and len(v) == 2:
+        for i, x in enumerate(v):
+            _whole(x, f"{where}[{i}]", 1)
+    elif v is not None and (not isinstance(v, int) or isinstance(v, bool) or not 1 <= v < _INT64):
+        raise _fail(where, v, want)
+
+
+def _split_name(name: str, where: str) -> None:
+    if not name or not name.replace("_", "").isalnum():
+        raise ManifestError(f"{where} names a split {_shown(name)}: expected letters, digits and '_'")
+
+
+def _hex(v: Any, where: str) -> str:
+    digest = _str(v, where)
+    if not digest or any(c not in "0123456789abcdef" for c in digest):
+        raise _fail(where, digest, "a lower-case hex digest")
+    return digest
+
+
+def _catalog_entry(v: Any, where: str) -> None:
+    """dataset.json's `catalog`: the catalog file's name, size and checksum (`catalog_entry`)."""
+    c = _obj(v, where)
+    if c.get("file") != CATALOG_FILE:
+        raise _fail(f"{where}.file", c.get("file"), _shown(CATALOG_FILE))
+    _whole(c.get("bytes"), f"{where}.bytes")
+    _hex(c.get(CATALOG_CHECKSUM), f"{where}.{CATALOG_CHECKSUM}")
+
+
+def _fractions(v: Any, where: str) -> None:
+    """--split as recorded: null or {split: fraction} with fractions in [0, 1] that add up to 1."""
+    if v is None:
+        return
+    total = 0.0
+    for name, frac in _obj(v, where).items():
+        _split_name(name, where)
+        if not isinstance(frac, (int, float)) or isinstance(frac, bool) or not 0 <= frac <= 1:
+            raise _fail(f"{where}.{name}", frac, "a fraction from 0 to 1")
+        total += frac
+    if abs(total - 1.0) > 1e-6:
+        raise ManifestError(f"{where} adds up to {total:g}: expected fractions that add up to 1")
+
+
+def _shard_counts(v: Any, where: str) -> None:
+    """--shards as recorded: null, a count, or {split: count}."""
+    if isinstance(v, dict):
+        for name, n in v.items():
+            _split_name(name, where)
+            _whole(n, f"{where}.{name}", 1)
+    elif v is not None:
+        _whole(v, where, 1)
+
+
 def _options(v: Any, where: str) -> None:
     o = _obj(v, where)
+    _optional(o, "encoding", f"{where}.", _one_of(*ENCODINGS))
+    _optional(o, "quality", f"{where}.", lambda x, w: _range(x, w, 1, 100))
+    _optional(o, "resize", f"{where}.", _resize)
     _optional(o, "compression", f"{where}.", _one_of(None, "none", "gzip", "zlib"))
     _optional(o, "max_pixels", f"{where}.", _nullable(lambda x, w: _whole(x, w, 1)))
+    _optional(o, "validate", f"{where}.", _one_of(True, False))
+    _optional(o, "seed", f"{where}.", lambda x, w: _whole(x, w, -_INT64))
     _optional(o, "index", f"{where}.", _one_of(None, True, False))
     _optional(o, "label_offset", f"{where}.", lambda x, w: _whole(x, w, -_INT64))
     _optional(o, "channels", f"{where}.", _one_of(None, "keep", 1, 2, 3, 4, "1", "2", "3", "4"))
+    _optional(o, "split", f"{where}.", _fractions)
+    _optional(o, "shards", f"{where}.", _shard_counts)
+    _optional(
+        o, "labels", f"{where}.", _nullable(lambda x, w: [_str(c, f"{w}[{i}]") for i, c in enumerate(_list(x, w))])
+    )
+    _optional(o, "dedupe", f"{where}.", _one_of(*DEDUPE_MODES))
+    _optional(o, "checksum", f"{where}.", _one_of(*CHECKSUMS))
+    _optional(o, "split_rule", f"{where}.", _one_of(None, "exact", "hash"))  # conversion.splits
+
+
+def _range(v: Any, where: str, lo: int, hi: int) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        raise _fail(where, v, f"a whole number from {lo} to {hi}")
+    return v
 
 
 def _shard(v: Any, where: str, checksums: tuple[str, ...]) -> None:
@@ -255,13 +361,12 @@ def _shard(v: Any, where: str, checksums: tuple[str, ...]) -> None:
     _optional(s, "index", f"{where}.", _nullable(_file_name))
     for algorithm in checksums:
         if algorithm in s:
-            digest = _str(s[algorithm], f"{where}.{algorithm}")
-            if not digest or any(c not in "0123456789abcdef" for c in digest):
-                raise _fail(f"{where}.{algorithm}", digest, "a lower-case hex digest")
+            _hex(s[algorithm], f"{where}.{algorithm}")
 
 
 def _split(v: Any, where: str, checksums: tuple[str, ...]) -> None:
     s = _obj(v, where)
+    name = where.removeprefix("splits.")
     _optional(s, "records", f"{where}.", _whole)
     _optional(s, "class_counts", f"{where}.", _counts)
     if "shards" not in s:
@@ -269,6 +374,11 @@ def _split(v: Any, where: str, checksums: tuple[str, ...]) -> None:
     files = set()
     for i, entry in enumerate(_list(s["shards"], f"{where}.shards")):
         _shard(entry, f"{where}.shards[{i}]", checksums)
+        m = SHARD_RE.match(entry["file"])
+        if m is None or m["split"] != name:  # a split renamed: its shards are another split's
+            raise _fail(
+                f"{where}.shards[{i}].file", entry["file"], f"a shard of the split {name} ({name}-NNNNN-of-NNNNN)"
+            )
         if entry["file"] in files:
             raise ManifestError(f"{where}.shards[{i}].file {_shown(entry['file'])} is listed twice")
         files.add(entry["file"])
@@ -292,6 +402,11 @@ def validate_manifest(data: Any, checksums: tuple[str, ...] = _DIGESTS) -> dict[
     if version != FORMAT_VERSION or isinstance(version, bool):
         raise _fail("format_version", version, str(FORMAT_VERSION))
     _optional(m, "tool", "", _obj)
+    _optional(m, "version", "", lambda x, w: _whole(x, w, 1))
+    _optional(m, "parent", "", _nullable(_hex))
+    _optional(m, "created", "", _str)
+    _optional(m, "shard_request", "", _shard_counts)
+    _optional(m, "catalog", "", _catalog_entry)
     if "classes" in m:
         for i, name in enumerate(_list(m["classes"], "classes")):
             _str(name, f"classes[{i}]")
@@ -305,7 +420,11 @@ def validate_manifest(data: Any, checksums: tuple[str, ...] = _DIGESTS) -> dict[
     _optional(m, "features", "", lambda x, w: [_str(t, f"{w}.{k}") for k, t in _obj(x, w).items()])
     if "splits" not in m:
         raise ManifestError("no 'splits' object")
+    fractions = opts.get("split")
     for name, split in _obj(m["splits"], "splits").items():
+        _split_name(name, "splits")
+        if isinstance(fractions, dict) and name not in fractions:
+            raise ManifestError(f"splits.{name} is a split options.split does not name ({', '.join(fractions)})")
         _split(split, f"splits.{name}", checksums)
     _optional(m, "skipped", "", _list)
     for key in ("transcoded", "formats", "depths", "reduced_depth"):
@@ -314,6 +433,7 @@ def validate_manifest(data: Any, checksums: tuple[str, ...] = _DIGESTS) -> dict[
     _optional(m, "ignored_files", "", _whole)
     _optional(m, "excluded_files", "", _whole)
     _optional(m, "duplicates", "", _obj)
+    _optional(m, "history", "", _list)  # update's per-version changes per class
     return m
 
 

@@ -9,7 +9,7 @@ if TYPE_CHECKING:  # pragma: no cover
     pass
 
 
-# {split}-{i:05d}-of-{n:05d}, no extension even when compressed (README "Output layout").
+# {split}-{i:05d}-of-{n:05d}, no extension even when compressed (docs/schema.md).
 SHARD_RE = re.compile(r"^(?P<split>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})$")
 
 

@@ -121,7 +121,7 @@ _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def filename_problem(name: str) -> str | None:
-    """Why `name` is not a valid `image/filename` (README "Record schema"), or None if it is.
+    """Why `name` is not a valid `image/filename` (docs/schema.md), or None if it is.
 
     The one definition that `convert` writes to and `inspect --verify` checks. Valid are:
 

@@ -148,7 +148,7 @@ def _show(value: str, limit: int = 80) -> str:
 
 
 def _schema_problems(info: RecordInfo, man: Manifest) -> Iterator[str]:
-    """Checks that only hold for our own datasets (README "Record schema")."""
+    """Checks that only hold for our own datasets (docs/schema.md)."""
     for key, kind in FEATURE_TYPES.items():
         got = info.features.get(key)
         if got is None:

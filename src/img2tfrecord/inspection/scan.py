@@ -23,10 +23,13 @@ from typing import Any
 from img2tfrecord import cstderr
 from img2tfrecord.errors import DataError, UsageError, option
 from img2tfrecord.format import framing
+from img2tfrecord.format.catalog import Catalog
 from img2tfrecord.format.framing import FramingError, TFRecordFile
 from img2tfrecord.format.layout import Manifest, ShardRef, pixel_limit, resolve_paths
+from img2tfrecord.format.split_groups import group_pattern
 from img2tfrecord.fs import CHECKSUMS
-from img2tfrecord.inspection.catalog_check import check_catalog
+from img2tfrecord.inspection import dataset_lists
+from img2tfrecord.inspection.catalog_check import Loaded, check_catalog, load_catalog
 from img2tfrecord.inspection.checks import (
     Problem,
     _check_dataset,
@@ -47,7 +50,7 @@ JSON_FORMAT_VERSION = 1
 # and counted as not read, not held: a report needs no record of tens of megabytes, and a gzip
 # file of a few hundred kilobytes can hold one. --verify and --extract read records up to
 # framing.MAX_RECORD_BYTES, since every image must be decoded or written.
-REPORT_RECORD_BYTES = 64 << 20
+REPORT_RECORD_BYTES = 64_000_000
 
 # --------------------------------------------------------------------------- framing
 
@@ -109,6 +112,8 @@ class Report:
     # dataset.json's lineage of each dataset read ({dir, version, parent, created}), so a training
     # job can log which version it read
     lineage: list[dict[str, Any]] = field(default_factory=list)
+    split_groups: dict[str, Any] | None = None  # --split-group: the groups that cross splits
+    exported: dict[str, Any] | None = None  # --export-list: the file written
 
     @property
     def problem_count(self) -> int:
@@ -131,6 +136,9 @@ class Report:
             "extracted": self.extracted,
             "contact_sheet": self.contact_sheet,
             "lineage": self.lineage,
+            # only when asked for (--split-group, --export-list): the report's keys are otherwise as before
+            **({"split_groups": self.split_groups} if self.split_groups is not None else {}),
+            **({"exported": self.exported} if self.exported is not None else {}),
         }
 
 
@@ -143,7 +151,7 @@ class _Progress:
             from tqdm import tqdm
 
             self.bar = tqdm(
-                total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="verify", disable=None, leave=False
+                total=total, unit="B", unit_scale=True, unit_divisor=1000, desc="verify", disable=None, leave=False
             )
 
     @staticmethod
@@ -175,6 +183,8 @@ def inspect(
     contact_sheet: str | os.PathLike[str] | None = None,
     progress: bool = False,
     workers: int | None = None,
+    split_group: str | None = None,
+    export_list: str | os.PathLike[str] | None = None,
 ) -> Report:
     """Read every record of the shards PATHs name, once, and report on them.
 
@@ -183,8 +193,10 @@ def inspect(
     `workers` threads (default: one per core), one file each at a time: TensorFlow's decoders
     and the CRC release the GIL, so files verify in parallel; the report is the same whatever the
     number. Usage errors (bad paths, non-empty extract dir) raise before any reading.
+    `split_group` and `export_list` read the one dataset folder's catalog (inspection.dataset_lists).
     """
     refs = resolve_paths(paths, split)
+    listed = _catalog_of(refs, split_group, export_list)
     by_split = len({r.split for r in refs}) > 1  # extract into SPLIT/CLASS/ so the splits stay apart
     extractor = Extractor(extract_dir, None if extract_all else records, by_split) if extract_dir is not None else None
     sheet = ContactSheet(contact_sheet, records) if contact_sheet is not None else None
@@ -192,6 +204,7 @@ def inspect(
         raise UsageError(f"bad {option('workers', workers)}: must be >= 1")
     decoder = Decoder(workers or os.cpu_count() or 1) if verify else None
     manifests = {id(r.manifest): r.manifest for r in refs if r.manifest is not None}
+    catalogs = {k: load_catalog(m) for k, m in manifests.items()} if verify else {}
     for man in manifests.values():
         if extractor:
             for sp in dict.fromkeys(r.split for r in refs if r.manifest is man):
@@ -228,8 +241,19 @@ def inspect(
         for ref in refs:
             sink: list[Problem] = []
             counts: dict[tuple[int, str], Counter[str]] = {}
+            loaded = catalogs.get(id(ref.manifest)) if ref.entry is not None else None
             fr, probs = _scan_file(
-                ref, records, verify, decoder, extractor, sheet, counts, sink, bar, _read_limit(verify, extractor)
+                ref,
+                records,
+                verify,
+                decoder,
+                extractor,
+                sheet,
+                counts,
+                sink,
+                bar,
+                _read_limit(verify, extractor),
+                loaded,
             )
             read.append((fr, probs, sink, counts))
             complete(wait=False)
@@ -241,10 +265,10 @@ def inspect(
             decoder.close()
         bar.close()
     if verify:
-        for man in manifests.values():
+        for key, man in manifests.items():
             _check_dataset(man, refs, class_counts, split, problems)
             if split is None:
-                check_catalog(man, problems)
+                check_catalog(catalogs[key], problems)
     report = Report([os.fspath(p) for p in paths], files, total, problems, omitted, verify)
     report.lineage = [
         {"dir": str(m.dir), **{k: m.data.get(k) for k in ("version", "parent", "created")}}
@@ -261,7 +285,29 @@ def inspect(
         }
     if sheet:
         report.contact_sheet = sheet.render()
+    if listed is not None:
+        man, cat = listed
+        if split_group is not None:
+            report.split_groups = dataset_lists.crossing_groups(cat, split_group)
+        if export_list is not None:
+            report.exported = dataset_lists.export_list(cat, man, export_list)
     return report
+
+
+def _catalog_of(
+    refs: list[ShardRef], split_group: str | None, export_list: str | os.PathLike[str] | None
+) -> tuple[Manifest, Catalog] | None:
+    """The one dataset's manifest and catalog, for --split-group and --export-list (UsageError
+    before any reading when PATH is not one dataset folder, or the pattern is no regular expression)."""
+    if split_group is None and export_list is None:
+        return None
+    what = option("split_group") if split_group is not None else option("export_list")
+    group_pattern(split_group)
+    mans = {id(r.manifest): r.manifest for r in refs}
+    man = next(iter(mans.values())) if len(mans) == 1 else None
+    cat = dataset_lists.dataset_catalog(man, what)  # UsageError unless one dataset folder
+    assert man is not None
+    return man, cat
 
 
 def _read_limit(verify: bool, extractor: Extractor | None) -> int:
@@ -289,8 +335,10 @@ def _scan_file(
     sink: list[Problem],
     bar: _Progress,
     read_limit: int,
+    loaded: Loaded | None = None,
 ) -> tuple[FileReport, _Problems]:
-    """One pass over one file feeding stats, checks, extraction and the contact sheet."""
+    """One pass over one file feeding stats, checks, extraction and the contact sheet; `loaded`:
+    the dataset's catalog, whose row each record's image/filename is checked against."""
     stats = Stats(keep_first)
     fr = FileReport(ref, stats)
     probs = _Problems(str(ref.path), sink)
@@ -361,6 +409,8 @@ def _scan_file(
             if verify and man is not None:
                 for msg in _schema_problems(info, man):
                     probs.add(rec.index, rec.offset, msg)
+                if loaded is not None and (wrong := loaded.name_problem(ref.path.name, rec.index, info.filename)):
+                    probs.add(rec.index, rec.offset, wrong)
             if extractor is not None:
                 extractor.add(info, name, ref.split)
             if sheet is not None:

@@ -48,7 +48,7 @@ def contact_sheet_size(rows: int, per_row: int, label_width: int = LABEL_WIDTH) 
     return label_width + per_row * (THUMB + GAP) + GAP, max(1, rows) * (THUMB + GAP) + GAP
 
 
-def _thumbnail(info: RecordInfo, max_pixels: int = MAX_PIXELS) -> Any:
+def _thumbnail(info: RecordInfo, max_pixels: int = MAX_PIXELS, side: int = THUMB) -> Any:
     """An RGB thumbnail of the pixels as stored (no EXIF rotation: what TensorFlow decodes).
 
     Small images are scaled up to the cell, so a 32x32 dataset is as easy to judge as a photo one.
@@ -71,7 +71,7 @@ def _thumbnail(info: RecordInfo, max_pixels: int = MAX_PIXELS) -> Any:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # DecompressionBombWarning: the size was checked above
             img = Image.open(io.BytesIO(info.image or b""))
-        img.draft("RGB", (THUMB, THUMB))  # JPEG: decode at reduced scale
+        img.draft("RGB", (side, side))  # JPEG: decode at reduced scale
     img.load()
     if img.mode.startswith("I"):  # a 16-bit PNG: Pillow's convert would clip to 255 (white); scale as TensorFlow does
         import numpy as np
@@ -79,7 +79,7 @@ def _thumbnail(info: RecordInfo, max_pixels: int = MAX_PIXELS) -> Any:
         img = Image.fromarray((np.asarray(img).astype(np.uint32) >> 8).clip(0, 255).astype(np.uint8), "L")
     if img.mode not in ("L", "LA", "RGB", "RGBA"):
         img = img.convert("RGBA" if img.mode in ("PA", "P") and "transparency" in img.info else "RGB")
-    img = ImageOps.contain(img, (THUMB, THUMB))
+    img = ImageOps.contain(img, (side, side))
     if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
         img = img.convert("RGBA")
         bg = Image.new("RGBA", img.size, (255, 255, 255, 255))

@@ -33,6 +33,25 @@ def _range(c: Counter) -> dict[str, int | None] | None:
     return {"min": min(c), "median": _median(c), "max": max(c)} if c else None
 
 
+def format_name(fmt: str | None, sixteen_bit: bool) -> str:
+    """A record's format as the report counts it: a 16-bit PNG apart (decode it with dtype=tf.uint16 to keep the bits)."""
+    fmt = fmt or "unknown"
+    return "PNG 16-bit" if fmt == "PNG" and sixteen_bit else fmt
+
+
+def shape_fields(
+    formats: Counter[str], heights: Counter[int], widths: Counter[int], channels: Counter[int]
+) -> dict[str, Any]:
+    """The formats, height, width and channels of a report: `inspect --json`'s from the records it
+    read, the HTML report's from the catalog, both through this one function."""
+    return {
+        "formats": dict(sorted(formats.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "height": _range(heights),
+        "width": _range(widths),
+        "channels": {str(c): n for c, n in sorted(channels.items())},
+    }
+
+
 @dataclass
 class _FeatureStat:
     types: set[str] = field(default_factory=set)
@@ -120,10 +139,8 @@ class Stats:
         else:
             self._label(info.label, 1, label_name)
         if info.image is not None:
-            fmt = info.format or "unknown"
-            if fmt == "PNG" and info.image[24:25] == b"\x10" and info.image[12:16] == b"IHDR":  # IHDR bit depth 16
-                fmt = "PNG 16-bit"  # decode with dtype=tf.uint16 to keep the bits
-            self.formats[fmt] += 1
+            sixteen = info.image[24:25] == b"\x10" and info.image[12:16] == b"IHDR"  # IHDR bit depth 16
+            self.formats[format_name(info.format, sixteen)] += 1
         if info.height is not None:
             self.heights[info.height] += 1
         if info.width is not None:
@@ -187,9 +204,6 @@ class Stats:
             ],
             "labels_omitted": self.labels_omitted,
             "unlabelled": self.unlabelled,
-            "formats": dict(sorted(self.formats.items(), key=lambda kv: (-kv[1], kv[0]))),
-            "height": _range(self.heights),
-            "width": _range(self.widths),
-            "channels": {str(c): n for c, n in sorted(self.channels.items())},
+            **shape_fields(self.formats, self.heights, self.widths, self.channels),
             "first_records": list(self.first),
         }

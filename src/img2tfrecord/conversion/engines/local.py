@@ -37,8 +37,8 @@ from img2tfrecord.conversion import write as writer
 from img2tfrecord.conversion.dedupe import Deduper
 from img2tfrecord.conversion.options import ShardSettings
 from img2tfrecord.conversion.plan import PlannedShard, Task
-from img2tfrecord.conversion.publish import signals_deferred
 from img2tfrecord.conversion.resume import Journal
+from img2tfrecord.conversion.signals import signals_deferred
 from img2tfrecord.conversion.write import ShardOutcome
 from img2tfrecord.errors import WorkerDied, option, said
 from img2tfrecord.format.schema import utf8_text

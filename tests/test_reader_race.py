@@ -1,0 +1,171 @@
+"""A reader while a new version is published: it finishes the version it opened, or stops at once
+with our one line; it never hangs, never reads a mix.
+
+The race is made deterministic: the reader is paused after k records (at every shard boundary),
+the update (or compact, or convert --overwrite) runs to its end, then the reader goes on. The
+reader runs in a thread so that a hang fails the test instead of stalling the suite.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import img2tfrecord
+from helpers import make_dataset, natural_image, save
+from img2tfrecord.conversion.publish import workspace
+
+SHARDS = 4
+WAIT = 60  # seconds: far more than a run here takes; only a hang reaches it
+
+
+def _names(ds: Any) -> list[bytes]:
+    return [ex["image/filename"].numpy() for ex in ds]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    root = tmp_path_factory.mktemp("race")
+    make_dataset(root / "in", {"a": 24, "b": 24}, size=(16, 12))
+    img2tfrecord.convert(str(root / "in"), str(root / "v1"), shards=SHARDS, workers=1, split="train=1.0")
+    man = json.loads((root / "v1" / "dataset.json").read_text())
+    sizes = [sh["records"] for sh in man["splits"]["train"]["shards"]]
+    return root, sizes
+
+
+def _fresh(root: Path, tmp: Path) -> tuple[Path, Path]:
+    src, out = tmp / "in", tmp / "out"
+    for p in (src, out):
+        shutil.rmtree(p, ignore_errors=True)
+    shutil.rmtree(workspace(str(out)).root, ignore_errors=True)
+    shutil.copytree(root / "in", src)
+    shutil.copytree(root / "v1", out)
+    return src, out
+
+
+def _change(src: Path, out: Path, how: str) -> None:
+    """A new version whose shard names all differ from the old ones (renumbered -of- counts)."""
+    if how == "update":
+        os.remove(next((src / "a").glob("*.png")))
+        save(natural_image(18, 14, 7), src / "a" / "added.jpg", quality=90)
+        img2tfrecord.update(str(src), str(out))
+    elif how == "compact":  # the same shard names as before, other records in them
+        for p in sorted((src / "b").glob("*.jpg"))[:6]:
+            os.remove(p)
+        img2tfrecord.update(str(src), str(out))
+        img2tfrecord.compact(str(out))
+    else:
+        img2tfrecord.convert(str(src), str(out), shards=SHARDS + 1, workers=1, split="train=1.0", overwrite=True)
+
+
+def _read_rest(it: Any, got: list[bytes]) -> BaseException | None:
+    """Read the iterator to its end in a thread; the error it raised, if any. A hang fails."""
+    error: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            got.extend(ex["image/filename"].numpy() for ex in it)
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            error.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(WAIT)
+    assert not t.is_alive(), f"the reader hung: {len(got)} records, then nothing for {WAIT} s"
+    return error[0] if error else None
+
+
+@pytest.mark.parametrize("verify", ["framing", "none"])
+@pytest.mark.parametrize("cycle", [1, 2])
+def test_an_update_at_every_shard_boundary_leaves_the_reader_its_whole_version(base, tmp_path, cli, cycle, verify):
+    root, sizes = base
+    bounds = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
+    for k in bounds:
+        src, out = _fresh(root, tmp_path)
+        ds = img2tfrecord.load(str(out), "train", cycle_length=cycle, verify=verify, as_dict=True)
+        want = _names(ds)
+        it = iter(ds)
+        got = [next(it)["image/filename"].numpy() for _ in range(k)]
+        _change(src, out, "update")
+        assert json.loads((out / "dataset.json").read_text())["version"] == 2
+        assert _read_rest(it, got) is None, k
+        assert got == want, k  # the old version, whole, in its order: never a mix
+        del ds, it
+        gc.collect()
+        # the old version stayed while it was read; the next command removes it, and all verifies
+        assert img2tfrecord.update(str(src), str(out))["up_to_date"]
+        assert not os.path.lexists(workspace(str(out)).root)
+        r = cli("inspect", out, "--verify")
+        assert r.exit_code == 0 and "no problems" in r.output, r.output
+
+
+@pytest.mark.parametrize("how", ["compact", "convert --overwrite"])
+def test_compact_and_convert_overwrite_under_a_reader(base, tmp_path, how):
+    root, sizes = base
+    src, out = _fresh(root, tmp_path)
+    ds = img2tfrecord.load(str(out), "train", cycle_length=2, as_dict=True)
+    want = _names(ds)
+    it = iter(ds)
+    got = [next(it)["image/filename"].numpy() for _ in range(sizes[0])]
+    _change(src, out, how.split()[0])
+    assert _read_rest(it, got) is None
+    assert got == want
+
+
+def test_an_old_version_is_kept_while_read_and_removed_by_the_next_command_after(base, tmp_path):
+    root, _ = base
+    src, out = _fresh(root, tmp_path)
+    ds = img2tfrecord.load(str(out), "train", cycle_length=1)
+    it = iter(ds)
+    next(it)
+    _change(src, out, "update")
+    ws = Path(workspace(str(out)).root)
+    kept = [p for p in ws.iterdir() if p.name.startswith("old-")]
+    assert len(kept) == 1 and (kept[0] / "dataset.json").is_file()
+    assert img2tfrecord.update(str(src), str(out))["up_to_date"]
+    assert kept[0].is_dir()  # still read: still there
+    del ds, it
+    gc.collect()
+    assert img2tfrecord.update(str(src), str(out))["up_to_date"]
+    assert not ws.exists()
+
+
+def test_a_shard_removed_under_a_reader_of_plain_files_stops_it_with_one_line(base, tmp_path):
+    """No folder to hold open (a list of files; likewise a publish in place): a shard gone before
+    TensorFlow opened it stops the reader with our line, under either verify, never a hang."""
+    root, _ = base
+    for verify in ("framing", "none"):
+        _, out = _fresh(root, tmp_path)
+        files = sorted(str(p) for p in out.glob("train-*"))
+        it = iter(img2tfrecord.load(files, cycle_length=1, verify=verify, as_dict=True))
+        got = [next(it)["image/filename"].numpy()]
+        os.remove(files[-1])  # the last shard: not opened yet
+        e = _read_rest(it, got)
+        assert e is not None, verify
+        assert f"{files[-1]} was removed or replaced while load() read it: call load() again" in str(e), str(e)
+        assert "NotFound" not in type(e).__name__, type(e)
+
+
+def test_a_shard_replaced_in_the_folder_a_reader_holds_names_the_newer_version(base, tmp_path):
+    """A version published in place (a mount point, the current folder) changes the folder itself."""
+    root, _ = base
+    src, out = _fresh(root, tmp_path)
+    it = iter(img2tfrecord.load(str(out), "train", cycle_length=1, as_dict=True))
+    got = [next(it)["image/filename"].numpy()]
+    last = sorted(out.glob("train-*"))[-1]
+    data = last.read_bytes()
+    os.remove(last)
+    last.write_bytes(data)  # the same bytes, another file: as a publish in place leaves it
+    man = json.loads((out / "dataset.json").read_text())
+    (out / "dataset.json").write_text(json.dumps(man | {"version": 2}))
+    e = _read_rest(it, got)
+    assert e is not None
+    line = f"{out}: version 2 replaced version 1 while load() read it, and {last.name} of version 1 is gone: call load() again to read version 2"
+    assert line in str(e), str(e)
