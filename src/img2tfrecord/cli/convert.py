@@ -174,7 +174,7 @@ def _summary_text(s: dict[str, Any]) -> str:
 @click.option(
     "--like",
     metavar="DATASET",
-    help="Take every option DATASET was converted with (its dataset.json: split, seed, shards as asked, encoding, ...) and its labels, numbers included (classes INPUT_DIR has beyond them get the next ones). Options given too replace only what they name. DATASET may be OUTPUT_DIR itself (with --overwrite).",
+    help="Take every option DATASET was converted with (its dataset.json: split, seed, shards as asked, encoding, ...) and its labels, numbers included (classes INPUT_DIR has beyond them get the next ones); each image DATASET holds keeps its split unless --split, --seed, --split-rule or --split-group is given. Options given too replace only what they name. DATASET may be OUTPUT_DIR itself (with --overwrite).",
 )
 @click.option(
     "--shards",

@@ -340,5 +340,9 @@ def _kept_message(plan: Plan, ws: Workspace, e: BaseException, done: int, publis
 # What convert() accepts: its own keywords and plan_job's (named in the error for any other).
 _PARAMETERS = [
     *(p for p in inspect.signature(convert).parameters if p not in ("input_dir", "output_dir", "options")),
-    *(p for p in inspect.signature(plan_job).parameters if p not in ("input_dir", "output_dir", "known_classes")),
+    *(
+        p
+        for p in inspect.signature(plan_job).parameters
+        if p not in ("input_dir", "output_dir", "known_classes", "split_prior")
+    ),
 ]

@@ -3,7 +3,8 @@ advice that uses it.
 
 A dataset's dataset.json records every option that shaped it (`options`, in `plan_job`'s names),
 the shard request as it was asked for (`shard_request`) and its classes in label order (updates
-append new classes at the end, so they are not in sorted order). `like_options` turns these back
+append new classes at the end, so they are not in sorted order); its catalog gives each image's
+split, which the image keeps (updates keep splits, so exact splits drawn again would differ). `like_options` turns these back
 into `plan_job`'s keywords, generically: every recorded option whose name is a `plan_job` keyword
 is passed on as recorded, so an option added to dataset.json later carries over with no code here.
 Options given beside `like` override only what they name.
@@ -21,12 +22,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from img2tfrecord import fs
+from img2tfrecord.conversion.splits import Prior, prior_of, recorded_rule
 from img2tfrecord.errors import DataError, UsageError, option, said
+from img2tfrecord.format import catalog as catalog_file
+from img2tfrecord.format.catalog import CATALOG_NAME
 from img2tfrecord.format.layout import read_manifest
 from img2tfrecord.format.manifest import MANIFEST_NAME
 
 # recorded options plan_job takes from elsewhere in dataset.json
 _RECORDED_ELSEWHERE = ("shards", "labels")  # the request is `shard_request`; the labels are `classes`
+# options given beside `like` that draw the splits anew, so images no longer keep the dataset's
+_SPLIT_DRAW = {"split", "seed", "split_rule", "split_group"}
 
 
 def like_options(dataset_dir: str) -> dict[str, Any]:
@@ -55,7 +61,24 @@ def like_options(dataset_dir: str) -> dict[str, Any]:
         out["labels"] = classes
     else:  # the classes keep their labels; classes the input has beyond them get the next ones
         out["known_classes"] = classes
+    if (prior := _split_prior(dataset_dir, recorded)) is not None:
+        out["split_prior"] = prior
     return out
+
+
+def _split_prior(dataset_dir: str, recorded: Mapping[str, Any]) -> Prior | None:
+    """The splits the dataset's images have, which they keep (as in an update): exact splits drawn
+    again from scratch would move images an update had left where they were. None for the hash rule
+    (an image's split is its path's) or a dataset with no split or no catalog."""
+    path = fs.join(dataset_dir, CATALOG_NAME)
+    if not recorded.get("split") or recorded_rule(recorded).name == "hash" or not fs.exists(path):
+        return None
+    try:
+        cat = catalog_file.decode(fs.read_bytes(path))
+    except catalog_file.CatalogError as e:
+        raise DataError(f"{option('like', dataset_dir)}: {path}: {e}") from None
+    seed = int(recorded.get("seed") or 0)
+    return prior_of(cat.rels.blob, cat.rels.ends, cat.splits.codes, cat.splits.values, seed)
 
 
 def with_like(like: str, given: Mapping[str, Any]) -> dict[str, Any]:
@@ -63,6 +86,8 @@ def with_like(like: str, given: Mapping[str, Any]) -> dict[str, Any]:
     out = like_options(like) | dict(given)
     if "labels" in given:  # a label list of the caller's own replaces the dataset's classes
         out.pop("known_classes", None)
+    if _SPLIT_DRAW & set(given):  # splits drawn anew: nothing keeps the dataset's
+        out.pop("split_prior", None)
     return out
 
 

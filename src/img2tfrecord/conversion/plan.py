@@ -39,7 +39,7 @@ from img2tfrecord.conversion.options import (
     parse_resize,
     parse_shards,
 )
-from img2tfrecord.conversion.splits import SPLIT_RULES, SplitRule, parse_split_spec
+from img2tfrecord.conversion.splits import SPLIT_RULES, Prior, SplitRule, parse_split_spec
 from img2tfrecord.conversion.table import Task, sizes_of
 from img2tfrecord.conversion.walk import discover
 from img2tfrecord.errors import DataError, UsageError, option, plural
@@ -283,11 +283,14 @@ def plan_job(
     checksum: str = DEFAULT_CHECKSUM,
     fsync: bool = True,
     known_classes: list[str] | None = None,
+    split_prior: Prior | None = None,
 ) -> Plan:
     """Check the options, walk the input (or read `file_list`) and cut it into shards. Raises UsageError.
 
     `known_classes` (`convert(like=...)`, without `labels`): an existing dataset's classes, which
-    keep their labels; the other classes found get the next ones, sorted (update's rule)."""
+    keep their labels; the other classes found get the next ones, sorted (update's rule).
+    `split_prior` (`convert(like=...)` with its split): the splits an existing dataset gives its
+    images, which they keep, as in an update, so that the dataset made again is the same one."""
     options = {k: v for k, v in locals().items() if k not in ("input_dir", "output_dir")}  # every keyword above
     opts, shard_request, fractions, class_list = check_options(**options)
     check_paths(input_dir, output_dir)
@@ -299,7 +302,7 @@ def plan_job(
             shard_request,
             fractions,
             class_list,
-            SplitRule(split_rule, split_group),
+            SplitRule(split_rule, split_group, split_prior),
             seed,
             label_offset,
             file_list,
