@@ -39,7 +39,12 @@ def same_dataset_bytes(remote: dict[str, bytes], local: dict[str, bytes], skip: 
 
     assert sorted(remote) == sorted(local)
     for name in local:
-        if name == "dataset.catalog":
+        if name == "dataset.json" and name not in skip:  # its catalog entry names that catalog's bytes
+            got_m, want_m = json.loads(remote[name]), json.loads(local[name])
+            assert catalog_entry_names(got_m, remote) and catalog_entry_names(want_m, local)
+            got_m.pop("catalog"), want_m.pop("catalog")
+            assert got_m == want_m
+        elif name == "dataset.catalog":
             got, want = catalog.decode(remote[name]), catalog.decode(local[name])
             assert set(got.mtimes) <= {0} and 0 not in want.mtimes
             assert set(got.sizes) == {0} or got.sizes == want.sizes
@@ -47,6 +52,14 @@ def same_dataset_bytes(remote: dict[str, bytes], local: dict[str, bytes], skip: 
             assert got == want
         elif name not in skip:
             assert remote[name] == local[name], name
+
+
+def catalog_entry_names(manifest: dict, files: dict[str, bytes]) -> bool:
+    """dataset.json's catalog entry gives the size and XXH3-128 of the catalog beside it."""
+    import xxhash
+
+    entry, data = manifest["catalog"], files[manifest["catalog"]["file"]]
+    return entry["bytes"] == len(data) and entry["xxh3_128"] == xxhash.xxh3_128_hexdigest(data)
 
 
 def without_engine(manifest_bytes: bytes) -> dict:
@@ -126,7 +139,12 @@ def test_beam_reports_and_rebalances_skipped_files(both_engines):
 @needs_beam
 def test_beam_keeps_the_terminal_quiet(both_engines):
     *_, beam, fd2 = both_engines
-    ours = ("skipped: ", "warning: ", "Wrote ")  # our lines (a split warning for this small tree is one)
+    ours = (
+        "skipped: ",
+        "warning: ",
+        "Wrote ",
+        "See it in a browser: ",
+    )  # our lines (a split warning for this small tree is one)
     assert [ln for ln in beam.stderr.splitlines() if ln.strip() and not ln.startswith(ours)] == []
     assert fd2.strip() == "", fd2[:2000]  # no apitools warning, no worker INFO lines
 
@@ -161,7 +179,7 @@ def test_a_fresh_beam_run_leaves_only_our_lines_and_the_applications_logging(tmp
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert "skipped: a/broken.png: not an image: content is text" in lines
     assert lines[-1] == "app: its own line", res.stderr[-3000:]
-    ours = ("skipped: ", "warning: ", "Wrote ", "app: ")
+    ours = ("skipped: ", "warning: ", "Wrote ", "See it in a browser: ", "app: ")
     assert [ln for ln in lines if not ln.startswith(ours)] == []
 
 
@@ -289,6 +307,8 @@ def test_beam_on_remote_paths_with_a_file_list(both_engines):
     got, want = ram_files("ram://t2/out"), dataset_files(local_out)
     same_dataset_bytes(got, want, skip=("dataset.json",))
     m_got, m_want = without_engine(got["dataset.json"]), without_engine(want["dataset.json"])
+    assert catalog_entry_names(m_got, got) and catalog_entry_names(m_want, want)
+    m_got.pop("catalog"), m_want.pop("catalog")  # the catalogs differ in their size and mtime columns
     assert m_want.pop("ignored_files") == 1 and m_got.pop("ignored_files") == 0  # notes.txt is not listed
     assert m_got == m_want
 
