@@ -130,15 +130,15 @@ def png_bytes(im: Image.Image) -> bytes:
 
 
 def build_dir(out: Path) -> Path:
-    """Where a run into `out` builds its dataset (beside it: conversion.publish's workspace)."""
-    from img2tfrecord.conversion.publish import workspace
+    """Where a run into `out` builds its dataset (beside it: conversion.write.publish's workspace)."""
+    from img2tfrecord.conversion.write.workspace import workspace
 
     return Path(workspace(str(out)).build)
 
 
 def journal_file(out: Path) -> Path:
     """The --resume journal of a run into `out`."""
-    from img2tfrecord.conversion.publish import JOURNAL, workspace
+    from img2tfrecord.conversion.write.workspace import JOURNAL, workspace
 
     return Path(workspace(str(out)).journal_dir) / JOURNAL
 

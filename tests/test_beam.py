@@ -191,7 +191,7 @@ def test_missing_beam_is_a_usage_error_with_the_install_command(cli, tmp_path, m
     assert "pip install 'img2tfrecord[beam]'" in res.stderr and "Traceback" not in res.output
     assert not (tmp_path / "out").exists()
     # a fresh import of the engine module (no Beam at all) still gives the hint, not an ImportError
-    monkeypatch.delitem(sys.modules, "img2tfrecord.conversion.engines.beam", raising=False)
+    monkeypatch.delitem(sys.modules, "img2tfrecord.conversion.write.engines.beam", raising=False)
     res = cli("convert", tmp_path / "in", tmp_path / "out", "--engine", "beam", "--dry-run")
     assert res.exit_code == 2 and "pip install 'img2tfrecord[beam]'" in res.stderr
 
@@ -219,7 +219,7 @@ def test_bad_beam_options_are_usage_errors(cli, tmp_path, args, message):
 
 @needs_beam
 def test_default_flags_fill_only_what_the_user_did_not_say():
-    from img2tfrecord.conversion.engines.beam import pipeline_flags, unknown_options
+    from img2tfrecord.conversion.write.engines.beam import pipeline_flags, unknown_options
 
     assert pipeline_flags(None, workers=8, shards=3) == [
         "--runner=DirectRunner",
@@ -244,8 +244,8 @@ def test_default_flags_fill_only_what_the_user_did_not_say():
 
 @needs_beam
 def test_plan_lines_round_trip_undecodable_names():
-    from img2tfrecord.conversion.engines.beam import shard_from_json, shard_to_json
-    from img2tfrecord.conversion.plan import PlannedShard, Task
+    from img2tfrecord.conversion.plan.job import PlannedShard, Task
+    from img2tfrecord.conversion.write.engines.beam import shard_from_json, shard_to_json
 
     name = b"caf\xe9/\xff.jpg".decode("utf-8", "surrogateescape")
     shard = PlannedShard(
@@ -316,8 +316,8 @@ def test_beam_on_remote_paths_with_a_file_list(both_engines):
 @needs_beam
 def test_dataflow_refuses_local_images(tmp_path, monkeypatch):
     """Remote workers cannot read this machine's disk: said before anything runs."""
-    from img2tfrecord.conversion.engines import beam as beam_engine
-    from img2tfrecord.conversion.plan import plan_job
+    from img2tfrecord.conversion.plan.job import plan_job
+    from img2tfrecord.conversion.write.engines import beam as beam_engine
     from img2tfrecord.errors import UsageError
 
     make_dataset(tmp_path / "in", {"a": 2})
@@ -332,7 +332,7 @@ def test_a_beam_dataset_is_updated_by_the_local_engine(both_engines, tmp_path):
     import shutil
 
     from helpers import natural_image, save
-    from img2tfrecord.conversion.update import update
+    from img2tfrecord.conversion.versions.update import update
 
     root, local_out, beam_out, _, _, _ = both_engines
     src = tmp_path / "in"

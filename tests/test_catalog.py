@@ -149,7 +149,7 @@ def test_catalog_columns_are_compact_and_keep_their_list_api() -> None:
 def test_outcome_lengths_and_kinds_are_packed_and_old_journals_load() -> None:
     from array import array
 
-    from img2tfrecord.conversion.write import ShardInfo, ShardOutcome
+    from img2tfrecord.conversion.write.shards import ShardInfo, ShardOutcome
 
     lengths = array("q", [16 + 100_000 + i for i in range(500)] + [5 << 32])
     o = ShardOutcome("train", ShardInfo("train-00000-of-00001", 501), lengths=lengths, kinds=["a", "b"])

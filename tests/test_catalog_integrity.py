@@ -122,7 +122,7 @@ def test_a_split_renamed_in_the_catalog_is_refused(tmp_path: Path, cli) -> None:
 
 
 def test_verify_knows_the_split_folders_the_walk_knows() -> None:
-    from img2tfrecord.conversion.splits import SPLIT_DIR_NAMES
+    from img2tfrecord.conversion.plan.splits import SPLIT_DIR_NAMES
     from img2tfrecord.inspection.catalog_check import SPLIT_FOLDERS
 
     assert SPLIT_FOLDERS == SPLIT_DIR_NAMES

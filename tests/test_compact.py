@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from helpers import make_dataset, natural_image, save
-from img2tfrecord.conversion.compact import compact
 from img2tfrecord.conversion.convert import convert
-from img2tfrecord.conversion.update import update
+from img2tfrecord.conversion.versions.compact import compact
+from img2tfrecord.conversion.versions.update import update
 
 LINEAGE = ("version", "parent", "created", "history")
 

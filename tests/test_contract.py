@@ -57,7 +57,7 @@ def test_file_list_rows_outside_input_pass_verify(cli, tmp_path):
 
 
 def test_remote_rows_outside_input_are_valid_names():
-    from img2tfrecord.conversion.filelist import _resolve_listed
+    from img2tfrecord.conversion.plan.filelist import _resolve_listed
     from img2tfrecord.format.schema import filename_problem
 
     for given, name in [
@@ -145,7 +145,7 @@ def test_resume_rebuilds_a_shard_whose_source_was_edited_in_place(cli, eight_sha
     again, so the result equals a fresh conversion of today's files."""
     import shutil
 
-    from img2tfrecord.conversion.plan import plan_job
+    from img2tfrecord.conversion.plan.job import plan_job
 
     src = tmp_path / "in"
     shutil.copytree(eight_shards, src)
@@ -200,7 +200,8 @@ def test_finished_shards_are_not_thrown_away_unasked(cli, eight_shards, tmp_path
 
 
 def test_a_locked_output_is_refused_before_any_other_message(cli, eight_shards, tmp_path):
-    from img2tfrecord.conversion.publish import OutputLock, workspace
+    from img2tfrecord.conversion.write.publish import OutputLock
+    from img2tfrecord.conversion.write.workspace import workspace
 
     out = tmp_path / "out"
     interrupted_run(eight_shards, out)
@@ -402,7 +403,7 @@ def test_images_left_out_by_labels_are_counted_apart_from_non_images(cli, tmp_pa
 def test_inspect_messages_say_one_record_and_no_internal_names(cli, tmp_path):
     import tensorflow as tf
 
-    from img2tfrecord.conversion.options import TF_COMPRESSION  # noqa: F401 - TensorFlow's writer below
+    from img2tfrecord.conversion.plan.options import TF_COMPRESSION  # noqa: F401 - TensorFlow's writer below
 
     path = tmp_path / "odd.tfrecord"
     with tf.io.TFRecordWriter(str(path)) as w:

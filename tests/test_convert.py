@@ -466,7 +466,7 @@ def test_duplicate_groups_name_the_right_files_among_skips_and_shards(cli, tmp_p
 
 
 def test_default_shard_counts_aim_at_100_to_200_mb():
-    from img2tfrecord.conversion.plan import auto_shard_counts
+    from img2tfrecord.conversion.plan.job import auto_shard_counts
 
     mb = 1024 * 1024
     counts, _ = auto_shard_counts({"train": 450 * mb, "validation": 50 * mb}, {"train": 4500, "validation": 500}, None)
@@ -483,7 +483,7 @@ def test_default_shard_counts_aim_at_100_to_200_mb():
 
 def test_with_index_no_shard_holds_a_single_record():
     """A one-line .idx crashes the `tfrecord` package's reader (its issue #9): at least 2 records per shard."""
-    from img2tfrecord.conversion.plan import auto_shard_counts, shard_bounds
+    from img2tfrecord.conversion.plan.job import auto_shard_counts, shard_bounds
     from img2tfrecord.errors import wording
 
     for n in range(2, 40):

@@ -21,7 +21,7 @@ import pytest
 
 import img2tfrecord
 from helpers import build_dir, journal_file, make_dataset
-from img2tfrecord.conversion.publish import workspace
+from img2tfrecord.conversion.write.workspace import workspace
 from img2tfrecord.errors import UsageError
 
 STRACE = shutil.which("strace")
@@ -196,7 +196,8 @@ def test_enospc_in_a_shard_keeps_the_finished_ones_and_resume_finishes(case, tmp
 
 LOCK_LOOP = """
 import os, sys, time
-from img2tfrecord.conversion.publish import OutputLock, workspace
+from img2tfrecord.conversion.write.publish import OutputLock
+from img2tfrecord.conversion.write.workspace import workspace
 from img2tfrecord.errors import UsageError
 ws, marker, held = workspace(sys.argv[1]), sys.argv[2], 0
 end = time.monotonic() + 4
@@ -242,7 +243,7 @@ def _parent_of(pid: int) -> int | None:
 def test_a_failing_run_cleans_up_before_it_lets_another_run_in(case, tmp_path):
     """A --strict run that fails removes its work while it still holds the lock: a second run that
     tries meanwhile is refused, so nothing of the second run is deleted under it."""
-    from img2tfrecord.conversion.publish import OutputLock
+    from img2tfrecord.conversion.write.publish import OutputLock
 
     src = tmp_path / "in"
     shutil.copytree(case[0], src)

@@ -79,7 +79,7 @@ def test_convert_answers_on_every_exit(cli, tmp_path, monkeypatch, dataset):
         error = answer(cli(*args), 2)["error"]
         assert error["kind"] == "usage" and said in error["message"], error
     # 130: Ctrl-C as the engine starts; what is known comes along
-    interrupt(monkeypatch, "img2tfrecord.conversion.engines.local.LocalEngine.run")
+    interrupt(monkeypatch, "img2tfrecord.conversion.write.engines.local.LocalEngine.run")
     data = answer(cli("convert", src, tmp_path / "int", "--shards", "2", "--json"), 130)
     assert data["error"]["kind"] == "interrupted" and "--resume" in data["error"]["message"]
     assert (data["shards_finished"], data["shards_total"], data["published"]) == (0, 2, False)
@@ -133,7 +133,7 @@ def test_update_answers_on_every_exit(cli, tmp_path, monkeypatch, dataset):
         (src / name).unlink()
     # 130: Ctrl-C as the new images' engine starts
     save(natural_image(40, 30, 99), src / "cat" / "new.png")
-    interrupt(monkeypatch, "img2tfrecord.conversion.engines.local.LocalEngine.run")
+    interrupt(monkeypatch, "img2tfrecord.conversion.write.engines.local.LocalEngine.run")
     data = answer(cli("update", src, out, "--json"), 130)
     assert data["error"]["kind"] == "interrupted" and (out / "dataset.json").read_bytes() == before
 
@@ -166,7 +166,7 @@ def test_compact_answers_on_every_exit(cli, tmp_path, monkeypatch, updated):
     # 130: Ctrl-C while the compacted shards are being written: OUTPUT unchanged
     before = (out / "dataset.json").read_bytes()
     with monkeypatch.context() as m:
-        interrupt(m, "img2tfrecord.conversion.compact._build")
+        interrupt(m, "img2tfrecord.conversion.versions.compact._build")
         data = answer(cli("compact", out, "--json"), 130)
     assert data["error"] == {"kind": "interrupted", "message": f"interrupted: {out} is unchanged"}
     assert (out / "dataset.json").read_bytes() == before

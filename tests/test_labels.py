@@ -14,8 +14,8 @@ import pytest
 from PIL import Image
 
 from helpers import make_dataset
-from img2tfrecord.conversion import labels as labels_mod
-from img2tfrecord.conversion.plan import plan_job
+from img2tfrecord.conversion.plan import labels as labels_mod
+from img2tfrecord.conversion.plan.job import plan_job
 from img2tfrecord.errors import wording
 
 N = 50_000  # more than ImageNet-21k's 21,841 classes
@@ -86,7 +86,7 @@ def test_an_endless_or_binary_input_stops_after_a_bounded_read(cli, tmp_path, mo
     # a pipe that never ends, of text: read up to the limit (made small here), then refused
     limit = 1_000_000
     monkeypatch.setattr(labels_mod, "MAX_LABELS_BYTES", limit)
-    monkeypatch.setattr("img2tfrecord.conversion.filelist.MAX_FILE_LIST_BYTES", limit)
+    monkeypatch.setattr("img2tfrecord.conversion.plan.filelist.MAX_FILE_LIST_BYTES", limit)
     fifo = tmp_path / "endless"
     os.mkfifo(fifo)
     written = 0
@@ -189,7 +189,7 @@ def test_class_folders_with_white_space_around_them_round_trip_through_labels_tx
 
 
 def test_an_updated_class_list_keeps_every_label_and_appends_new_classes(tmp_path):
-    from img2tfrecord.conversion.labels import updated_class_list
+    from img2tfrecord.conversion.plan.labels import updated_class_list
 
     before = ["dog", "cat", "owl"]  # a --labels order, not sorted: kept as it is
     up = updated_class_list(before, {"cat", "owl", "zebra", "ant"})

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from img2tfrecord.conversion.plan import auto_shard_counts, plan_job, shard_bounds
-from img2tfrecord.conversion.resume import header
-from img2tfrecord.conversion.walk import discover
+from img2tfrecord.conversion.plan.job import auto_shard_counts, plan_job, shard_bounds
+from img2tfrecord.conversion.plan.walk import discover
+from img2tfrecord.conversion.write.resume import header
 from img2tfrecord.errors import UsageError
 
 
@@ -39,7 +39,7 @@ def plan_of(plan) -> list[tuple[str, list[tuple[str, int]]]]:
 
 
 # Since stable splits (issue 22): an image's split and place are its seeded XXH3-64 path hash
-# (conversion.splits); before, a per-class reshuffle cut by rounding and a shuffle per split.
+# (conversion.plan.splits); before, a per-class reshuffle cut by rounding and a shuffle per split.
 GOLDEN_SPLIT_PLAN = [
     (
         "train-00000-of-00002",
@@ -183,7 +183,7 @@ def test_adding_or_removing_images_never_moves_another_nor_reorders_survivors(tm
     """The hash rule's stable-split promise: for the images present in both trees, the split is the
     same and, within a split, their relative order is the same (the exact rule keeps it through
     update's prior: tests/test_split_exact.py)."""
-    from img2tfrecord.conversion.splits import SplitRule
+    from img2tfrecord.conversion.plan.splits import SplitRule
 
     hashed = SplitRule("hash")
     src = tmp_path / "in"
@@ -213,7 +213,7 @@ def test_adding_or_removing_images_never_moves_another_nor_reorders_survivors(tm
 
 def test_split_of_and_order_key_are_what_the_plan_uses(tmp_path):
     """The functions exported for `update` give each planned image its split and its order."""
-    from img2tfrecord.conversion.splits import order_key, split_of
+    from img2tfrecord.conversion.plan.splits import order_key, split_of
 
     src = fixed_tree(tmp_path)
     fractions = {"train": 0.5, "validation": 0.3, "test": 0.2}
@@ -233,7 +233,7 @@ def test_split_of_and_order_key_are_what_the_plan_uses(tmp_path):
 
 def test_a_class_that_gets_no_image_in_a_split_is_named(tmp_path):
     """Under the hash rule only: the exact rule gives it its share (tests/test_split_exact.py)."""
-    from img2tfrecord.conversion.splits import SplitRule
+    from img2tfrecord.conversion.plan.splits import SplitRule
 
     hashed = SplitRule("hash")
     src = tmp_path / "in"
@@ -259,7 +259,7 @@ def test_a_class_that_gets_no_image_in_a_split_is_named(tmp_path):
 
 
 def test_worker_count_never_exceeds_shards_and_scales_with_images():
-    from img2tfrecord.conversion.engines.local import MIN_IMAGES_PER_WORKER, worker_count
+    from img2tfrecord.conversion.write.engines.local import MIN_IMAGES_PER_WORKER, worker_count
 
     assert worker_count(8, 3, 10_000) == 3  # never more processes than shards
     assert worker_count(None, 16, MIN_IMAGES_PER_WORKER) == 1  # a small job: one TensorFlow import, not N
@@ -270,9 +270,9 @@ def test_worker_count_never_exceeds_shards_and_scales_with_images():
 def test_the_local_scheduler_writes_every_shard_once_and_returns_them_in_plan_order(tmp_path):
     """Shards go to whoever is free (this process and a worker), outcomes come back in plan order."""
     from helpers import make_dataset
-    from img2tfrecord.conversion.engines.local import LocalEngine
     from img2tfrecord.conversion.events import Timing
-    from img2tfrecord.conversion.resume import Journal, header
+    from img2tfrecord.conversion.write.engines.local import LocalEngine
+    from img2tfrecord.conversion.write.resume import Journal, header
     from img2tfrecord.format.naming import STAGING_DIR
 
     make_dataset(tmp_path / "in", {"a": 9, "b": 8})
@@ -294,7 +294,7 @@ def test_check_options_has_plan_jobs_options_and_defaults_from_its_signature(tmp
     import inspect
 
     from img2tfrecord import convert
-    from img2tfrecord.conversion import plan
+    from img2tfrecord.conversion.plan import job as plan
 
     defaults = plan.plan_job.__kwdefaults__
     keywords = [n for n, p in inspect.signature(plan.plan_job).parameters.items() if p.kind is p.KEYWORD_ONLY]

@@ -1,4 +1,4 @@
-"""The columnar plan (conversion.table) is the plan a list of Tasks gave, and it stays small.
+"""The columnar plan (conversion.plan.table) is the plan a list of Tasks gave, and it stays small.
 
 A reference below rebuilds the plan the way the tool did before the table existed: an object per
 image, a string sort of image/filename per split, then the stable hash split and order written out
@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 import xxhash
 
-from img2tfrecord.conversion.plan import plan_job, shard_bounds
-from img2tfrecord.conversion.resume import header
-from img2tfrecord.conversion.table import Task, TaskView
+from img2tfrecord.conversion.plan.job import plan_job, shard_bounds
+from img2tfrecord.conversion.plan.table import Task, TaskView
+from img2tfrecord.conversion.write.resume import header
 
 EXTS = {".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"}
 SPLITS = {"train": "train", "validation": "validation", "val": "validation", "test": "test"}
@@ -179,7 +179,7 @@ def test_the_columnar_plan_is_the_list_of_tasks_plan(tmp_path, options):
 def test_the_str_walk_of_other_platforms_plans_the_same(tmp_path, monkeypatch):
     """Where names are not bytes that decode as UTF-8 (Windows), the walk lists str names: same
     plan, symlinks included (followed, each folder walked once)."""
-    from img2tfrecord.conversion import walk
+    from img2tfrecord.conversion.plan import walk
 
     src = awkward_tree(tmp_path / "in")
     os.symlink(src / "a", src / "z" / "loop")  # a folder reached twice: walked once, where it comes first
@@ -319,7 +319,7 @@ def test_remote_runners_are_told_of_a_local_file_without_making_every_task():
     """Dataflow's workers cannot read local files; a plan of a bucket answers that at once."""
     from array import array
 
-    from img2tfrecord.conversion.table import ImageTable, first_local_path
+    from img2tfrecord.conversion.plan.table import ImageTable, first_local_path
 
     bucket = ImageTable("gs://b/in", True, ["cat"], [0])
     bucket.extend(bucket.new_group("cat/", 0), [b"1.jpg", b"2.jpg"], [0, 0])
@@ -331,7 +331,7 @@ def test_remote_runners_are_told_of_a_local_file_without_making_every_task():
 
 def test_the_duplicate_report_groups_as_a_list_per_digest_did():
     """dedupe.report keeps a tuple for a digest seen once (nearly all of them): same report."""
-    from img2tfrecord.conversion import dedupe
+    from img2tfrecord.conversion.write import dedupe
 
     rnd = random.Random(1)
     written = [
@@ -365,8 +365,8 @@ def test_the_duplicate_report_groups_as_a_list_per_digest_did():
 def test_every_walk_records_each_images_mtime_from_its_stat(tmp_path, monkeypatch):
     """The bytes walk, the str walk and a --file-list give each Task the st_mtime_ns of its file
     (what update and resume compare), held as a column of the table."""
-    from img2tfrecord.conversion import walk
-    from img2tfrecord.conversion.table import mtimes_of
+    from img2tfrecord.conversion.plan import walk
+    from img2tfrecord.conversion.plan.table import mtimes_of
 
     src = tmp_path / "in"
     for i, name in enumerate(("a/1.jpg", "a/deep/2.png", "b/3.jpg")):

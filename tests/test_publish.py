@@ -1,4 +1,4 @@
-"""The publish switch (conversion/publish.py) and what readers make of a dataset caught half-way.
+"""The publish switch (conversion/write/publish.py) and what readers make of a dataset caught half-way.
 
 In-process and small. The exact-syscall faults (kill, EIO, ENOSPC, signals) are test_faults.py's.
 """
@@ -14,7 +14,7 @@ import pytest
 import img2tfrecord
 from helpers import make_dataset
 from img2tfrecord import fs
-from img2tfrecord.conversion.publish import foreign_entries, workspace
+from img2tfrecord.conversion.write.workspace import foreign_entries, workspace
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.format.layout import check_complete, incomplete_reason
 
@@ -245,7 +245,7 @@ def test_an_output_that_is_a_mount_point_is_published_in_place(src, tmp_path, mo
 def test_reuse_links_unchanged_shards_into_the_next_version(src, tmp_path):
     """The API update/compact build on: a new version made of OUTPUT's shards, linked (same
     inode), then switched in; a reader of the old version is not disturbed."""
-    from img2tfrecord.conversion.publish import OutputLock, prepare, publish, recover, reuse
+    from img2tfrecord.conversion.write.publish import OutputLock, prepare, publish, recover, reuse
 
     out = tmp_path / "out"
     convert(src, out, shards=2)
@@ -272,7 +272,7 @@ def test_without_rename_exchange_the_two_renames_keep_old_or_new(src, tmp_path, 
     """Where renameat2(RENAME_EXCHANGE) is missing: OUTPUT renamed aside, the new one renamed in.
     If the second rename fails the old version goes back; if the run dies between the two,
     the next run (under the lock) renames it back before anything else."""
-    from img2tfrecord.conversion import publish as pub
+    from img2tfrecord.conversion.write import publish as pub
 
     reference, old = tmp_path / "reference", tmp_path / "old"
     convert(src, reference, shards=3)

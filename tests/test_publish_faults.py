@@ -18,7 +18,7 @@ import pytest
 
 import img2tfrecord
 from helpers import make_dataset, natural_image, save
-from img2tfrecord.conversion.publish import workspace
+from img2tfrecord.conversion.write.workspace import workspace
 
 STRACE = shutil.which("strace")
 pytestmark = pytest.mark.skipif(STRACE is None, reason="strace is not installed (apt-get install strace)")

@@ -20,7 +20,7 @@ import pytest
 
 import img2tfrecord
 from helpers import make_dataset, natural_image, save
-from img2tfrecord.conversion.publish import workspace
+from img2tfrecord.conversion.write.workspace import workspace
 
 SHARDS = 4
 WAIT = 60  # seconds: far more than a run here takes; only a hang reaches it

@@ -21,7 +21,7 @@ import pytest
 import img2tfrecord
 from helpers import make_dataset, natural_image, save, upload
 from img2tfrecord.conversion.convert import convert
-from img2tfrecord.conversion.update import update
+from img2tfrecord.conversion.versions.update import update
 
 
 def gfile() -> Any:
@@ -170,7 +170,7 @@ def test_compact_of_a_remote_dataset_equals_a_fresh_remote_conversion(tmp_path: 
     """`compact` of a ram:// dataset after updates (add, remove, change, new class): every file is
     the local compact's, the shards and metadata a fresh ram:// `convert --labels`'s; inspect
     --verify and load() read it; nothing of the build is left behind."""
-    from img2tfrecord.conversion.compact import compact
+    from img2tfrecord.conversion.versions.compact import compact
     from img2tfrecord.format.naming import STAGING_DIR
 
     opts = COMPACT_CASES[case]
@@ -334,7 +334,7 @@ def test_a_compact_cut_short_mid_publish_is_finished_by_convert_resume_or_the_ne
     """The same for compact: the publish it committed is finished by whichever command comes next
     (here the next compact, which then compacts the finished version: the shards a local compact
     writes)."""
-    from img2tfrecord.conversion.compact import compact
+    from img2tfrecord.conversion.versions.compact import compact
 
     src, local = tmp_path / "in", tmp_path / "out"
     make_dataset(src, {"a": 4, "b": 4}, size=(20, 16))

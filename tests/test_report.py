@@ -234,7 +234,7 @@ def test_outcome_shapes_survive_the_journal_and_beams_outcome_files() -> None:
     """`ShardOutcome.to_dict`/`from_dict` (the journal, Beam's outcome files) carry the shapes."""
     from array import array
 
-    from img2tfrecord.conversion.write import ShardInfo, ShardOutcome
+    from img2tfrecord.conversion.write.shards import ShardInfo, ShardOutcome
 
     o = ShardOutcome("train", ShardInfo("train-00000-of-00001"), shapes=array("I", [480, 640, 3, 32, 32, 1]))
     back = ShardOutcome.from_dict(json.loads(json.dumps(o.to_dict())))

@@ -22,7 +22,7 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 def page_file(tmp_path_factory) -> tuple[Path, Path]:
     """A dataset with a split, a skipped file, a duplicate and one update; its report."""
     from img2tfrecord.conversion.convert import convert
-    from img2tfrecord.conversion.update import update
+    from img2tfrecord.conversion.versions.update import update
     from img2tfrecord.inspection.report import report
 
     root = tmp_path_factory.mktemp("browser")

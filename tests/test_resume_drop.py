@@ -14,8 +14,8 @@ import pytest
 
 from helpers import make_dataset, natural_image, read_records, save
 from img2tfrecord.conversion.convert import convert
-from img2tfrecord.conversion.splits import order_key
-from img2tfrecord.conversion.update import update
+from img2tfrecord.conversion.plan.splits import order_key
+from img2tfrecord.conversion.versions.update import update
 from img2tfrecord.errors import Interrupted
 from test_update_dedupe import SPLIT, _plan_place, _rel
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from helpers import make_dataset
-from img2tfrecord.conversion.publish import workspace
+from img2tfrecord.conversion.write.workspace import workspace
 
 ARGS = ["--shards", "2", "--workers", "1"]
 

@@ -163,8 +163,8 @@ def test_output_inside_or_equal_to_input_is_refused(cli, tmp_path):
 
 def test_header_probe_agrees_with_pillow(tmp_path):
     """--no-validate reads JPEG headers itself; on every kind of JPEG it must find what Pillow finds."""
-    from img2tfrecord.conversion.encode import encode_image, probe_jpeg
-    from img2tfrecord.conversion.options import EncodeOptions
+    from img2tfrecord.conversion.encode.example import encode_image, probe_jpeg
+    from img2tfrecord.conversion.plan.options import EncodeOptions
 
     exif = Image.Exif()
     exif[0x0112] = 6
@@ -198,7 +198,7 @@ def test_one_run_at_a_time_per_output(cli, tmp_path):
     import fcntl
 
     make_dataset(tmp_path / "in", {"a": 3, "b": 3})
-    from img2tfrecord.conversion.publish import workspace
+    from img2tfrecord.conversion.write.workspace import workspace
 
     out = tmp_path / "out"
     ws = workspace(str(out))

@@ -17,9 +17,9 @@ from PIL import Image
 
 from helpers import read_records
 from img2tfrecord.conversion.convert import convert
-from img2tfrecord.conversion.plan import plan_job
-from img2tfrecord.conversion.splits import split_of
-from img2tfrecord.conversion.update import update
+from img2tfrecord.conversion.plan.job import plan_job
+from img2tfrecord.conversion.plan.splits import split_of
+from img2tfrecord.conversion.versions.update import update
 from img2tfrecord.format import catalog as catalog_file
 
 SIZES = [3, 4, 5, 7, 10, 13, 20, 31, 50, 77, 120, 200]  # 12 classes

@@ -82,7 +82,7 @@ def test_a_file_around_the_sniffed_head_is_read_whole_and_once(tmp_path):
 
     import numpy as np
 
-    from img2tfrecord.conversion.source import HEAD_BYTES, read_source
+    from img2tfrecord.conversion.encode.source import HEAD_BYTES, read_source
 
     buf = io.BytesIO()
     Image.fromarray(np.random.default_rng(3).integers(0, 255, (400, 400, 3), dtype=np.uint8)).save(
@@ -196,9 +196,9 @@ def test_an_image_over_max_pixels_is_skipped_by_its_header_before_it_is_read(tmp
     from click.testing import CliRunner
 
     from img2tfrecord.cli import main
-    from img2tfrecord.conversion.encode import SkipImage, encode_image
-    from img2tfrecord.conversion.options import EncodeOptions
-    from img2tfrecord.conversion.source import HEAD_BYTES
+    from img2tfrecord.conversion.encode.example import SkipImage, encode_image
+    from img2tfrecord.conversion.encode.source import HEAD_BYTES
+    from img2tfrecord.conversion.plan.options import EncodeOptions
 
     src = tmp_path / "in" / "a"
     src.mkdir(parents=True)
@@ -251,8 +251,8 @@ def test_a_remote_file_is_sniffed_before_it_is_read_whole(tmp_path):
     from click.testing import CliRunner
 
     from img2tfrecord.cli import main
-    from img2tfrecord.conversion.encode import SkipImage
-    from img2tfrecord.conversion.source import HEAD_BYTES, read_source
+    from img2tfrecord.conversion.encode.example import SkipImage
+    from img2tfrecord.conversion.encode.source import HEAD_BYTES, read_source
     from img2tfrecord.tf_import import tensorflow
 
     buf = io.BytesIO()

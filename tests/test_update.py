@@ -14,7 +14,7 @@ import pytest
 
 from helpers import make_dataset, natural_image, read_records, save
 from img2tfrecord.conversion.convert import convert
-from img2tfrecord.conversion.update import update
+from img2tfrecord.conversion.versions.update import update
 from img2tfrecord.format import catalog
 
 
@@ -188,7 +188,7 @@ def test_update_rewrites_compressed_and_indexed_shards(tmp_path: Path, cli, opts
 def _fault_case(tmp_path: Path) -> tuple[Path, Callable[[], Path]]:
     """The input with one image removed and one added since a 3-shard conversion, and `fresh()`:
     OUTPUT (tmp_path/out) put back to that converted version, for each injected fault."""
-    from img2tfrecord.conversion.publish import workspace
+    from img2tfrecord.conversion.write.workspace import workspace
 
     src, old_dir = tmp_path / "in", tmp_path / "old"
     files = make_dataset(src, {"a": 6, "b": 6}, size=(16, 12))
@@ -241,7 +241,7 @@ def _each_injected(tmp_path: Path, calls: str, signal: str, at_least: int) -> It
 def test_a_kill_at_every_rename_of_an_update_leaves_old_or_new(tmp_path: Path) -> None:
     """The same fault test as convert's (tests/test_faults.py): SIGKILL at each rename the update
     makes; OUTPUT is then the old version or the new one, and the same command with --resume finishes it."""
-    from img2tfrecord.conversion.publish import workspace
+    from img2tfrecord.conversion.write.workspace import workspace
     from test_faults import visible
 
     for run in _each_injected(tmp_path, "rename,renameat,renameat2", "SIGKILL", at_least=4):
@@ -296,7 +296,7 @@ def test_a_second_run_is_refused_and_a_file_list_is_followed(tmp_path: Path, cli
     """update takes the same lock as convert; with --file-list, rows added, removed and relabelled are the changes."""
     import fcntl
 
-    from img2tfrecord.conversion.publish import workspace
+    from img2tfrecord.conversion.write.workspace import workspace
 
     src, out = tmp_path / "in", tmp_path / "out"
     make_dataset(src, {"a": 4, "b": 4})
@@ -345,7 +345,7 @@ def test_a_sigterm_at_every_thread_start_of_an_update_leaves_the_old_version(tmp
 
     if STRACE is None:
         pytest.skip("strace is not installed (apt-get install strace)")
-    from img2tfrecord.conversion.publish import workspace
+    from img2tfrecord.conversion.write.workspace import workspace
 
     src, old_dir = tmp_path / "in", tmp_path / "old"
     make_dataset(src, {"a": 4, "b": 4}, size=(16, 12))

@@ -17,8 +17,8 @@ import pytest
 
 from helpers import make_dataset, natural_image, read_records, save
 from img2tfrecord.conversion.convert import convert
-from img2tfrecord.conversion.splits import order_key, parse_split_spec, split_of
-from img2tfrecord.conversion.update import update
+from img2tfrecord.conversion.plan.splits import order_key, parse_split_spec, split_of
+from img2tfrecord.conversion.versions.update import update
 from img2tfrecord.errors import Interrupted
 
 SPLIT = "train=0.6,validation=0.4"

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from helpers import make_dataset, natural_image, save
-from img2tfrecord.conversion.compact import compact
 from img2tfrecord.conversion.convert import convert
-from img2tfrecord.conversion.update import update
+from img2tfrecord.conversion.versions.compact import compact
+from img2tfrecord.conversion.versions.update import update
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.format import catalog
 
@@ -26,7 +26,7 @@ def test_update_and_compact_take_paths(tmp_path: Path) -> None:
 
 
 def test_an_interrupt_after_compact_switched_says_it_was_compacted(tmp_path: Path, cli, monkeypatch) -> None:
-    from img2tfrecord.conversion import publish
+    from img2tfrecord.conversion.write import publish, workspace
 
     src, out = tmp_path / "in", tmp_path / "out"
     make_dataset(src, {"a": 3, "b": 2}, size=(16, 12))
@@ -34,7 +34,7 @@ def test_an_interrupt_after_compact_switched_says_it_was_compacted(tmp_path: Pat
     save(natural_image(18, 14, 7), src / "a" / "added.jpg", quality=90)
     update(src, out)
 
-    def interrupted(ws: publish.Workspace) -> None:  # Ctrl-C while the old version is being removed
+    def interrupted(ws: workspace.Workspace) -> None:  # Ctrl-C while the old version is being removed
         raise KeyboardInterrupt
 
     monkeypatch.setattr(publish, "_remove_workspace", interrupted)

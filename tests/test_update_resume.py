@@ -12,8 +12,8 @@ import pytest
 
 from helpers import make_dataset, natural_image, save
 from img2tfrecord.conversion.convert import convert
-from img2tfrecord.conversion.publish import workspace
-from img2tfrecord.conversion.update import update
+from img2tfrecord.conversion.versions.update import update
+from img2tfrecord.conversion.write.workspace import workspace
 from img2tfrecord.format import catalog
 
 
@@ -23,7 +23,7 @@ def case(tmp_path_factory):
     shards (2 rewritten); and the update's bytes."""
     from test_faults import visible
 
-    root = tmp_path_factory.mktemp("update_resume")
+    root = tmp_path_factory.mktemp("versions.resume")
     src, old = root / "in", root / "old"
     make_dataset(src, {"a": 8, "b": 8}, size=(16, 12))
     convert(str(src), str(old), shards=4, workers=1)

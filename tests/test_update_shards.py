@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from helpers import make_dataset, natural_image, save
-from img2tfrecord.conversion import plan
 from img2tfrecord.conversion.convert import convert
-from img2tfrecord.conversion.update import update
+from img2tfrecord.conversion.plan import job as plan
+from img2tfrecord.conversion.versions.update import update
 
 
 def _add(root: Path, counts: dict[str, int], seed: int) -> None:

@@ -86,7 +86,7 @@ def test_a_split_folder_that_vanishes(tmp_path: Path, cli) -> None:
 def _named(split: str, fractions: dict[str, float], prefix: str, n: int) -> list[str]:
     """`n` file names of class folder a/ that `--split` puts in `split` (chosen by the tool's own
     hash, so the test says which case it builds instead of hoping the hash makes it)."""
-    from img2tfrecord.conversion.splits import split_of
+    from img2tfrecord.conversion.plan.splits import split_of
 
     names = (f"{prefix}_{i:03d}.jpg" for i in range(10_000))
     return [n for n in names if split_of(f"a/{n}", 0, fractions) == split][:n]

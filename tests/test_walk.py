@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from helpers import make_dataset, natural_image, save
-from img2tfrecord.conversion import walk
-from img2tfrecord.conversion.plan import plan_job
+from img2tfrecord.conversion.plan import walk
+from img2tfrecord.conversion.plan.job import plan_job
 from img2tfrecord.errors import DataError
 
 NO_DAC = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--inh-caps", "-all", "--"]

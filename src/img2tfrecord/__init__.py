@@ -19,11 +19,11 @@ def __getattr__(name: str) -> Any:
 
         return convert
     if name == "update":  # bring a dataset up to date with its input (new shards for what changed)
-        from img2tfrecord.conversion.update import update
+        from img2tfrecord.conversion.versions.update import update
 
         return update
     if name == "compact":  # fold updated shards into a fresh conversion's layout
-        from img2tfrecord.conversion.compact import compact
+        from img2tfrecord.conversion.versions.compact import compact
 
         return compact
     if name == "load":

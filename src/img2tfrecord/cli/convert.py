@@ -10,7 +10,7 @@ import click
 
 from img2tfrecord.cli import answer
 from img2tfrecord.cli.text import report, safe, safe_lines, size_text
-from img2tfrecord.conversion import options
+from img2tfrecord.conversion.plan import options
 from img2tfrecord.errors import Img2TFRecordError, Interrupted, plural
 from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
 

@@ -1,4 +1,4 @@
-"""`img2tfrecord update`: options in, img2tfrecord.conversion.update.update() called, what changed out."""
+"""`img2tfrecord update`: options in, img2tfrecord.conversion.versions.update.update() called, what changed out."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import click
 from img2tfrecord.cli import answer
 from img2tfrecord.cli import convert as convert_cli
 from img2tfrecord.cli.text import report, safe, safe_lines, size_text
-from img2tfrecord.conversion import options
+from img2tfrecord.conversion.plan import options
 from img2tfrecord.errors import Img2TFRecordError, Interrupted, plural
 
 _RECORDED = "As dataset.json records it; another value is refused (exit 2), naming the convert --like OUTPUT_DIR --overwrite that changes only it."
@@ -177,7 +177,7 @@ _UPDATE_EXTENSIONS = (
 
 
 def _update(input_dir: str, output_dir: str, as_json: bool, quiet: bool, kw: dict[str, Any]) -> None:
-    from img2tfrecord.conversion.update import update
+    from img2tfrecord.conversion.versions.update import update
 
     progress = convert_cli._Progress(
         enabled=not quiet and not as_json and convert_cli._stderr_is_terminal() and not kw["dry_run"]
@@ -210,7 +210,7 @@ def _update(input_dir: str, output_dir: str, as_json: bool, quiet: bool, kw: dic
                 f"interrupted once {output_dir} was updated: it is complete, nothing is left to do", e
             )
         elif isinstance(e, Interrupted):
-            from img2tfrecord.conversion.update_resume import interrupted_line
+            from img2tfrecord.conversion.versions.resume import interrupted_line
 
             convert_cli.interrupted(interrupted_line(output_dir, e.done, e.total), e)
         convert_cli.interrupted(f"interrupted: {output_dir} is unchanged; run the same command again to update it")
@@ -249,7 +249,7 @@ def compact_command(output_dir: str, fsync: bool, dry_run: bool, rebalance: bool
     Exit codes: 0 success or nothing to do, 1 data failure, 2 usage error, 130 Ctrl-C (143 SIGTERM).
     """
     signal.signal(signal.SIGTERM, convert_cli._on_sigterm)
-    from img2tfrecord.conversion.compact import compact
+    from img2tfrecord.conversion.versions.compact import compact
 
     try:
         s = compact(output_dir, fsync=fsync, dry_run=dry_run, rebalance=rebalance)

@@ -18,23 +18,14 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from img2tfrecord import cstderr, fs
-from img2tfrecord.conversion.engines import Engine
 from img2tfrecord.conversion.events import EventSink, Timing, worded
-from img2tfrecord.conversion.finalize import _plan_summary, finalize
-from img2tfrecord.conversion.options import ENGINES
-from img2tfrecord.conversion.output import Source, _check_space, _describe_io, _space_note, check_output
-from img2tfrecord.conversion.plan import Plan, check_options, check_paths, plan_job
-from img2tfrecord.conversion.publish import (
-    OutputLock,
-    Published,
-    Workspace,
-    discard,
-    has_unfinished,
-    prepare,
-    recover,
-    workspace,
-)
-from img2tfrecord.conversion.resume import (
+from img2tfrecord.conversion.plan.job import Plan, check_options, check_paths, plan_job
+from img2tfrecord.conversion.plan.options import ENGINES
+from img2tfrecord.conversion.write.engines import Engine
+from img2tfrecord.conversion.write.finalize import _plan_summary, finalize
+from img2tfrecord.conversion.write.output import Source, _check_space, _describe_io, _space_note, check_output
+from img2tfrecord.conversion.write.publish import OutputLock, Published, discard, has_unfinished, prepare, recover
+from img2tfrecord.conversion.write.resume import (
     Journal,
     finished_count,
     header,
@@ -44,6 +35,7 @@ from img2tfrecord.conversion.resume import (
     prune,
     same_job,
 )
+from img2tfrecord.conversion.write.workspace import Workspace, workspace
 from img2tfrecord.errors import (
     DataError,
     Interrupted,
@@ -103,11 +95,11 @@ def convert(
     ):
         fs.check_remote(path, what)  # a missing file system or an unreachable bucket: one line, before any work
     if like is not None:  # read before any work: OUTPUT itself may be the dataset it is like (--overwrite)
-        from img2tfrecord.conversion.like import with_like
+        from img2tfrecord.conversion.plan.like import with_like
 
         options = with_like(os.fspath(like), options)
     if engine == "beam":  # before a long listing: Beam installed, options parse, paths fit the runner
-        from img2tfrecord.conversion.engines.beam import preflight
+        from img2tfrecord.conversion.write.engines.beam import preflight
 
         preflight(beam_options, input_dir, output_dir)
     if engine != "local" and options.get("dedupe") == "drop":
@@ -220,10 +212,10 @@ def _engine(
 ) -> Engine:
     """The engine `name`, built with what it needs (Beam's module only when asked for)."""
     if name == "beam":
-        from img2tfrecord.conversion.engines.beam import BeamEngine
+        from img2tfrecord.conversion.write.engines.beam import BeamEngine
 
         return BeamEngine(beam_options, workers or os.cpu_count() or 1)
-    from img2tfrecord.conversion.engines.local import LocalEngine
+    from img2tfrecord.conversion.write.engines.local import LocalEngine
 
     return LocalEngine(journal, timing, workers, progress)
 

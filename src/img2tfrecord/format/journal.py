@@ -1,9 +1,9 @@
 """The resume journal's file: where a run's workspace is and what its journal holds.
 
 A run writes OUTPUT's next version in a workspace beside it, `.NAME.img2tfrecord/` (in OUTPUT
-itself where there is no atomic switch: conversion.publish), and records each finished shard in
+itself where there is no atomic switch: conversion.write.publish), and records each finished shard in
 its `journal.jsonl`: a header line (the job's fingerprint, and the command that makes it), then one
-line per finished shard (conversion.resume writes it). Readers use this to say what an interrupted
+line per finished shard (conversion.write.resume writes it). Readers use this to say what an interrupted
 run left: `inspect` of an OUTPUT a killed run never published.
 """
 

@@ -31,7 +31,7 @@ LABELS_NAME = "labels.txt"
 FORMAT_VERSION = 1
 CATALOG_FILE = "dataset.catalog"  # format.catalog.CATALOG_NAME (which imports numpy: not imported here)
 CATALOG_CHECKSUM = "xxh3_128"
-# the record-shaping options' allowed values (conversion.options and the CLI's choices take them from here)
+# the record-shaping options' allowed values (conversion.plan.options and the CLI's choices take them from here)
 ENCODINGS = ("keep", "jpeg", "png", "raw")
 DEDUPE_MODES = ("report", "drop", "off")
 
@@ -342,7 +342,7 @@ def _options(v: Any, where: str) -> None:
     )
     _optional(o, "dedupe", f"{where}.", _one_of(*DEDUPE_MODES))
     _optional(o, "checksum", f"{where}.", _one_of(*CHECKSUMS))
-    _optional(o, "split_rule", f"{where}.", _one_of(None, "exact", "hash"))  # conversion.splits
+    _optional(o, "split_rule", f"{where}.", _one_of(None, "exact", "hash"))  # conversion.plan.splits
 
 
 def _range(v: Any, where: str, lo: int, hi: int) -> int:

@@ -24,7 +24,7 @@ LOCK_NAME = ".img2tfrecord.lock"  # held (flock) by the run writing into an outp
 
 
 # In STAGING_DIR, once a publish in place (object stores) has every file of its new version
-# there and is about to change OUTPUT: the file list and metadata that finish it (conversion.publish).
+# there and is about to change OUTPUT: the file list and metadata that finish it (conversion.write.publish).
 PUBLISHING_NAME = "publishing.json"
 
 

@@ -3,7 +3,7 @@
 `load()` opens the dataset folder once, takes a shared flock on it, and (on Linux) gives
 TensorFlow the shards as `/proc/self/fd/N/NAME`: paths that resolve through that open folder.
 A publish never changes a version's folder: it renames the whole folder out of the way and the
-new one in (`conversion.publish`). So a reader keeps reading the version it opened, whole, even
+new one in (`conversion.write.publish`). So a reader keeps reading the version it opened, whole, even
 while a newer one is published: its paths still lead to the old folder, wherever it was moved.
 
 The publisher, in turn, removes an old version only when it can take the exclusive flock on its

@@ -1,6 +1,6 @@
 """`--split-group`: the group an image's path names (a patient, a video, a burst of photos).
 
-The writing side (conversion.quota) keeps a group in one split; the reading side
+The writing side (conversion.plan.quota) keeps a group in one split; the reading side
 (inspection.dataset_lists) names the groups that cross splits in a dataset made without it. Both
 read the group from the path alone, by the same rule, so they agree.
 """

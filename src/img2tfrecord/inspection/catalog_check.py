@@ -18,7 +18,7 @@ from img2tfrecord.format.manifest import catalog_checksum_problem
 from img2tfrecord.format.schema import utf8_text
 from img2tfrecord.inspection.checks import Problem
 
-# A split folder's name -> its split, as the walk takes them (conversion.splits.SPLIT_DIR_NAMES; a
+# A split folder's name -> its split, as the walk takes them (conversion.plan.splits.SPLIT_DIR_NAMES; a
 # test keeps the two alike): a row of a dataset converted from split folders holds the image's path
 # below INPUT (`val/cat/1.jpg`), its record the path below the split folder (`cat/1.jpg`).
 SPLIT_FOLDERS = {"train": "train", "validation": "validation", "val": "validation", "test": "test"}

@@ -1,0 +1,1 @@
+"""Encoding: one source file into one serialized tf.train.Example (the per-image hot path)."""

@@ -1,0 +1,521 @@
+"""Per-image work: probe, validate, transcode if needed, and serialize one Example.
+
+This is the hot path (it runs once per image, in the process that then writes the record), so it
+reads each file once and decodes no more than it must. What is stored is decided by what
+TensorFlow's decoder makes of the bytes, not by what Pillow says the image is
+(`imageformat` holds those rules; tests/test_conformance.py checks them against TensorFlow):
+
+* JPEG, keep mode: the markers give height/width/channels (~5 us); with validation the scan is
+  entropy-decoded at 1/8 scale by libjpeg-turbo in strict mode (simplejpeg), so a corrupt scan
+  that libjpeg would silently fill with grey (an EOI/RST marker or garbage mid-stream), which
+  Pillow and TensorFlow only warn about, is a skip;
+* PNG and 24-bit BMP, keep mode: the header gives the shape TensorFlow decodes to (a tRNS colour
+  key on grey/RGB adds no channel); with validation Pillow decodes it all, and a PNG whose
+  critical chunks libpng (TensorFlow) would refuse, e.g. a bad IDAT CRC, is re-encoded from
+  Pillow's decode;
+* everything else, and every image in the re-encoding modes, is decoded (first frame), turned
+  upright (EXIF or TIFF orientation), brought to one of L, LA, RGB, RGBA or 16-bit grey without
+  loss, and encoded. 16-bit stays 16-bit in PNG; pixel values that fit no format TensorFlow
+  decodes (float, 32-bit integers beyond 16 bits) are skipped with that reason.
+
+The rule: an image is skipped only when TensorFlow's decoder would fail on what would be stored,
+or give pixels that differ from the source's. So libjpeg's header-only warnings (junk before a
+table or APP segment, a bad ICC marker) and an unreadable EXIF block keep a JPEG as it is, while
+lost entropy-coded data skips it; a BMP TensorFlow refuses (bytes after the pixel rows) becomes a
+PNG. Anything wrong with a file raises `SkipImage` with a short, true reason about *that* file:
+the format found from its magic bytes, the decoder's error, and what the C libraries printed or
+Pillow logged while it was read (`cstderr.reading`); a non-image is named, never quoted. A file
+is read whole only when its first bytes say it may be an image of at most --max-pixels (`source`).
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import warnings
+from collections.abc import Callable, Container, Iterable, Iterator
+from typing import Any, NamedTuple
+
+import xxhash
+from PIL import (
+    BmpImagePlugin,
+    GifImagePlugin,
+    Image,
+    ImageFile,
+    ImageOps,
+    PngImagePlugin,
+    TiffImagePlugin,
+    UnidentifiedImageError,
+    WebPImagePlugin,
+)
+
+from img2tfrecord import cstderr
+from img2tfrecord.conversion.encode.source import (  # the read before the work (SkipImage is found here too)
+    JpegFrame,
+    SkipImage,
+    describe_error,
+    pixels_problem,
+    probe_jpeg,
+    read_source,
+)
+from img2tfrecord.conversion.plan.job import Task
+from img2tfrecord.conversion.plan.options import EncodeOptions
+from img2tfrecord.format.images import (
+    MODE_CHANNELS,
+    NOT_IMAGES,
+    bmp_tf_reads,
+    describe_unknown,
+    jpeg_frame_problem,
+    jpeg_header_view,
+    png_chunks_sound,
+    png_header,
+    sniff,
+    tf_png_channels,
+)
+from img2tfrecord.format.schema import FORMAT_RAW, serialize_example, utf8_text
+
+# We enforce our own --max-pixels before decoding; Pillow's global limit would raise at open().
+Image.MAX_IMAGE_PIXELS = None
+ImageFile.LOAD_TRUNCATED_IMAGES = False
+warnings.filterwarnings("ignore", module="PIL")
+
+
+# Modes an image is brought to before encoding, and their channels / bits per sample.
+STORED_MODES = {m: (MODE_CHANNELS[m], 16 if m == "I;16" else 8) for m in ("L", "LA", "RGB", "RGBA", "I;16")}
+_SIXTEEN = ("I;16", "I;16L", "I;16B", "I;16N")
+_PLUGINS: dict[str, Callable[[io.BytesIO], Image.Image]] = {  # Pillow's readers, to name a header's problem
+    "TIFF (II*)": TiffImagePlugin.TiffImageFile,
+    "TIFF (MM*)": TiffImagePlugin.TiffImageFile,
+    "PNG": PngImagePlugin.PngImageFile,
+    "GIF": GifImagePlugin.GifImageFile,
+    "BMP": BmpImagePlugin.BmpImageFile,
+    "WebP": WebPImagePlugin.WebPImageFile,
+}
+_TRANSPOSE = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}  # EXIF orientation -> what makes it upright
+
+
+class Result(NamedTuple):
+    """How one image is stored. The process that validates an image also writes it, so the bytes
+    that were checked are exactly the bytes stored (no second read, no pipe).
+
+    kind "keep": `payload` is the file's own bytes. kind "encoded": `payload` is the new encoding
+    (PNG/JPEG/RAW). kind "skip": `payload` is None and `fmt` is the reason.
+    """
+
+    kind: str
+    payload: bytes | None
+    fmt: str
+    height: int = 0
+    width: int = 0
+    channels: int = 0
+    transcoded: str | None = None  # e.g. "GIF->PNG" in keep mode
+    orientation_ignored: bool = False  # keep mode left an EXIF rotation to the reader
+    size: int = 0  # bytes read
+    digest: str = ""  # xxh3-128 of the file's bytes: finds byte-identical duplicates
+    depth: int = 8  # bits per sample of the stored pixels: 16 only for 16-bit PNGs
+    reduced: str | None = None  # why fewer bits were stored than the source has (counted in dataset.json)
+
+
+def encode_image(path: str, opts: EncodeOptions) -> Result:
+    """Read and check one file; return how to store it, or raise SkipImage (with what the C
+    decoders printed about it, if anything)."""
+    data = read_source(path, opts.max_pixels)
+    kind = sniff(data)
+    failed: SkipImage | None = None
+    with cstderr.reading() as said:  # what the decoders say now is about this image, and only this one
+        try:
+            result = _encode(data, kind, opts)
+        except SkipImage as e:
+            failed = e
+    if failed is not None:
+        text = said.text()
+        raise SkipImage(f"{failed} [decoder: {text[:300]}]" if text else str(failed)) from None
+    if said.c and any("warning" not in line.lower() for line in said.c.split("; ")):
+        # A C decoder reported an error but let the image through (libtiff's Fax4Decode "Bad code
+        # word" does): its pixels are garbage from that point. Warnings alone are not our business,
+        # nor is a Python log record of a decoder that then returned the image.
+        raise SkipImage(f"{kind or result.fmt}: corrupt data: {said.c[:300]}")
+    return result
+
+
+def _encode(data: bytes, kind: str | None, opts: EncodeOptions) -> Result:
+    jpeg = None
+    view = data  # a JPEG as libjpeg reads its headers (junk between segments and ICC left out)
+    if kind == "JPEG":
+        view = jpeg_header_view(data)
+        if problem := jpeg_frame_problem(view):
+            raise SkipImage(problem)
+        jpeg = probe_jpeg(view)  # None: CMYK/YCCK, or markers we leave to Pillow
+        if jpeg is not None:
+            _check_pixels(jpeg.width, jpeg.height, opts)
+            if opts.reencodes:  # decoded by libjpeg-turbo directly (strict when validating): no Pillow open
+                try:
+                    payload, out_fmt, (h, w, c), depth = _transcode(None, "JPEG", opts, jpeg, view)
+                except ValueError as e:
+                    raise SkipImage(f"JPEG: corrupt or truncated: {describe_error(e)}") from None
+                return Result("encoded", payload, out_fmt, h, w, c, None, False, len(data), _digest(data), depth)
+            if opts.validate:
+                _check_jpeg_scan(view)
+            return Result(
+                "keep",
+                data,
+                "JPEG",
+                jpeg.height,
+                jpeg.width,
+                jpeg.channels,
+                None,
+                jpeg.orientation not in (1, None),
+                len(data),
+                _digest(data),
+            )
+    im = _open(data, kind)
+    fmt = im.format or "unknown"
+    label = kind or fmt
+    width, height = im.size
+    _check_pixels(width, height, opts)
+    transcoded = None
+    try:
+        if fmt in ("JPEG", "MPO") and jpeg is None and opts.validate:
+            _check_jpeg_scan(view)  # CMYK/YCCK: Pillow would decode a corrupt scan silently
+        if not opts.reencodes:
+            kept = _keep(im, data, fmt, opts.validate)
+            if isinstance(kept, Result):
+                return kept._replace(size=len(data), digest=_digest(data))
+            source = "CMYK JPEG" if fmt in ("JPEG", "MPO") and im.mode == "CMYK" else fmt
+            transcoded = kept or f"{source}->{'JPEG' if fmt in ('JPEG', 'MPO') else 'PNG'}"
+        deep = _source_bits(im, data) > 8
+        payload, out_fmt, (h, w, c), depth = _transcode(im, fmt, opts, None, data)
+    except SkipImage:
+        raise
+    except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError, EOFError, struct.error...
+        raise SkipImage(f"{label}: corrupt or truncated: {describe_error(e)}") from None
+    reduced = None
+    if deep and depth == 8:
+        reduced = (
+            "16-bit -> 8-bit (the target holds 8 bits)"
+            if im.mode in _SIXTEEN or im.mode in ("I", "F")
+            else "16-bit colour -> 8-bit (Pillow decodes it to 8 bits)"
+        )
+    return Result("encoded", payload, out_fmt, h, w, c, transcoded, False, len(data), _digest(data), depth, reduced)
+
+
+def _source_bits(im: Image.Image, data: bytes) -> int:
+    """Bits per sample of the source as its header says (Pillow decodes 16-bit colour as 8-bit)."""
+    if im.mode in _SIXTEEN or im.mode in ("I", "F"):
+        return 16
+    if im.format == "PNG" and (hdr := png_header(data)) is not None:
+        return hdr.bit_depth
+    bits = getattr(im, "tag_v2", {}).get(258) if im.format == "TIFF" else None  # BitsPerSample
+    if isinstance(bits, tuple):
+        return max(bits, default=8)
+    return bits if isinstance(bits, int) else 8
+
+
+def _check_pixels(width: int, height: int, opts: EncodeOptions) -> None:
+    if (why := pixels_problem(width, height, opts.max_pixels)) is not None:
+        raise SkipImage(why)
+
+
+def _check_jpeg_scan(data: bytes) -> None:
+    """Entropy-decode the whole scan at 1/8 scale, failing on what libjpeg only warns about.
+
+    libjpeg recovers from a damaged scan (a marker or garbage in the middle, a truncated file)
+    by filling the rest with grey and printing "Corrupt JPEG data: ..."; Pillow and TensorFlow
+    go on with those pixels. simplejpeg's strict mode turns that warning into an error, at the
+    cost of a 1/8-scale decode (~1 ms for an ImageNet JPEG, less than Pillow's draft decode).
+    """
+    try:
+        _simplejpeg().decode_jpeg(
+            data, colorspace="GRAY", fastdct=True, fastupsample=True, min_height=1, min_width=1, strict=True
+        )
+    except ValueError as e:
+        raise SkipImage(f"JPEG: corrupt or truncated: {describe_error(e)}") from None
+
+
+def _simplejpeg() -> Any:
+    """simplejpeg, imported when a JPEG is first decoded: it imports numpy (~150 ms, ~16 MB),
+    which `--no-validate` keep-mode workers and a coordinating process never need."""
+    import simplejpeg
+
+    return simplejpeg
+
+
+def _digest(data: bytes) -> str:
+    return xxhash.xxh3_128_hexdigest(data)
+
+
+def to_record(task: Task, result: Result) -> bytes:
+    """The serialized Example of a non-skipped result."""
+    assert result.payload is not None, "a skipped image has no record"
+    return serialize_example(
+        encoded=result.payload,
+        image_format=result.fmt,
+        height=result.height,
+        width=result.width,
+        channels=result.channels,
+        label=task.label,
+        text=utf8_text(task.text).encode("utf-8"),
+        filename=utf8_text(task.filename).encode("utf-8"),
+    )
+
+
+def _open(data: bytes, kind: str | None) -> Image.Image:
+    """Pillow's view of the file; a file it cannot read is named by its magic bytes and the
+    error of that format's own reader (Pillow's "cannot identify image file" says neither)."""
+    try:
+        return Image.open(io.BytesIO(data))
+    except UnidentifiedImageError:
+        pass
+    except Exception as e:
+        raise SkipImage(f"{kind or 'image'}: unreadable header: {describe_error(e)}") from None
+    if kind is None or kind in NOT_IMAGES:
+        raise SkipImage(describe_unknown(data))
+    plugin = _PLUGINS.get(kind)
+    why = "not supported"
+    if plugin is not None:
+        try:
+            plugin(io.BytesIO(data))
+        except Exception as e:
+            why = describe_error(e)
+    elif kind == "JPEG":
+        why = "no frame header Pillow can read"
+    raise SkipImage(f"{kind}: cannot read header: {why}")
+
+
+def _keep(im: Image.Image, data: bytes, fmt: str, validate: bool) -> Result | str | None:
+    """A Result when the file's own bytes can be stored; else None (transcode), or a
+    "PNG->PNG"-style label when TensorFlow's decoder would refuse bytes Pillow reads.
+
+    The declared shape is what TensorFlow decodes the bytes to, by rules checked against its real
+    decoder over every mode (`imageformat.tf_png_channels`; tests/test_conformance.py). The rules,
+    not a TensorFlow decode here: encoding then needs no TensorFlow at all (an eager decode costs
+    ~150 us of dispatch an image), and the bytes stored cannot depend on which process wrote them.
+    """
+    w, h = im.size
+    if fmt == "PNG" and (hdr := png_header(data)) is not None and (channels := tf_png_channels(hdr)) is not None:
+        depth = 16 if hdr.bit_depth == 16 else 8
+        if validate:
+            im.load()  # Pillow reads it all: zlib inflates every byte, the filters are undone
+            if not png_chunks_sound(data):  # libpng (TensorFlow) fails on what Pillow lets pass
+                return "PNG->PNG"
+        orient = hdr.has_exif and im.getexif().get(0x0112, 1) not in (1, None)
+        return Result("keep", data, "PNG", h, w, channels, None, orient, depth=depth)
+    tile = getattr(im, "tile", None)  # an ImageFile's decoder plan: ("raw", box, offset, (rawmode, ...))
+    if (
+        fmt == "BMP"
+        and im.mode == "RGB"
+        and tile
+        and tile[0][0] == "raw"
+        and tile[0][3][0] == "BGR"
+        and bmp_tf_reads(data, w, h)
+    ):
+        if validate:  # uncompressed 24-bit, nothing after the rows: what tf.io.decode_bmp reads
+            im.load()
+        return Result("keep", data, "BMP", h, w, 3)
+    return None
+
+
+def _eight_bit(arr) -> Image.Image:  # type: ignore[no-untyped-def]
+    """16-bit grey to 8 bits the way TensorFlow's `convert_image_dtype` does (v >> 8)."""
+    import numpy as np  # only for 16-bit and float images; the main process never needs numpy (~16 MB)
+
+    return Image.fromarray((np.asarray(arr, dtype=np.uint16) >> 8).astype(np.uint8))  # uint8 2-D: mode L
+
+
+def _sixteen_bit(im: Image.Image) -> Image.Image:
+    """A 16-bit grey, 32-bit integer or float image as 16-bit grey, if that loses nothing."""
+    import numpy as np
+
+    arr = np.asarray(im)
+    if im.mode in _SIXTEEN:
+        return _gray16(arr)
+    if not arr.size:
+        raise SkipImage("image has no pixels")
+    lo, hi = arr.min(), arr.max()
+    if im.mode == "F" and not np.array_equal(arr, np.round(arr)):
+        raise SkipImage(
+            f"floating-point pixels ({lo:g}..{hi:g}): no lossless format TensorFlow decodes; convert them to 8- or 16-bit integers first"
+        )
+    if lo < 0 or hi > 65535:
+        kind = "floating-point" if im.mode == "F" else "32-bit integer"
+        raise SkipImage(
+            f"{kind} pixel values {lo:g}..{hi:g} do not fit 16 bits (PNG, the deepest format TensorFlow decodes, holds 0..65535)"
+        )
+    return _gray16(arr)
+
+
+def _gray16(arr: Any) -> Image.Image:
+    """A 2-D array as Pillow's "I;16" (native-order uint16, the mode is inferred from the dtype:
+    Pillow 13 refuses `fromarray(arr, "I;16")`, older Pillow deprecates the mode argument)."""
+    import numpy as np
+
+    return Image.fromarray(np.ascontiguousarray(arr, dtype="<u2"))
+
+
+def _resize16(im: Image.Image, size: tuple[int, int], resample: Image.Resampling) -> Image.Image:
+    """Resize 16-bit grey in 32-bit integers (bicubic overshoots: clipped back to 0..65535)."""
+    import numpy as np
+
+    arr = np.asarray(im.convert("I").resize(size, resample))
+    return _gray16(np.clip(arr, 0, 65535))
+
+
+def _lossless(im: Image.Image) -> Image.Image:
+    """Pillow's decode in one of STORED_MODES without losing anything: palette expanded (to RGBA
+    when it has transparency), 1-bit to 0/255 grey, a colour key to an alpha channel (16-bit grey
+    keeps 16 bits and drops its key, as TensorFlow does), CMYK/YCbCr/LAB/HSV to RGB."""
+    mode, trns = im.mode, "transparency" in im.info
+    if mode in _SIXTEEN or mode in ("I", "F"):
+        return _sixteen_bit(im)
+    if mode in ("P", "PA"):
+        return im.convert("RGBA" if trns or mode == "PA" else "RGB")
+    if mode == "1":
+        return im.convert("LA" if trns else "L")
+    if mode in ("L", "RGB"):
+        return im.convert(mode + "A" if mode == "L" else "RGBA") if trns else im
+    if mode in ("LA", "RGBA"):
+        return im
+    if mode in ("La", "RGBa"):
+        return im.convert(mode.upper())
+    return im.convert("RGB")
+
+
+def _fit(im: Image.Image, opts: EncodeOptions, target: str) -> Image.Image:
+    """Apply --channels and what the target format can hold (JPEG: no alpha; JPEG/RAW: 8 bits)."""
+    if opts.channels == "1":
+        if im.mode != "I;16":
+            im = im.convert("L")
+    elif opts.channels == "3":
+        im = (_eight_bit(im) if im.mode == "I;16" else im).convert("RGB")
+    if im.mode == "I;16" and target != "PNG":
+        im = _eight_bit(im)
+    if target == "JPEG" and im.mode in ("LA", "RGBA"):
+        im = im.convert(im.mode[:-1])
+    return im
+
+
+def _target_size(size: tuple[int, int], resize: tuple[int, int] | int, mode: str = "always") -> tuple[int, int]:
+    w, h = size
+    if isinstance(resize, int):
+        if mode == "shrink" and min(w, h) <= resize:  # never enlarged
+            return size
+        scale = resize / min(w, h)
+        return (resize, max(1, round(h * scale))) if w <= h else (max(1, round(w * scale)), resize)
+    return resize
+
+
+def _decode_jpeg(data: bytes, frame: JpegFrame, opts: EncodeOptions) -> Image.Image:
+    """An 8-bit grey/colour JPEG's pixels from libjpeg-turbo (the same as Pillow's decode), at
+    the smallest DCT scale still covering the resize target, and upright."""
+    side = 0
+    if opts.resize is not None:
+        side = opts.resize if isinstance(opts.resize, int) else max(opts.resize)
+    arr = _simplejpeg().decode_jpeg(
+        data, colorspace="GRAY" if frame.channels == 1 else "RGB", min_height=side, min_width=side, strict=opts.validate
+    )
+    im = Image.fromarray(arr[:, :, 0] if frame.channels == 1 else arr)  # uint8: L or RGB, from the shape
+    if frame.orientation in _TRANSPOSE:
+        im = im.transpose(_TRANSPOSE[frame.orientation])
+    return im
+
+
+def _transcode(
+    im: Image.Image | None, fmt: str, opts: EncodeOptions, jpeg: JpegFrame | None, data: bytes
+) -> tuple[bytes, str, tuple[int, int, int], int]:
+    """Decode (first frame), orient, convert, resize and encode. Returns payload, format, (h, w, c), bits.
+
+    `jpeg`: the frame of an 8-bit grey/colour JPEG, decoded by libjpeg-turbo instead of Pillow (`im` unused)."""
+    if opts.encoding == "keep":  # keep mode falls back here: lossless PNG, or JPEG q100 for CMYK JPEGs
+        target = "JPEG" if fmt in ("JPEG", "MPO") else "PNG"
+        quality = opts.quality if opts.reencodes else 100  # --resize/--channels asked for new pixels: --quality
+    else:
+        target, quality = {"jpeg": "JPEG", "png": "PNG", "raw": FORMAT_RAW}[opts.encoding], opts.quality
+    if jpeg is not None:
+        im = _decode_jpeg(data, jpeg, opts)
+    else:
+        assert im is not None
+        if opts.resize is not None and fmt in ("JPEG", "MPO"):
+            side = opts.resize if isinstance(opts.resize, int) else max(opts.resize)
+            im.draft(im.mode, (side, side))  # decode at the smallest DCT scale still >= the target
+        im.load()  # a freshly opened multi-frame file (GIF, TIFF, WebP) sits on its first frame
+        im = ImageOps.exif_transpose(im)  # EXIF in JPEG/WebP/PNG, TIFF's own Orientation tag
+    im = _fit(_lossless(im), opts, target)
+    if opts.resize is not None:
+        size = _target_size(im.size, opts.resize, opts.resize_mode)
+        if size != im.size:
+            resample = Image.Resampling.BICUBIC
+            if im.mode == "I;16":
+                im = _resize16(im, size, resample)
+            else:
+                im = im.resize(size, resample, reducing_gap=3.0)
+    w, h = im.size
+    channels, depth = STORED_MODES[im.mode]
+    if target == FORMAT_RAW:
+        return im.tobytes(), FORMAT_RAW, (h, w, channels), depth
+    buf = io.BytesIO()
+    if (
+        target == "JPEG"
+    ):  # keep mode's CMYK->RGB: quality 100 and no chroma subsampling, as close to lossless as JPEG gets
+        im.save(
+            buf,
+            "JPEG",
+            quality=quality,
+            **({"subsampling": 0} if opts.encoding == "keep" and not opts.reencodes else {}),
+        )
+    else:
+        im.save(buf, "PNG")
+    return buf.getvalue(), target, (h, w, channels), depth
+
+
+# ---- per task ----
+
+
+def encode_task(task: Task, opts: EncodeOptions) -> Result:
+    """Encode one candidate; a bad image becomes a "skip" result, never an exception."""
+    try:
+        return encode_image(task.path, opts)
+    except SkipImage as e:
+        return Result("skip", None, str(e), size=task.size)
+
+
+DROPPED = "dropped"  # Result.kind of a duplicate left out by --dedupe drop (never read)
+
+
+def encode_shard(
+    tasks: Iterable[Task],
+    opts: EncodeOptions,
+    warming: Callable[[], bool] | None = None,
+    hold_bytes: int = 64 * 1024 * 1024,
+    drop: Container[str] = (),
+) -> Iterator[Result]:
+    """Encode `tasks` in order, lazily; tasks whose rel path is in `drop` are not read at all.
+
+    Before returning, while `warming()` is true (TensorFlow still importing in the background),
+    it encodes ahead and holds up to `hold_bytes` of results, so the import overlaps useful work.
+    """
+    results = (Result(DROPPED, None, "", size=t.size) if t.rel in drop else encode_task(t, opts) for t in tasks)
+    head: list[Result] = []
+    held = 0
+    while warming is not None and warming() and held < hold_bytes:
+        r = next(results, None)
+        if r is None:
+            break
+        head.append(r)
+        held += len(r.payload or b"") + 256
+    return itertools.chain(head, results)
+
+
+def digest_file(path: str) -> str | None:
+    """xxh3-128 of a file's bytes (the --dedupe drop pre-pass); None if it cannot be read."""
+    try:
+        return _digest(read_source(path))
+    except SkipImage:
+        return None

@@ -1,0 +1,434 @@
+"""The plan: which images, in which order, in which shard. Made once, from the walk and the options only, so the output bytes depend on nothing else.
+
+A split's candidate list, in the order of each image's seeded path hash (conversion.plan.splits), is cut at
+`round(n * i / k)` (as TFDS does), so every shard mixes classes.
+
+A shard's images are a `TaskView` over the walk's `ImageTable` (columns, ~53 bytes an image; see
+conversion.plan.table): the plan of a million images holds no Python object per image, and its
+`Task`s are made when a shard is handed to a worker. Measured by `bench/plan.py` on 1 M files
+(2 cores): the planning process peaks at ~75 bytes an image (~91 with mtimes and hash order) (target 150: 100 M images in < 15 GB),
+where a `Task` per image took ~700. Cyclic garbage collection is paused while the plan is made
+(`_gc_paused`): with an object per image, every collection rescanned all earlier ones (measured
+in-process on 1 M files, one run each: 23.8 -> 18.9 s for the old plan); with columns there is
+little left for it to scan (6.5-8.5 s either way, within this machine's noise), and nothing made here forms a cycle, so the pause
+costs nothing and keeps a big --file-list (a few objects a row while parsing) from paying it."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import inspect
+import math
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, NamedTuple
+
+from img2tfrecord import fs
+from img2tfrecord.conversion.plan.filelist import discover_file_list
+from img2tfrecord.conversion.plan.labels import read_labels_file
+from img2tfrecord.conversion.plan.options import (
+    CHANNEL_CHOICES,
+    DEDUPE_MODES,
+    DEFAULT_CHECKSUM,
+    ENCODINGS,
+    TF_COMPRESSION,
+    EncodeOptions,
+    ShardSettings,
+    check_resize_mode,
+    parse_resize,
+    parse_shards,
+)
+from img2tfrecord.conversion.plan.splits import SPLIT_RULES, Prior, SplitRule, parse_split_spec
+from img2tfrecord.conversion.plan.table import Task, sizes_of
+from img2tfrecord.conversion.plan.walk import discover
+from img2tfrecord.errors import DataError, UsageError, option, plural
+from img2tfrecord.format.naming import shard_name
+from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
+from img2tfrecord.format.split_groups import group_pattern
+
+TARGET_SHARD_BYTES = 200 * 1024 * 1024  # ceil(total / 200 MiB) shards -> each in (100, 200] MiB
+
+
+def shard_bounds(n: int, k: int) -> list[tuple[int, int]]:
+    """[start, end) of each of k shards over n records; sizes differ by at most one."""
+    cuts = [round(n * i / k) for i in range(k + 1)]
+    return list(zip(cuts[:-1], cuts[1:]))
+
+
+# With --index, no shard may hold a single record: its index is one line, which the `tfrecord`
+# package (PyPI, the usual PyTorch reader of TFRecords) cannot read (numpy.loadtxt gives a 1-D
+# array; its issue #9). Two records per shard at least, so shards of one split never hold one.
+MIN_INDEXED_RECORDS = 2
+
+
+def min_shard_records(index: bool) -> int:
+    return MIN_INDEXED_RECORDS if index else 1
+
+
+def auto_shard_counts(
+    split_bytes: dict[str, int],
+    split_items: dict[str, int],
+    requested: int | dict[str, int] | None,
+    min_records: int = 1,
+) -> tuple[dict[str, int], list[str]]:
+    """Shard count per split, plus warnings.
+
+    * None: aim at 100-200 MiB per shard;
+    * an int N: N shards in total, shared in proportion to split size (at least 1 each);
+    * a dict: those counts; other splits get shards in proportion to their size.
+    Never more shards than candidate images (TFDS' rule) or, with `min_records` 2 (--index),
+    than half of them, so no shard holds a single record; and never fewer than one.
+    """
+    warnings: list[str] = []
+    names = [s for s in split_bytes if split_items[s] > 0]
+    counts: dict[str, int] = {}
+    if isinstance(requested, dict):
+        unknown = sorted(set(requested) - set(split_bytes))
+        if unknown:
+            raise UsageError(
+                f"{option('shards')} names {'a split' if len(unknown) == 1 else 'splits'} that {'does' if len(unknown) == 1 else 'do'} not exist ({', '.join(unknown)}); the splits are {', '.join(split_bytes)}"
+            )
+        counts.update({s: requested[s] for s in names if s in requested})
+        per = sum(split_bytes[s] for s in counts) / max(1, sum(counts.values())) if counts else TARGET_SHARD_BYTES
+        for s in names:
+            counts.setdefault(s, max(1, round(split_bytes[s] / per)))
+    elif isinstance(requested, int):
+        total = sum(split_bytes[s] for s in names) or 1
+        exact = {s: requested * split_bytes[s] / total for s in names}
+        counts = {s: max(1, int(exact[s])) for s in names}
+        for s in sorted(names, key=lambda s: exact[s] - int(exact[s]), reverse=True):
+            if sum(counts.values()) >= requested:
+                break
+            counts[s] += 1
+    else:
+        counts = {s: max(1, math.ceil(split_bytes[s] / TARGET_SHARD_BYTES)) for s in names}
+    for s in names:
+        most = max(1, split_items[s] // min_records)
+        if counts[s] > most:
+            why = (
+                ""
+                if min_records == 1
+                else f" (with {option('index', True)}, a shard holds at least {min_records} records: a one-line index breaks common readers)"
+            )
+            warnings.append(f"{s}: {counts[s]} shards for {split_items[s]} images; using {most}{why}")
+            counts[s] = most
+        if min_records > 1 and split_items[s] < min_records:
+            warnings.append(one_record_warning(s))
+    return counts, warnings
+
+
+def one_record_warning(split: str) -> str:
+    return (
+        f"{split}: one record in all, so its shard's index is a single line, which the `tfrecord` package "
+        "(PyTorch) cannot read (its issue #9); DALI and TensorFlow can"
+    )
+
+
+@dataclass(frozen=True)
+class PlannedShard:
+    """One shard of the plan: which images, in which order. The unit of work of every engine."""
+
+    split: str
+    index: int
+    count: int
+    tasks: Sequence[Task]  # a TaskView over the plan's table (a tuple once sent to a worker)
+
+    @property
+    def name(self) -> str:
+        return shard_name(self.split, self.index, self.count)
+
+
+def make_plan(splits: Mapping[str, Sequence[Task]], counts: dict[str, int]) -> list[PlannedShard]:
+    return [
+        PlannedShard(s, i, counts[s], tasks[a:b])
+        for s, tasks in splits.items()
+        if tasks
+        for i, (a, b) in enumerate(shard_bounds(len(tasks), counts[s]))
+    ]
+
+
+UNKNOWN_IMAGE_BYTES = 110_000  # assumed size of a file listed without one (remote walk): an ImageNet JPEG
+
+
+@dataclass
+class Plan:
+    """A validated, planned conversion: which images go into which shard, how shards are written,
+    and what the manifest will say of the input. Made once; every engine runs it as it is."""
+
+    input_dir: str
+    output_dir: str
+    classes: list[str]
+    label_offset: int
+    split_names: list[str]
+    shards: list[PlannedShard]
+    settings: ShardSettings
+    options: dict[str, Any]  # every option that shapes the bytes, as dataset.json records them
+    ignored_files: int = 0  # non-image files
+    excluded_files: int = 0  # images of classes not in --labels
+    estimated_bytes: int = 0  # output size estimate (exact-ish for --encoding keep)
+    warnings: list[str] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)  # what the walk could not read: path, split, reason
+    shard_request: int | dict[str, int] | None = None  # --shards as asked (dataset.json's shard_request)
+    notes: list[str] = field(default_factory=list)  # said once (junk folders ignored), not warnings
+    # --dedupe drop decided before the run (update: across versions, conversion.versions.dedupe): the
+    # rel path of each copy to leave out -> (digest, kept copy's rel); None: the engine decides
+    drop: dict[str, tuple[str, str]] | None = None
+    known_classes: list[str] | None = None  # `convert(like=...)`'s classes, which kept their labels
+
+    @property
+    def images(self) -> int:
+        return sum(len(s.tasks) for s in self.shards)
+
+
+class CheckedOptions(NamedTuple):
+    """The options that need parsing, parsed (`check_options`)."""
+
+    encode: EncodeOptions
+    shard_request: int | dict[str, int] | None
+    fractions: dict[str, float] | None
+    class_list: list[str] | None
+
+
+def refuse_walk_skips(skipped: list[dict[str, str]], strict: bool) -> None:
+    """Under --strict, what the walk cannot read (convert's and update's) fails the run."""
+    if strict and skipped:
+        first = skipped[0]
+        raise DataError(
+            f"{option('strict', True)}: {plural(len(skipped), 'file or folder', 'files or folders')} cannot be read, e.g. "
+            f"{first['path']}: {first['reason']}; nothing was written"
+        )
+
+
+def check_options(**options: Any) -> CheckedOptions:
+    """Check and parse `plan_job`'s options without touching the input or the output (UsageError):
+    convert calls it first, so a wrong command is told what is wrong, never to add --overwrite.
+
+    `options` are `plan_job`'s keyword parameters; the ones not given take `plan_job`'s defaults,
+    read from its signature (`plan_options`), so the list and its defaults exist once."""
+    o = plan_options(options)
+    encoding, channels, quality, max_pixels = o["encoding"], o["channels"], o["quality"], o["max_pixels"]
+    compression, checksum, dedupe, index = o["compression"], o["checksum"], o["dedupe"], o["index"]
+    if encoding not in ENCODINGS:
+        raise UsageError(f"bad {option('encoding', encoding)}: choose one of {', '.join(ENCODINGS)}")
+    if str(channels) not in CHANNEL_CHOICES:
+        raise UsageError(f"bad {option('channels', channels)}: choose keep, 1 or 3")
+    if not 1 <= quality <= 100:
+        raise UsageError(f"bad {option('quality', quality)}: choose 1..100")
+    if max_pixels < 1:
+        raise UsageError(f"bad {option('max_pixels', max_pixels)}: must be positive")
+    if compression not in TF_COMPRESSION:
+        raise UsageError(f"bad {option('compression', compression)}: choose gzip or zlib")
+    if checksum not in fs.CHECKSUMS:
+        raise UsageError(f"bad {option('checksum', checksum)}: choose {', '.join(fs.CHECKSUMS)}")
+    if dedupe not in DEDUPE_MODES:
+        raise UsageError(f"bad {option('dedupe', dedupe)}: choose report, drop or off")
+    if index and compression:
+        raise UsageError(
+            f"{option('index', True)} describes uncompressed shards (DALI cannot read compressed TFRecords): "
+            f"drop {option('compression')} or {option('index')}"
+        )
+    opts = EncodeOptions(
+        encoding=encoding,
+        quality=quality,
+        resize=parse_resize(o["resize"]),
+        resize_mode=check_resize_mode(o["resize_mode"], parse_resize(o["resize"])),
+        channels=str(channels),
+        max_pixels=max_pixels,
+        validate=o["validate"],
+    )
+    shard_request = parse_shards(o["shards"])
+    split, labels = o["split"], o["labels"]
+    fractions = parse_split_spec(split) if isinstance(split, str) else split
+    class_list = read_labels_file(labels) if isinstance(labels, str) else labels
+    if o["split_rule"] not in SPLIT_RULES:
+        raise UsageError(f"bad {option('split_rule', o['split_rule'])}: choose {' or '.join(SPLIT_RULES)}")
+    group_pattern(o["split_group"])
+    return CheckedOptions(opts, shard_request, fractions, class_list)
+
+
+def plan_options(given: Mapping[str, Any]) -> dict[str, Any]:
+    """`given` completed with `plan_job`'s defaults: its keyword parameters are the one list of the
+    options (TypeError for a name that is not one, as calling `plan_job` with it would raise)."""
+    params = inspect.signature(plan_job).parameters
+    defaults = {name: p.default for name, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    if unknown := sorted(set(given) - set(defaults)):
+        raise TypeError(f"plan_job() got an unexpected keyword argument {unknown[0]!r}")
+    return {**defaults, **given}
+
+
+def plan_job(
+    input_dir: str,
+    output_dir: str,
+    *,
+    shards: str | int | dict[str, int] | None = None,
+    split: str | dict[str, float] | None = None,
+    split_rule: str = "exact",
+    split_group: str | None = None,
+    seed: int = 0,
+    label_offset: int = 0,
+    labels: str | list[str] | None = None,
+    encoding: str = "keep",
+    quality: int = 95,
+    resize: str | int | tuple[int, int] | None = None,
+    resize_mode: str = "always",
+    channels: str = "keep",
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    validate: bool = True,
+    strict: bool = False,
+    compression: str | None = None,
+    index: bool = False,
+    file_list: str | None = None,
+    dedupe: str = "report",
+    checksum: str = DEFAULT_CHECKSUM,
+    fsync: bool = True,
+    known_classes: list[str] | None = None,
+    split_prior: Prior | None = None,
+) -> Plan:
+    """Check the options, walk the input (or read `file_list`) and cut it into shards. Raises UsageError.
+
+    `known_classes` (`convert(like=...)`, without `labels`): an existing dataset's classes, which
+    keep their labels; the other classes found get the next ones, sorted (update's rule).
+    `split_prior` (`convert(like=...)` with its split): the splits an existing dataset gives its
+    images, which they keep, as in an update, so that the dataset made again is the same one."""
+    options = {k: v for k, v in locals().items() if k not in ("input_dir", "output_dir")}  # every keyword above
+    opts, shard_request, fractions, class_list = check_options(**options)
+    check_paths(input_dir, output_dir)
+    with _gc_paused():
+        return _plan(
+            input_dir,
+            output_dir,
+            opts,
+            shard_request,
+            fractions,
+            class_list,
+            SplitRule(split_rule, split_group, split_prior),
+            seed,
+            label_offset,
+            file_list,
+            index,
+            compression,
+            dedupe,
+            checksum,
+            fsync,
+            strict,
+            known_classes,
+        )
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while the plan is made (see the module docstring)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _plan(
+    input_dir: str,
+    output_dir: str,
+    opts: EncodeOptions,
+    shard_request: int | dict[str, int] | None,
+    fractions: dict[str, float] | None,
+    class_list: list[str] | None,
+    rule: SplitRule,
+    seed: int,
+    label_offset: int,
+    file_list: str | None,
+    index: bool,
+    compression: str | None,
+    dedupe: str,
+    checksum: str,
+    fsync: bool,
+    strict: bool,
+    known_classes: list[str] | None = None,
+) -> Plan:
+    labels = {"labels": class_list, "known_classes": known_classes}
+    if file_list:
+        found = discover_file_list(
+            input_dir, file_list, split=fractions, seed=seed, label_offset=label_offset, rule=rule, **labels
+        )
+    else:
+        found = discover(input_dir, split=fractions, seed=seed, label_offset=label_offset, rule=rule, **labels)
+    refuse_walk_skips(found.skipped, strict)
+    if strict and found.loose:
+        raise DataError(f"{option('strict', True)}: {found.loose}; nothing was written")
+    split_bytes = {s: estimate_task_bytes(items, opts) for s, items in found.splits.items()}
+    counts, shard_warnings = auto_shard_counts(
+        split_bytes, {s: len(v) for s, v in found.splits.items()}, shard_request, min_shard_records(index)
+    )
+    empty = [f"split {s} has no images; no shards are written for it" for s, v in found.splits.items() if not v]
+    recorded = asdict(opts)
+    if opts.resize_mode == "always":  # the default: dataset.json and the resume fingerprint as before the option
+        del recorded["resize_mode"]
+    options = recorded | {
+        "resize": list(opts.resize) if isinstance(opts.resize, tuple) else opts.resize,
+        "seed": seed,
+        "label_offset": label_offset,
+        "compression": compression,
+        "index": index,
+        "split": fractions,
+        "split_rule": rule.name,  # how --split's fractions pick an image's split (conversion.plan.splits)
+        "split_group": rule.group,
+        "shards": dict(counts),
+        "labels": class_list,
+        "dedupe": dedupe,
+        "checksum": checksum,
+    }
+    settings = ShardSettings(
+        encode=opts, compression=compression, index=index, checksum=checksum, fsync=fsync, dedupe=dedupe, strict=strict
+    )
+    return Plan(
+        input_dir=input_dir,
+        output_dir=output_dir,
+        classes=found.classes,
+        label_offset=label_offset,
+        split_names=list(found.splits),
+        shards=make_plan(found.splits, counts),
+        settings=settings,
+        options=options,
+        ignored_files=found.ignored_files,
+        excluded_files=found.excluded_files,
+        estimated_bytes=sum(split_bytes.values()),
+        shard_request=shard_request,
+        warnings=found.warnings + shard_warnings + empty,
+        skipped=found.skipped,
+        notes=found.notes,
+        known_classes=known_classes,
+    )
+
+
+def check_paths(input_dir: str, output_dir: str) -> None:
+    """Refuse an output inside the input (or equal to it): the walk would read its own shards."""
+    if not fs.is_remote(input_dir) and not fs.is_remote(output_dir):
+        in_abs, out_abs = os.path.realpath(input_dir), os.path.realpath(output_dir)
+        if out_abs == in_abs or out_abs.startswith(in_abs + os.sep):
+            raise UsageError(
+                f"output {output_dir} is inside input {input_dir}: the tool would read its own output; choose another folder"
+            )
+
+
+def estimate_task_bytes(items: Sequence[Task], opts: EncodeOptions) -> int:
+    """Rough output size of a split: to choose a default shard count and check the free space."""
+    return estimate_bytes(sizes_of(items), opts)
+
+
+def estimate_bytes(sizes: Sequence[int], opts: EncodeOptions) -> int:
+    """`estimate_task_bytes` from the source sizes alone (compact recounts a split's shards from its catalog)."""
+    items = sizes
+    source = sum(sizes)
+    unknown = sizes.count(0)  # remote listings carry no sizes
+    if unknown:
+        known = len(items) - unknown
+        source += unknown * (source // known if known else UNKNOWN_IMAGE_BYTES)
+    if opts.resize is None:
+        return source * (10 if opts.encoding == "raw" else 1)
+    w, h = (opts.resize, opts.resize * 4 // 3) if isinstance(opts.resize, int) else opts.resize
+    if opts.encoding == "raw":
+        return len(items) * w * h * 3
+    per_pixel = {"png": 1.5, "jpeg": 0.3, "keep": 0.3}[opts.encoding]
+    return min(source, int(len(items) * w * h * per_pixel))

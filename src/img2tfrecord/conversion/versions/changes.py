@@ -1,0 +1,252 @@
+"""What changed between a dataset and its input: the catalog (format.catalog) against a fresh walk.
+
+An image is *added* when the catalog has no row for its path, *removed* when the walk no longer
+finds a row's path, *changed* when its size or mtime differs (or, with `check_content`, the xxh3
+digest of its bytes; or its class or split, which only a --file-list or a split folder can move),
+and *unchanged* otherwise (a row converted from a remote listing knows neither size nor mtime:
+it counts as unchanged unless `check_content`, and the new catalog records what the stat found).
+A file skipped last time is tried again when it changed, or when its skip was an OS or I/O error
+(`skips.is_passing`: no verdict about its content), and else stays skipped (with its reason);
+a row below a folder the walk cannot list now (or a link whose target is missing) is kept as it
+is, not removed (`unlisted`); a copy dropped last time (--dedupe drop) stays dropped
+unless it changed or `versions.dedupe` restores it (its kept copy left). Classes keep their labels: the dataset's classes in
+their order, then the classes the walk finds that it lacks, sorted (unless the dataset was made
+with --labels: that list stays the set of classes); a class with no image left keeps its label.
+"""
+
+from __future__ import annotations
+
+import itertools
+from array import array
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from img2tfrecord.conversion.plan.filelist import discover_file_list
+from img2tfrecord.conversion.plan.labels import updated_class_list
+from img2tfrecord.conversion.plan.skips import is_passing
+from img2tfrecord.conversion.plan.splits import Discovery, prior_of, recorded_rule
+from img2tfrecord.conversion.plan.table import ImageTable, class_counts
+from img2tfrecord.conversion.plan.walk import discover, stat_remote
+from img2tfrecord.format.catalog import CONVERTED, SKIPPED, Catalog
+from img2tfrecord.format.schema import utf8_text
+
+_UNSEEN = bytes([1]) + bytes(255)  # a bytes.translate table: 0 (not seen) -> 1, else 0
+KINDS = ("added", "removed", "changed", "unchanged", "retried")
+# counted per split, not per class; "unlisted": kept rows below a folder the walk could not list
+AFTER = ("still_skipped", "still_dropped", "restored", "unlisted")
+
+
+@dataclass
+class SplitChanges:
+    """One split's changes. `encode` holds the image numbers (of the walk's table) to convert, in
+    plan order; `gone` the catalog rows whose records leave the dataset (removed or changed)."""
+
+    encode: array = field(default_factory=lambda: array("q"))
+    gone: set[int] = field(default_factory=set)
+    # KINDS -> images, plus "still_skipped", "still_dropped" and "restored" (versions.dedupe)
+    counts: Counter[str] = field(default_factory=Counter)
+    per_class: dict[str, Counter[str]] = field(default_factory=dict)
+
+    def count(self, kind: str, cls: str) -> None:
+        self.counts[kind] += 1
+        self.per_class.setdefault(cls, Counter())[kind] += 1
+
+
+@dataclass
+class Changes:
+    """The whole difference, and what the new version is built from."""
+
+    found: Discovery
+    catalog: Catalog
+    classes: list[str]  # the new version's classes, in label order
+    new_classes: list[str]
+    vanished_classes: list[str]
+    splits: dict[str, SplitChanges]
+    kept_rows: list[int]  # catalog rows that stay as they are (unchanged records, still skipped files)
+    # kept rows whose size and mtime the catalog did not know (a dataset converted from a remote
+    # listing): row -> (size, mtime_ns) as the walk's stat found them, for the new catalog
+    refreshed: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # --dedupe drop (versions.dedupe.resolve): images to encode that are later copies (Task.rel ->
+    # (digest, the kept copy's rel)), for the engine to leave out; kept rows that are later copies
+    # now (-> their digest: a converted one's record leaves, a skipped one is a dropped copy now);
+    # and the kept copy of each copy it placed, by path as dataset.json writes them
+    drop: dict[str, tuple[str, str]] = field(default_factory=dict)
+    demoted: dict[int, bytes] = field(default_factory=dict)
+    kept_copy: dict[str, str] = field(default_factory=dict)
+    # what the walk could not read differs from what dataset.json lists (a folder listed again):
+    # a new version says so, though no record changes
+    walk_skips_changed: bool = False
+    removed_records: int = 0  # records whose image the walk no longer finds (versions.guard's count)
+
+    @property
+    def nothing(self) -> bool:
+        """No image to encode, no record or catalog row to drop, no new class: the dataset is current."""
+        return (
+            not self.new_classes
+            and not self.walk_skips_changed
+            and not any(sc.encode or sc.gone or sc.counts["removed"] for sc in self.splits.values())
+        )
+
+    def split_counts(self) -> dict[str, dict[str, list[int]]]:
+        """Images per class and split (records, skipped and dropped copies) before and after, for
+        the classes whose counts change: class -> split -> [before, after] (the catalog's rows, the walk's images)."""
+        before = Counter(zip(self.catalog.classes.codes, self.catalog.splits.codes))
+        out: dict[str, dict[str, list[int]]] = {}
+        cv, sv = self.catalog.classes.values, self.catalog.splits.values
+        for (ci, si), n in before.items():
+            out.setdefault(cv[ci], {}).setdefault(sv[si], [0, 0])[0] += n
+        for split, view in self.found.splits.items():
+            for cls, n in class_counts(view).items():
+                out.setdefault(utf8_text(cls), {}).setdefault(split, [0, 0])[1] += n
+        order = {s: i for i, s in enumerate(dict.fromkeys([*self.found.splits, *sv]))}
+        return {
+            c: dict(sorted(v.items(), key=lambda kv: order[kv[0]]))
+            for c, v in sorted(out.items())
+            if any(a != b for a, b in v.values())
+        }
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "split_counts": self.split_counts(),
+            "new_classes": self.new_classes,
+            "vanished_classes": self.vanished_classes,
+            "splits": {
+                s: {
+                    **{k: sc.counts.get(k, 0) for k in (*KINDS, *AFTER)},
+                    "classes": {c: {k: n.get(k, 0) for k in KINDS} for c, n in sorted(sc.per_class.items())},
+                }
+                for s, sc in self.splits.items()
+            },
+        }
+
+
+def walk(
+    input_dir: str, options: dict[str, Any], old_classes: list[str], file_list: str | None, cat: Catalog | None = None
+) -> Discovery:
+    """The input as `convert` would list it with the dataset's options, with labels that keep their
+    meaning; under the exact split rule, the images `cat` holds keep their splits (conversion.plan.splits)."""
+    fixed = options.get("labels")  # the dataset was made with --labels: that list is the set of classes
+    split, seed = options.get("split"), int(options.get("seed") or 0)
+    labels = list(old_classes) if fixed is not None else None
+    rule = recorded_rule(options)
+    if split and rule.name != "hash" and cat is not None:
+        rule = rule._replace(prior=prior_of(cat.rels.blob, cat.rels.ends, cat.splits.codes, cat.splits.values, seed))
+    if file_list:
+        found = discover_file_list(input_dir, file_list, split=split, seed=seed, labels=labels, rule=rule)
+    else:
+        found = discover(input_dir, split=split, seed=seed, labels=labels, rule=rule)
+    table = _table(found)
+    if table.remote:  # a listing gives no size or mtime: one stat per image (walk_remote.stat_remote)
+        stat_remote(table)
+    texts = [utf8_text(c) for c in table.classes]
+    final = updated_class_list(list(old_classes), texts).classes if fixed is None else list(old_classes)
+    offset = int(options.get("label_offset") or 0)
+    position = {c: i for i, c in enumerate(final)}
+    table.labels[:] = [position[t] + offset for t in texts]
+    found.classes = final
+    return found
+
+
+def _unlisted(skipped: list[dict[str, str]]) -> tuple[str, ...]:
+    """The paths the walk could not list (a folder, '/'-ended, or an entry it could not tell the
+    kind of, such as a link whose target is missing): rows at or below them are kept."""
+    return tuple(s["path"] for s in skipped)
+
+
+def _below(path: str, unlisted: tuple[str, ...]) -> bool:
+    return any(path == p or path.startswith(p if p.endswith("/") else p + "/") for p in unlisted)
+
+
+def _table(found: Discovery) -> ImageTable:
+    return next(iter(found.splits.values())).table
+
+
+def diff(found: Discovery, cat: Catalog, old_classes: list[str], check_content: bool = False) -> Changes:
+    """Classify every image of the walk and every row of the catalog (see the module docstring)."""
+    from img2tfrecord.conversion.encode.example import digest_file
+
+    table = _table(found)
+    texts = [utf8_text(c) for c in table.classes]
+    group_class = [texts[g.cls] for g in table.groups]
+    group_code = [cat.classes.lookup.get(c, -1) for c in group_class]  # the class as the catalog codes it
+    row_of = {rel: r for r, rel in enumerate(cat.rels)}
+    seen = bytearray(len(cat))  # 1: the walk found the row's path
+    kept: list[int] = []
+    refreshed: dict[int, tuple[int, int]] = {}
+    splits = {s: SplitChanges() for s in found.splits}
+    # the catalog's columns and the table's, as locals: this loop runs once per image of the dataset
+    sizes, mtimes, states, split_codes, class_codes = (
+        cat.sizes,
+        cat.mtimes,
+        cat.states,
+        cat.splits.codes,
+        cat.classes.codes,
+    )
+    names, offsets, groups, group_of = table.names, table.offsets, table.groups, table.group_of
+    passing = [is_passing(v) for v in cat.reasons.values]  # a skip that was an OS error: no verdict
+    reasons = cat.reasons.codes
+    prefixes = [g.prefix for g in groups]
+    for s, view in found.splits.items():
+        sc = splits[s]
+        tally: Counter[tuple[str, str]] = Counter()  # (kind, class) -> images
+        here = cat.splits.lookup.get(s, -1)
+        for i in view.order:
+            g = group_of[i]
+            rel = prefixes[g] + names[offsets[i] : offsets[i + 1]]
+            cls = group_class[g]
+            r = row_of.get(rel)
+            if r is None:
+                sc.encode.append(i)
+                tally["added", cls] += 1
+                continue
+            seen[r] = 1
+            state = states[r]
+            unknown = sizes[r] == 0 and mtimes[r] == 0  # converted from a listing (remote input)
+            same = unknown or (sizes[r] == table.sizes[i] and mtimes[r] == table.mtimes[i])
+            if unknown and state == CONVERTED and not check_content:
+                refreshed[r] = (table.sizes[i], table.mtimes[i])  # known from now on
+            moved = split_codes[r] != here or class_codes[r] != group_code[g]
+            if same and not moved and state != SKIPPED and check_content and cat.has_digests:  # a dropped copy too
+                refreshed.pop(r, None)
+                digest = digest_file(table.task(i).path)
+                same = digest is not None and bytes.fromhex(digest) == cat.digests[r]
+            if same and not moved and not (state == SKIPPED and passing[reasons[r]]):
+                kept.append(r)
+                tally[
+                    "unchanged" if state == CONVERTED else "still_skipped" if state == SKIPPED else "still_dropped", cls
+                ] += 1
+                continue
+            if state == CONVERTED:  # its record leaves the shard that holds it, in the split it was in
+                splits.setdefault(cat.splits[r], SplitChanges()).gone.add(r)
+            sc.encode.append(i)
+            tally["retried" if state == SKIPPED else "changed", cls] += 1
+        for (kind, cls), n in tally.items():
+            sc.counts[kind] += n
+            sc.per_class.setdefault(cls, Counter())[kind] += n
+    unlisted = _unlisted(found.skipped)
+    removed_records = 0
+    for r in itertools.compress(range(len(cat)), seen.translate(_UNSEEN)):
+        s = cat.splits[r]
+        sc = splits.setdefault(s, SplitChanges())
+        if unlisted and _below(utf8_text(cat.rels[r].decode("utf-8", "surrogateescape")), unlisted):
+            kept.append(r)  # below a folder the walk could not list: not known to be gone
+            sc.counts["unlisted"] += 1
+            continue
+        if states[r] == CONVERTED:
+            sc.gone.add(r)
+            removed_records += 1
+        sc.count("removed", cat.classes[r])
+    present = {group_class[g] for view in found.splits.values() for g in set(map(group_of.__getitem__, view.order))}
+    present |= {cat.classes[r] for r in kept} if unlisted else set()
+    return Changes(
+        found=found,
+        catalog=cat,
+        classes=found.classes,
+        new_classes=[c for c in found.classes if c not in old_classes],
+        vanished_classes=[c for c in old_classes if c not in present],
+        splits=splits,
+        kept_rows=sorted(kept),
+        refreshed=refreshed,
+        removed_records=removed_records,
+    )

@@ -1,0 +1,235 @@
+"""After the engine: re-cut shards after skips, build the manifest, publish, and the run's summary."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from img2tfrecord import fs
+from img2tfrecord.conversion.events import EventSink, Timing
+from img2tfrecord.conversion.plan.job import Plan, one_record_warning
+from img2tfrecord.conversion.plan.table import class_counts
+from img2tfrecord.conversion.write import dedupe
+from img2tfrecord.conversion.write import shards as writer
+from img2tfrecord.conversion.write.catalog import add_split, record_lengths
+from img2tfrecord.conversion.write.dedupe import DIGEST_HEX
+from img2tfrecord.conversion.write.publish import Published, publish
+from img2tfrecord.conversion.write.shards import ShardOutcome
+from img2tfrecord.conversion.write.workspace import Workspace
+from img2tfrecord.errors import UnusableImages, option, plural, wording
+from img2tfrecord.format import catalog as catalog_file
+from img2tfrecord.format import tfds as tfds_metadata
+from img2tfrecord.format.catalog import CATALOG_NAME, Catalog
+from img2tfrecord.format.manifest import (
+    LABELS_NAME,
+    MANIFEST_NAME,
+    build_manifest,
+    labels_text,
+    manifest_text,
+)
+from img2tfrecord.format.schema import utf8_text
+
+
+def _duplicates(plan: Plan, outcomes: list[ShardOutcome]) -> dict[str, Any]:
+    """The duplicate report: digests seen twice found from the shards' digest columns (16 bytes a
+    record, sorted), then paths and classes looked up only for the records that have one."""
+    dropped = [d for o in outcomes for d in o.dropped]
+    twice = dedupe.duplicated([o.digests for o in outcomes], [d["digest"] for d in dropped])
+    return dedupe.report(plan.settings.dedupe, written(plan, outcomes, twice), dropped)
+
+
+def written(plan: Plan, outcomes: list[ShardOutcome], only: set[str]) -> Iterator[tuple[str, str, str, str]]:
+    """(digest, path, split, class) of each record whose digest is in `only`, in plan order.
+
+    A shard's records are its planned tasks minus the skipped and dropped ones, in order; shards
+    with none of `only` are passed over without making their tasks."""
+    if not only:  # nearly every run: no duplicates, nothing to look up
+        return
+    for shard, o in zip(plan.shards, outcomes):
+        column = o.digests
+        if not column or not any(column[i : i + DIGEST_HEX] in only for i in range(0, len(column), DIGEST_HEX)):
+            continue
+        left_out = {s["path"] for s in o.skipped} | {d["path"] for d in o.dropped}
+        records = (t for t in shard.tasks if utf8_text(t.rel) not in left_out)
+        for i, task in zip(range(0, len(column), DIGEST_HEX), records):
+            digest = column[i : i + DIGEST_HEX]
+            if digest in only:
+                yield digest, utf8_text(task.rel), o.split, utf8_text(task.text)
+
+
+def finalize(
+    plan: Plan,
+    ws: Workspace,
+    outcomes: list[ShardOutcome],
+    timing: Timing,
+    emit: EventSink,
+    engine: str = "local",
+    state: Published | None = None,
+) -> dict[str, Any]:
+    """Merge shard outcomes, rebalance after skips, publish (`publish.publish`: raises OSError), and build the summary."""
+    staging = ws.build
+    skipped = plan.skipped + [s for o in outcomes for s in o.skipped]  # the walk's, then the images'
+    if plan.settings.strict and skipped:  # every image was tried: all the unusable ones are named
+        raise UnusableImages(skipped)
+    merged: dict[str, dict[str, int]] = {"formats": {}, "transcoded": {}, "depths": {}, "reduced": {}}
+    split_info: dict[str, dict[str, Any]] = {}
+    classes = [utf8_text(c) for c in plan.classes]
+    warnings = list(plan.warnings)
+    cat = Catalog(has_digests=plan.settings.digests)
+    for s in plan.split_names:
+        mine = [o for o in outcomes if o.split == s]
+        if not mine:
+            continue
+        infos = writer.rebalance(staging, [o.info for o in mine], plan.settings)
+        planned = [(sh.tasks, o) for sh, o in zip(plan.shards, outcomes) if o.split == s]
+        lengths = None
+        if any(len(o.lengths) != o.info.records for o in mine):  # a journal of a version before the catalog
+            lengths = record_lengths(staging, [i.file for i in infos], plan.settings.compression)
+        add_split(cat, s, planned, infos, lengths)
+        if len(infos) < len(mine):
+            warnings.append(
+                f"{s}: {plural(len(infos), 'shard')} instead of {len(mine)}: after the skipped images, more would "
+                f"leave a shard of one record, which {option('index', True)} readers cannot handle"
+            )
+            emit("warning", warnings[-1])
+        if (
+            plan.settings.index
+            and sum(i.records for i in infos) == 1
+            and sum(len(sh.tasks) for sh in plan.shards if sh.split == s) > 1
+        ):
+            warnings.append(one_record_warning(s))  # planned for more, left with one after the skips
+            emit("warning", warnings[-1])
+        class_counts = dict.fromkeys(classes, 0)
+        for o in mine:
+            for c, n in o.class_counts.items():
+                class_counts[c] += n
+            for key in ("formats", "transcoded", "depths", "reduced"):
+                for k, n in getattr(o, key).items():
+                    merged[key][k] = merged[key].get(k, 0) + n
+        split_info[s] = {
+            "records": sum(i.records for i in infos),
+            "class_counts": class_counts,
+            "shards": [i.as_json() for i in infos],
+        }
+    orient = sum(o.orientation_ignored for o in outcomes)
+    duplicates = _duplicates(plan, outcomes) if plan.settings.dedupe != "off" else {"mode": "off"}
+    if line := dedupe.summary_line(duplicates):
+        warnings.append(line)
+        emit("warning", line)
+    if merged["reduced"]:
+        warnings.append(
+            "stored with fewer bits than their source: "
+            + ", ".join(f"{plural(n, 'image')}: {why}" for why, n in sorted(merged["reduced"].items()))
+        )
+        emit("warning", warnings[-1])
+    if orient:
+        warnings.append(
+            f"{plural(orient, 'image')} {'carries' if orient == 1 else 'carry'} an EXIF rotation that {option('encoding', 'keep')} leaves to the reader "
+            f"(TensorFlow's decoders ignore it); use {option('encoding', 'jpeg')} or {option('encoding', 'png')} to store them upright"
+        )
+        emit("warning", warnings[-1])
+    t_end = time.perf_counter()
+    catalog_bytes = catalog_file.encode(cat)
+    manifest = build_manifest(
+        classes=classes,
+        label_offset=plan.label_offset,
+        options=plan.options,
+        splits=split_info,
+        skipped=skipped,
+        transcoded=merged["transcoded"],
+        formats=merged["formats"],
+        depths=merged["depths"],
+        reduced=merged["reduced"],
+        ignored_files=plan.ignored_files,
+        engine=engine,
+        duplicates=duplicates,
+        excluded_files=plan.excluded_files,
+        shard_request=plan.shard_request,
+        catalog=catalog_bytes,
+    )
+    files = [sh["file"] for si in split_info.values() for sh in si["shards"]]
+    files += [sh["index"] for si in split_info.values() for sh in si["shards"] if "index" in sh]
+    files.append(CATALOG_NAME)
+    fs.write_bytes(fs.join(staging, CATALOG_NAME), catalog_bytes)
+    metadata = tfds_metadata.files(manifest) | {
+        LABELS_NAME: labels_text(classes),
+        MANIFEST_NAME: manifest_text(manifest),  # last
+    }
+    publish(ws, files, metadata, plan.settings.fsync, state)
+    if state is not None and state.leftover:
+        warnings.append(state.leftover)
+        emit("warning", state.leftover)
+
+    images = sum(o.images for o in outcomes)
+    # what this run converted; shards reused from an interrupted run (--resume) took no time here
+    converted = [o for o in outcomes if o.info.file not in timing.reused]
+    # rates count the records written, not the images skipped or dropped, nor their bytes
+    converted_images = sum(o.info.records for o in converted)
+    converted_bytes = sum(o.converted_bytes for o in converted)
+    steady_images = converted_images - (timing.images_before - timing.skipped_before)
+    elapsed = max(t_end - timing.start, 1e-9)
+    steady = max(t_end - (timing.steady_from or timing.start), 1e-9)
+    return {
+        "input": plan.input_dir,
+        "output": plan.output_dir,
+        "dry_run": False,
+        "engine": engine,
+        "classes": classes,
+        "images": images,
+        "records": sum(si["records"] for si in split_info.values()),
+        "bytes": sum(sh["bytes"] for si in split_info.values() for sh in si["shards"]),
+        "input_bytes": sum(o.bytes_read for o in outcomes),
+        "converted_images": converted_images,
+        "converted_bytes": converted_bytes,
+        "reused_images": sum(o.info.records for o in outcomes) - converted_images,
+        "reused_shards": len(outcomes) - len(converted),
+        "skipped": skipped,  # as in dataset.json: [{"path", "split", "reason"}]
+        "skipped_count": len(skipped),
+        "duplicates": {
+            k: v for k, v in duplicates.items() if k != "groups"
+        },  # dataset.json's, without the list of groups
+        "ignored_files": plan.ignored_files,
+        "excluded_files": plan.excluded_files,
+        "transcoded": manifest["transcoded"],
+        "formats": manifest["formats"],
+        "splits": {
+            s: {"records": si["records"], "shards": len(si["shards"]), "bytes": sum(sh["bytes"] for sh in si["shards"])}
+            for s, si in split_info.items()
+        },
+        "warnings": [wording(w) for w in warnings],  # for the caller's audience (errors.option)
+        "workers": timing.workers,
+        "elapsed_seconds": round(elapsed, 3),
+        "images_per_second": round(converted_images / elapsed, 1),
+        "mb_per_second": round(converted_bytes / 1e6 / elapsed, 2),
+        "steady_seconds": round(steady, 3),
+        "steady_images_per_second": round(steady_images / steady, 1),
+        "steady_mb_per_second": round((converted_bytes - timing.bytes_before) / 1e6 / steady, 2),
+    }
+
+
+def _plan_summary(plan: Plan, timing: Timing, refused: str | None = None) -> dict[str, Any]:
+    splits: dict[str, Any] = {}
+    for shard in plan.shards:
+        sp = splits.setdefault(
+            shard.split, {"images": 0, "class_counts": dict.fromkeys(map(utf8_text, plan.classes), 0), "shards": []}
+        )
+        sp["images"] += len(shard.tasks)
+        sp["shards"].append({"file": shard.name, "images": len(shard.tasks)})
+        for text, n in class_counts(shard.tasks).items():  # from the plan's columns: no Task made
+            sp["class_counts"][utf8_text(text)] += n
+    return {
+        "input": plan.input_dir,
+        "output": plan.output_dir,
+        "dry_run": True,
+        "classes": [utf8_text(c) for c in plan.classes],
+        "images": plan.images,
+        "splits": splits,
+        "ignored_files": plan.ignored_files,
+        "excluded_files": plan.excluded_files,
+        "skipped": plan.skipped,  # what the walk could not read (the images' own skips come when they are read)
+        "warnings": [wording(w) for w in plan.warnings],
+        "refused": refused,  # why the real run would stop (output not empty, ...), or None
+        "options": plan.options,
+        "elapsed_seconds": round(time.perf_counter() - timing.start, 3),
+    }
