@@ -11,7 +11,7 @@ import gc
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from google.protobuf.message import DecodeError
 
@@ -472,56 +472,24 @@ def load(
     tf = tensorflow()
     if channels not in (None, 1, 2, 3, 4):
         raise UsageError(f"load: channels must be 1, 2, 3, 4 or None, not {channels!r}")
-    if isinstance(image_size, int):
-        image_size = (image_size, image_size)
     src = split_files(path, split)
-    files, man, records, holder = src.shown, src.man, src.records, src.holder
+    man, records, holder = src.man, src.records, src.holder
     # the open folder is held by the dataset (and what is made of it, iterators included), never by
     # a graph function: TensorFlow keeps the Python functions of eager graphs for good
     src = src._replace(holder=None)
-    comp = compression.lower()
-    if comp == "auto":
-        if man is not None:
-            comp = man.compression
-        else:
-            kinds = {detect_compression(f) for f in src.reads}
-            if len(kinds) > 1:
-                raise DataError(f"load: the shards mix compressions ({', '.join(sorted(kinds))}); load them separately")
-            comp = kinds.pop()
-    if comp not in COMPRESSIONS:
-        raise UsageError(f"load: compression must be auto, none, gzip or zlib, not {compression!r}")
+    comp = _compression(src, compression)
     if verify not in VERIFY_LEVELS:
         raise UsageError(f"load: verify must be {', '.join(VERIFY_LEVELS)}, not {verify!r}")
-    counts = _check_shards(src, comp, verify, split) if verify != "none" else [None] * len(files)
+    counts = _check_shards(src, comp, verify, split) if verify != "none" else [None] * len(src.shown)
     if records is not None and man is not None:
         _check_split_total(man, split, records)
-    compression_type = "" if comp == "none" else comp.upper()
+    size = (image_size, image_size) if isinstance(image_size, int) else image_size
+    want = dtype or (str(man.data.get("dtype") or "uint8") if man else "uint8")
     if deterministic is None:
         deterministic = not shuffle_files or seed is not None  # a seed asks for a repeatable order
+    order = _Order(shuffle_files, seed, cycle_length or min(len(src.shown), 16), deterministic)
     with _collector_paused():  # see _collector_paused
-        spec = features_spec()
-        want = dtype or (str(man.data.get("dtype") or "uint8") if man else "uint8")
-        decode = image_decoder(man.formats if man else None, man.stored_channels if man else None, channels, want)
-
-        def image_of(ex: Any) -> Any:
-            img = decode(
-                ex["image/encoded"], ex["image/format"], ex["image/height"], ex["image/width"], ex["image/channels"]
-            )
-            return img if image_size is None else tf.image.resize(img, image_size, method=resize_method)
-
-        def out(ex: Any, img: Any) -> Any:
-            return {**ex, "image": img, "label": ex["image/class/label"]} if as_dict else (img, ex["image/class/label"])
-
-        cycle = cycle_length or min(len(files), 16)
-        if None in counts:  # no count to hold TensorFlow's reads against: its own errors it is
-            ds = _plain_records(
-                tf, src, compression_type, spec, image_of, out, shuffle_files, seed, cycle, deterministic
-            )
-        else:
-            known = [n for n in counts if n is not None]  # every count is known on this branch
-            ds = _checked_records(
-                tf, src, known, compression_type, spec, image_of, out, shuffle_files, seed, cycle, deterministic
-            )
+        ds = _records(tf, src, counts, comp, _Elements(size, channels, want, resize_method, as_dict), order)
         if records is not None:
             ds = ds.apply(tf.data.experimental.assert_cardinality(records))
         ds = ds.prefetch(tf.data.AUTOTUNE)
@@ -529,3 +497,68 @@ def load(
             ds.class_names = man.classes  # like Keras' image_dataset_from_directory
         ds._img2tfrecord_folder = holder  # the folder read stays open while the dataset lives
         return ds
+
+
+def _compression(src: Source, compression: str) -> str:
+    """load()'s `compression`, checked; "auto" is dataset.json's, else what the shards' first bytes
+    show (one kind: TensorFlow reads all the files of a dataset with one)."""
+    comp = compression.lower()
+    if comp == "auto":
+        if src.man is not None:
+            comp = src.man.compression
+        else:
+            kinds = {detect_compression(f) for f in src.reads}
+            if len(kinds) > 1:
+                raise DataError(f"load: the shards mix compressions ({', '.join(sorted(kinds))}); load them separately")
+            comp = kinds.pop()
+    if comp not in COMPRESSIONS:
+        raise UsageError(f"load: compression must be auto, none, gzip or zlib, not {compression!r}")
+    return comp
+
+
+class _Elements(NamedTuple):
+    """What load() makes of each record (its keywords, checked): built into the graph once."""
+
+    image_size: tuple[int, int] | None
+    channels: int | None
+    dtype: str  # "uint8" or "uint16": asked for, else dataset.json's
+    resize_method: str
+    as_dict: bool
+
+
+class _Order(NamedTuple):
+    """In which order load() reads the shards (its keywords, `deterministic` and `cycle_length` resolved)."""
+
+    shuffle_files: bool
+    seed: int | None
+    cycle_length: int
+    deterministic: bool
+
+
+def _records(tf: Any, src: Source, counts: Sequence[int | None], comp: str, elements: _Elements, order: _Order) -> Any:
+    """The dataset of `elements`, one per record: checked against each shard's record count
+    when every count is known, else with TensorFlow's own errors."""
+    compression_type = "" if comp == "none" else comp.upper()
+    spec = features_spec()
+    man = src.man
+    decode = image_decoder(
+        man.formats if man else None, man.stored_channels if man else None, elements.channels, elements.dtype
+    )
+    image_size, resize_method, as_dict = elements.image_size, elements.resize_method, elements.as_dict
+
+    def image_of(ex: Any) -> Any:
+        img = decode(
+            ex["image/encoded"], ex["image/format"], ex["image/height"], ex["image/width"], ex["image/channels"]
+        )
+        return img if image_size is None else tf.image.resize(img, image_size, method=resize_method)
+
+    def out(ex: Any, img: Any) -> Any:
+        return {**ex, "image": img, "label": ex["image/class/label"]} if as_dict else (img, ex["image/class/label"])
+
+    shuffle_files, seed, cycle, deterministic = order
+    if None in counts:  # no count to hold TensorFlow's reads against: its own errors it is
+        return _plain_records(tf, src, compression_type, spec, image_of, out, shuffle_files, seed, cycle, deterministic)
+    known = [n for n in counts if n is not None]  # every count is known on this branch
+    return _checked_records(
+        tf, src, known, compression_type, spec, image_of, out, shuffle_files, seed, cycle, deterministic
+    )

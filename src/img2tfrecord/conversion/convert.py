@@ -80,53 +80,13 @@ def convert(
     options |= {k: os.fspath(options[k]) for k in ("labels", "file_list") if isinstance(options.get(k), os.PathLike)}
     timing = Timing()
     emit = worded(on_event)
-    created_stamp()  # a malformed SOURCE_DATE_EPOCH is refused before any work, not at publish time
-    if workers is not None and workers < 1:
-        raise UsageError(f"bad {option('workers', workers)}: must be >= 1")
-    if engine not in ENGINES:
-        raise UsageError(f"bad {option('engine', engine)}: choose local or beam")
-    if beam_options and engine != "beam":
-        raise UsageError(f"{option('beam_options')} configures the Beam engine: add {option('engine', 'beam')}")
-    for path, what in (
-        (input_dir, "input"),
-        (output_dir, "output"),
-        (options.get("file_list") or "", option("file_list")),
-        (os.fspath(like) if like is not None else "", option("like")),
-    ):
-        fs.check_remote(path, what)  # a missing file system or an unreachable bucket: one line, before any work
-    if like is not None:  # read before any work: OUTPUT itself may be the dataset it is like (--overwrite)
-        from img2tfrecord.conversion.plan.like import with_like
-
-        options = with_like(os.fspath(like), options)
-    if engine == "beam":  # before a long listing: Beam installed, options parse, paths fit the runner
-        from img2tfrecord.conversion.write.engines.beam import preflight
-
-        preflight(beam_options, input_dir, output_dir)
-    if engine != "local" and options.get("dedupe") == "drop":
-        raise UsageError(
-            f"{option('dedupe', 'drop')} needs the local engine (it decides in plan order); use {option('dedupe', 'report')} with Beam"
-        )
-    if resume and engine != "local":
-        raise UsageError(
-            f"{option('resume', True)} works with the local engine; Beam runners retry failed work themselves"
-        )
+    options = _checked_request(input_dir, output_dir, workers, engine, beam_options, resume, like, options)
     check_paths(input_dir, output_dir)
     check_options(**options)  # a wrong command is told so before "output is not empty"
     ws = workspace(output_dir)
     source = Source(input_dir, options.get("file_list"))
     if dry_run:
-        plan = plan_job(input_dir, output_dir, **options)
-        refused = None
-        try:  # what the real run would refuse, said now
-            check_output(ws, overwrite, resume, source)
-            _unfinished_run(ws, resume, overwrite)
-        except UsageError as e:
-            refused = str(e)  # shown with the plan
-        for w in plan.warnings:
-            emit("warning", w)
-        _walk_events(plan, emit)
-        return _plan_summary(plan, timing, refused)
-
+        return _dry_run(plan_job(input_dir, output_dir, **options), ws, overwrite, resume, source, timing, emit)
     check_output(ws, overwrite, resume, source)
     existed = fs.is_remote(output_dir) or os.path.exists(output_dir)
     lock = OutputLock(ws)
@@ -160,6 +120,68 @@ def convert(
             with contextlib.suppress(OSError):
                 os.rmdir(ws.output)  # a folder made for an in-place lock, still empty
         lock.release(remove=not has_unfinished(ws))  # last: all cleanup happens under the lock
+
+
+def _checked_request(
+    input_dir: str,
+    output_dir: str,
+    workers: int | None,
+    engine: str,
+    beam_options: str | list[str] | None,
+    resume: bool,
+    like: str | os.PathLike[str] | None,
+    options: dict[str, Any],
+) -> dict[str, Any]:
+    """convert()'s arguments checked before any work, each mistake in one line; returns `options`
+    with --like's recorded ones under them (read now: OUTPUT may be the dataset it is like)."""
+    created_stamp()  # a malformed SOURCE_DATE_EPOCH is refused before any work, not at publish time
+    if workers is not None and workers < 1:
+        raise UsageError(f"bad {option('workers', workers)}: must be >= 1")
+    if engine not in ENGINES:
+        raise UsageError(f"bad {option('engine', engine)}: choose local or beam")
+    if beam_options and engine != "beam":
+        raise UsageError(f"{option('beam_options')} configures the Beam engine: add {option('engine', 'beam')}")
+    for path, what in (
+        (input_dir, "input"),
+        (output_dir, "output"),
+        (options.get("file_list") or "", option("file_list")),
+        (os.fspath(like) if like is not None else "", option("like")),
+    ):
+        fs.check_remote(path, what)  # a missing file system or an unreachable bucket: one line, before any work
+    if like is not None:  # read before any work: OUTPUT itself may be the dataset it is like (--overwrite)
+        from img2tfrecord.conversion.plan.like import with_like
+
+        options = with_like(os.fspath(like), options)
+    if engine == "beam":  # before a long listing: Beam installed, options parse, paths fit the runner
+        from img2tfrecord.conversion.write.engines.beam import preflight
+
+        preflight(beam_options, input_dir, output_dir)
+    if engine != "local" and options.get("dedupe") == "drop":
+        raise UsageError(
+            f"{option('dedupe', 'drop')} needs the local engine (it decides in plan order); use {option('dedupe', 'report')} with Beam"
+        )
+    if resume and engine != "local":
+        raise UsageError(
+            f"{option('resume', True)} works with the local engine; Beam runners retry failed work themselves"
+        )
+    return options
+
+
+def _dry_run(
+    plan: Plan, ws: Workspace, overwrite: bool, resume: bool, source: Source, timing: Timing, emit: EventSink
+) -> dict[str, Any]:
+    """The plan's summary with what the real run would refuse, said now: nothing is written and
+    no lock is taken."""
+    refused = None
+    try:  # what the real run would refuse, said now
+        check_output(ws, overwrite, resume, source)
+        _unfinished_run(ws, resume, overwrite)
+    except UsageError as e:
+        refused = str(e)  # shown with the plan
+    for w in plan.warnings:
+        emit("warning", w)
+    _walk_events(plan, emit)
+    return _plan_summary(plan, timing, refused)
 
 
 def _already_published(plan: Plan, timing: Timing, emit: EventSink) -> dict[str, Any]:

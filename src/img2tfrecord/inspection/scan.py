@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 import sys
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from img2tfrecord import cstderr
 from img2tfrecord.errors import DataError, UsageError, option
@@ -171,6 +171,51 @@ class _Progress:
             self.bar.close()
 
 
+class _Feeds(NamedTuple):
+    """What every record of every file feeds besides its file's stats: one inspect() run's, built
+    once and handed to each file whole."""
+
+    keep_first: int  # the table's rows (Stats)
+    verify: bool
+    decoder: Decoder | None
+    extractor: Extractor | None
+    sheet: ContactSheet | None
+    bar: _Progress
+    read_limit: int  # the longest record read whole (_read_limit)
+
+
+class _Read(NamedTuple):
+    """A file read to its end, whose problems may still wait for its images to decode."""
+
+    report: FileReport
+    probs: _Problems
+    sink: list[Problem]
+    counts: dict[tuple[int, str], Counter[str]]
+
+
+@dataclass
+class _Tally:
+    """The files read so far, added in file order once settled, so the report is the same
+    whatever the decoding threads' timing."""
+
+    total: Stats
+    files: list[FileReport] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    omitted: int = 0
+    # (manifest id, split) -> class name -> records, to compare with dataset.json's class_counts
+    class_counts: dict[tuple[int, str], Counter[str]] = field(default_factory=dict)
+
+    def add(self, read: _Read) -> None:
+        fr, probs = read.report, read.probs
+        fr.problems = probs.count
+        self.problems.extend(read.sink)
+        for key, c in read.counts.items():
+            self.class_counts.setdefault(key, Counter()).update(c)
+        self.omitted += probs.omitted
+        self.files.append(fr)
+        self.total.merge(fr.stats, str(fr.ref.path))
+
+
 @cstderr.quieted
 def inspect(
     paths: Sequence[str | os.PathLike[str]],
@@ -212,64 +257,13 @@ def inspect(
         if sheet:
             sheet.add_classes(man)
 
-    problems: list[Problem] = []
-    omitted = 0
-    total = Stats(records)
-    files: list[FileReport] = []
-    # (manifest id, split) -> class name -> records, to compare with dataset.json's class_counts
-    class_counts: dict[tuple[int, str], Counter[str]] = {}
-    if decoder is not None and progress:
-        _Progress.starting(decoder)
-    bar = _Progress(sum(r.path.stat().st_size for r in refs if r.path.is_file()), progress and verify)
-    # Files are read one after the other on this thread; with --verify their images decode on the
-    # decoder's threads meanwhile, and a file's report is complete once its last image is decoded.
-    read: deque[tuple[FileReport, _Problems, list[Problem], dict[tuple[int, str], Counter[str]]]] = deque()
-
-    def complete(wait: bool) -> None:
-        nonlocal omitted
-        while read and read[0][1].settle(wait):  # in file order: the same report every time
-            fr, probs, sink, counts = read.popleft()
-            fr.problems = probs.count
-            problems.extend(sink)
-            for key, c in counts.items():
-                class_counts.setdefault(key, Counter()).update(c)
-            omitted += probs.omitted
-            files.append(fr)
-            total.merge(fr.stats, str(fr.ref.path))
-
-    try:
-        for ref in refs:
-            sink: list[Problem] = []
-            counts: dict[tuple[int, str], Counter[str]] = {}
-            loaded = catalogs.get(id(ref.manifest)) if ref.entry is not None else None
-            fr, probs = _scan_file(
-                ref,
-                records,
-                verify,
-                decoder,
-                extractor,
-                sheet,
-                counts,
-                sink,
-                bar,
-                _read_limit(verify, extractor),
-                loaded,
-            )
-            read.append((fr, probs, sink, counts))
-            complete(wait=False)
-        if decoder is not None:
-            decoder.flush()
-        complete(wait=True)
-    finally:
-        if decoder is not None:
-            decoder.close()
-        bar.close()
+    tally = _read_all(refs, records, verify, decoder, extractor, sheet, catalogs, progress)
     if verify:
         for key, man in manifests.items():
-            _check_dataset(man, refs, class_counts, split, problems)
+            _check_dataset(man, refs, tally.class_counts, split, tally.problems)
             if split is None:
-                check_catalog(catalogs[key], problems)
-    report = Report([os.fspath(p) for p in paths], files, total, problems, omitted, verify)
+                check_catalog(catalogs[key], tally.problems)
+    report = Report([os.fspath(p) for p in paths], tally.files, tally.total, tally.problems, tally.omitted, verify)
     report.lineage = [
         {"dir": str(m.dir), **{k: m.data.get(k) for k in ("version", "parent", "created")}}
         for m in manifests.values()
@@ -292,6 +286,48 @@ def inspect(
         if export_list is not None:
             report.exported = dataset_lists.export_list(cat, man, export_list)
     return report
+
+
+def _read_all(
+    refs: list[ShardRef],
+    records: int,
+    verify: bool,
+    decoder: Decoder | None,
+    extractor: Extractor | None,
+    sheet: ContactSheet | None,
+    catalogs: Mapping[int, Loaded | None],
+    progress: bool,
+) -> _Tally:
+    """Every file, read one after the other on this thread; with --verify their images decode on the
+    decoder's threads meanwhile, and a file's report is complete once its last image is decoded.
+    The decoder is closed here, whatever happens."""
+    tally = _Tally(Stats(records))
+    if decoder is not None and progress:
+        _Progress.starting(decoder)
+    bar = _Progress(sum(r.path.stat().st_size for r in refs if r.path.is_file()), progress and verify)
+    feeds = _Feeds(records, verify, decoder, extractor, sheet, bar, _read_limit(verify, extractor))
+    read: deque[_Read] = deque()
+
+    def complete(wait: bool) -> None:
+        while read and read[0].probs.settle(wait):  # in file order: the same report every time
+            tally.add(read.popleft())
+
+    try:
+        for ref in refs:
+            sink: list[Problem] = []
+            counts: dict[tuple[int, str], Counter[str]] = {}
+            loaded = catalogs.get(id(ref.manifest)) if ref.entry is not None else None
+            fr, probs = _scan_file(ref, feeds, counts, sink, loaded)
+            read.append(_Read(fr, probs, sink, counts))
+            complete(wait=False)
+        if decoder is not None:
+            decoder.flush()
+        complete(wait=True)
+    finally:
+        if decoder is not None:
+            decoder.close()
+        bar.close()
+    return tally
 
 
 def _catalog_of(
@@ -326,20 +362,14 @@ def _class_name(info: RecordInfo, man: Manifest | None) -> str | None:
 
 def _scan_file(
     ref: ShardRef,
-    keep_first: int,
-    verify: bool,
-    decoder: Decoder | None,
-    extractor: Extractor | None,
-    sheet: ContactSheet | None,
+    feeds: _Feeds,
     class_counts: dict[tuple[int, str], Counter[str]],
     sink: list[Problem],
-    bar: _Progress,
-    read_limit: int,
     loaded: Loaded | None = None,
 ) -> tuple[FileReport, _Problems]:
     """One pass over one file feeding stats, checks, extraction and the contact sheet; `loaded`:
     the dataset's catalog, whose row each record's image/filename is checked against."""
-    stats = Stats(keep_first)
+    stats = Stats(feeds.keep_first)
     fr = FileReport(ref, stats)
     probs = _Problems(str(ref.path), sink)
     if not ref.path.is_file():
@@ -353,20 +383,42 @@ def _scan_file(
     man = ref.manifest
     try:
         algorithm = next(
-            (a for a in CHECKSUMS if verify and ref.entry and ref.entry.get(a)), None
+            (a for a in CHECKSUMS if feeds.verify and ref.entry and ref.entry.get(a)), None
         )  # the one dataset.json recorded
-        f = TFRecordFile(ref.path, checksum=algorithm, max_record_bytes=read_limit)
+        f = TFRecordFile(ref.path, checksum=algorithm, max_record_bytes=feeds.read_limit)
     except DataError as e:
         probs.add(None, None, str(e).removeprefix(f"{ref.path}: "))
         stats.bytes = ref.path.stat().st_size
         fr.problems = probs.count
-        bar.update(stats.bytes)
+        feeds.bar.update(stats.bytes)
         return fr, probs
     stats.bytes = f.size
     stats.compressions.add(f.compression)
     probs.compressed = f.compression != "none"
     if man is not None and ref.entry is not None and f.compression != man.compression:
         probs.add(None, None, f"compressed as {f.compression}, but dataset.json says {man.compression}")
+    last = _scan_records(f, ref, stats, probs, feeds, class_counts, loaded)
+    feeds.bar.update(f.size - last)
+    fr.checksum = {algorithm: f.checksum} if algorithm and f.checksum else None
+    if feeds.verify and ref.entry is not None:
+        _entry_problems(ref.entry, f, stats.records, algorithm, probs)
+    fr.problems = probs.count
+    return fr, probs
+
+
+def _scan_records(
+    f: TFRecordFile,
+    ref: ShardRef,
+    stats: Stats,
+    probs: _Problems,
+    feeds: _Feeds,
+    class_counts: dict[tuple[int, str], Counter[str]],
+    loaded: Loaded | None,
+) -> int:
+    """Every record of `f`, in one loop: the per-record path, so the feeds are taken into locals
+    first. Returns the bytes given to the progress bar (the rest is given once the file ends)."""
+    man = ref.manifest
+    _keep_first, verify, decoder, extractor, sheet, bar, read_limit = feeds
     index_file = ref.path.with_name(str((ref.entry or {}).get("index") or ref.path.name + ".idx"))
     idx = _IndexChecker(index_file, probs) if verify and f.compression == "none" and index_file.is_file() else None
     counts = class_counts.setdefault((id(man), ref.split), Counter()) if man is not None and ref.split else None
@@ -419,33 +471,39 @@ def _scan_file(
         probs.add(e.index, e.offset, e.message)
     if first_non_example is not None:
         i, off, msg = first_non_example
-        n = stats.non_examples
-        what = (
-            "the record is"
-            if stats.records == 1
-            else f"{n} of {stats.records} records are"
-            if n > 1
-            else f"1 of {stats.records} records is"
-        )
-        probs.add(i, off, f"{what} not tf.train.Example {msg.removeprefix('not a tf.train.Example ')}")
+        probs.add(i, off, _non_examples(stats, msg))
     if idx is not None:
         idx.finish()
-    bar.update(f.size - last)
-    fr.checksum = {algorithm: f.checksum} if algorithm and f.checksum else None
-    if verify and ref.entry is not None:
-        entry = ref.entry
-        if isinstance(entry.get("records"), int) and entry["records"] != stats.records:
-            probs.add(None, None, f"holds {stats.records} records, dataset.json says {entry['records']}")
-        if isinstance(entry.get("bytes"), int) and entry["bytes"] != f.size:
-            probs.add(None, None, f"is {f.size:,} bytes, dataset.json says {entry['bytes']:,}")
-        if algorithm and f.checksum and entry[algorithm] != f.checksum:
-            probs.add(
-                None,
-                None,
-                f"{algorithm} {f.checksum[:16]}... differs from dataset.json's {str(entry[algorithm])[:16]}...",
-            )
-    fr.problems = probs.count
-    return fr, probs
+    return last
+
+
+def _non_examples(stats: Stats, msg: str) -> str:
+    """The one problem said for all the records that are no tf.train.Example, `msg` the first's."""
+    n = stats.non_examples
+    what = (
+        "the record is"
+        if stats.records == 1
+        else f"{n} of {stats.records} records are"
+        if n > 1
+        else f"1 of {stats.records} records is"
+    )
+    return f"{what} not tf.train.Example {msg.removeprefix('not a tf.train.Example ')}"
+
+
+def _entry_problems(
+    entry: dict[str, Any], f: TFRecordFile, records: int, algorithm: str | None, probs: _Problems
+) -> None:
+    """The file against its dataset.json entry: record count, size and the recorded checksum."""
+    if isinstance(entry.get("records"), int) and entry["records"] != records:
+        probs.add(None, None, f"holds {records} records, dataset.json says {entry['records']}")
+    if isinstance(entry.get("bytes"), int) and entry["bytes"] != f.size:
+        probs.add(None, None, f"is {f.size:,} bytes, dataset.json says {entry['bytes']:,}")
+    if algorithm and f.checksum and entry[algorithm] != f.checksum:
+        probs.add(
+            None,
+            None,
+            f"{algorithm} {f.checksum[:16]}... differs from dataset.json's {str(entry[algorithm])[:16]}...",
+        )
 
 
 __all__ = ["FileReport", "Report", "inspect"]

@@ -286,6 +286,46 @@ def assemble(
     folder, in image/filename order; `missing`: the classes of --labels not found at all, and
     what to say of them; `rule`: how --split's fractions pick a split (`SplitRule`)."""
     classes = table.classes
+    _class_warnings(classes, per_class, excluded, missing, warnings, what, whats)
+
+    import numpy as np  # deferred: importing conversion.plan.splits stays light
+
+    keys = np.frombuffer(table_keys(table, seed), dtype=np.uint64) if len(table) else np.empty(0, np.uint64)
+    if presplit:
+        pools = {s: _in_order([per_class[c][s] for c in classes if s in per_class.get(c, {})]) for s in split_keys}
+    else:
+        pools = _drawn(table, per_class, keys, split, seed, rule, warnings)
+    if undecodable := _undecodable(table, pools):
+        warnings.append(
+            f"{plural(len(undecodable), 'name')} {'is' if len(undecodable) == 1 else 'are'} not valid UTF-8 (e.g. '{utf8_text(undecodable[0])}'): records, "
+            "labels.txt and dataset.json hold the undecodable bytes as \\xNN escapes; rename the files to keep their names exact"
+        )
+    splits: dict[str, TaskView] = {}
+    for s in list(pools):
+        splits[s] = TaskView(table, _by_key(keys, pools.pop(s)))
+    if not any(splits.values()):
+        raise UsageError(no_images)
+    return Discovery(
+        classes=classes,
+        splits=splits,
+        ignored_files=ignored,
+        warnings=warnings,
+        presplit=presplit,
+        excluded_files=sum(excluded.values()),
+    )
+
+
+def _class_warnings(
+    classes: list[str],
+    per_class: Mapping[str, Mapping[str, Sequence[int]]],
+    excluded: Mapping[str, int],
+    missing: Missing | None,
+    warnings: list[str],
+    what: str,
+    whats: str,
+) -> None:
+    """Add to `warnings` the classes left out (not in --labels) and those without images, found or
+    not: their labels are kept, so a user sees why a class is empty. Many are said in one line."""
     if excluded:
         unlisted = sorted(excluded)
         n = sum(excluded.values())
@@ -315,30 +355,42 @@ def assemble(
     else:
         warnings.extend(f"class {c!r} has no images; its label is kept" for c in empty)
 
-    import numpy as np  # deferred: importing conversion.plan.splits stays light
 
-    keys = np.frombuffer(table_keys(table, seed), dtype=np.uint64) if len(table) else np.empty(0, np.uint64)
-    pools: dict[str, np.ndarray] = {}
-    if presplit:
-        for s in split_keys:
-            pools[s] = _in_order([per_class[c][s] for c in classes if s in per_class.get(c, {})])
-    else:
-        every = _in_order([numbers for c in classes for numbers in per_class.get(c, {}).values()])
-        if split and rule.name == "hash" and not rule.group:
-            bounds = np.array(split_bounds(split)[:-1], dtype=np.uint64)
-            which = np.searchsorted(bounds, keys[every], side="right").astype(np.uint16)
-            pools = {s: every[which == j] for j, s in enumerate(split)}
-            del which
+def _drawn(
+    table: ImageTable,
+    per_class: dict[str, dict[str, Sequence[int]]],
+    keys: np.ndarray,
+    split: dict[str, float] | None,
+    seed: int,
+    rule: SplitRule,
+    warnings: list[str],
+) -> dict[str, np.ndarray]:
+    """Each split's image numbers (sorted) when no split folders give them: --split's fractions by
+    `rule`, or all in train. Hash splits add a warning for a class a split got no image of."""
+    import numpy as np
+
+    every = _in_order([numbers for c in table.classes for numbers in per_class.get(c, {}).values()])
+    if split and rule.name == "hash" and not rule.group:
+        bounds = np.array(split_bounds(split)[:-1], dtype=np.uint64)
+        which = np.searchsorted(bounds, keys[every], side="right").astype(np.uint16)
+        pools = {s: every[which == j] for j, s in enumerate(split)}
+        del which
+        warnings.extend(_classes_missing(table, every, pools, split))
+    elif split:
+        which = assign(table, per_class, keys, split, seed, rule)
+        pools = {s: np.flatnonzero(which == j) for j, s in enumerate(split)}
+        del which
+        if rule.name == "hash":
             warnings.extend(_classes_missing(table, every, pools, split))
-        elif split:
-            which = assign(table, per_class, keys, split, seed, rule)
-            pools = {s: np.flatnonzero(which == j) for j, s in enumerate(split)}
-            del which
-            if rule.name == "hash":
-                warnings.extend(_classes_missing(table, every, pools, split))
-        else:
-            pools = {"train": every}
-    undecodable = [n for n in classes if not n.isascii() and utf8_text(n) != n]
+    else:
+        pools = {"train": every}
+    return pools
+
+
+def _undecodable(table: ImageTable, pools: Mapping[str, np.ndarray]) -> list[str]:
+    """The class and file names that are not valid UTF-8 (records keep them as \\xNN escapes),
+    read per image only when the table's bytes are not all ASCII."""
+    undecodable = [n for n in table.classes if not n.isascii() and utf8_text(n) != n]
     if not table.names.isascii() or not all(g.prefix.isascii() for g in table.groups):  # else none can be
         undecodable += [
             name
@@ -346,24 +398,7 @@ def assemble(
             for i in numbers.tolist()
             if not (name := table.task(i).filename).isascii() and utf8_text(name) != name
         ]
-    if undecodable:
-        warnings.append(
-            f"{plural(len(undecodable), 'name')} {'is' if len(undecodable) == 1 else 'are'} not valid UTF-8 (e.g. '{utf8_text(undecodable[0])}'): records, "
-            "labels.txt and dataset.json hold the undecodable bytes as \\xNN escapes; rename the files to keep their names exact"
-        )
-    splits: dict[str, TaskView] = {}
-    for s in list(pools):
-        splits[s] = TaskView(table, _by_key(keys, pools.pop(s)))
-    if not any(splits.values()):
-        raise UsageError(no_images)
-    return Discovery(
-        classes=classes,
-        splits=splits,
-        ignored_files=ignored,
-        warnings=warnings,
-        presplit=presplit,
-        excluded_files=sum(excluded.values()),
-    )
+    return undecodable
 
 
 def assign(
