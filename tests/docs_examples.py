@@ -61,8 +61,8 @@ class Command:
 
 
 def documents() -> list[Path]:
-    """README.md, CONTRIBUTING.md and every page of the docs site (not docs/_incoming/)."""
-    pages = sorted(p for p in (ROOT / "docs").rglob("*.md") if "_incoming" not in p.parts)
+    """README.md, CONTRIBUTING.md and every page of the docs site."""
+    pages = sorted((ROOT / "docs").rglob("*.md"))
     return [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *pages]
 
 
