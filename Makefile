@@ -26,7 +26,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 3
 PYTEST_ARGS ?= -n auto --maxprocesses 8 --dist loadgroup
 , := ,
 
-.PHONY: install sysdeps docs test test-plain test-beam test-explore test-latest test-floor lock lint demo bench bench-read bench-plan bench-update bench-report clean
+.PHONY: install sysdeps docs docs-screenshot test test-plain test-beam test-explore test-latest test-floor lock lint demo bench bench-read bench-plan bench-update bench-report clean
 
 # $(call venv,DIR,EXTRAS,CONSTRAINTS): a fresh DIR with `pip install -e .[EXTRAS]`, locked when CONSTRAINTS is set.
 define venv
@@ -116,6 +116,11 @@ lint: $(STAMP)
 # --strict: a broken link, a missing page or a docstring mkdocstrings cannot render fails the build.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# docs/images/report.png: the screenshot headless Chromium takes in the report's browser test.
+docs-screenshot: $(STAMP)
+	REPORT_SCREENSHOT=$(CURDIR)/docs/images/report.png $(BIN)/python -m pytest -q -p no:randomly \
+	  tests/test_report_browser.py -k test_chromium_shows_the_page_from_disk_alone
 
 demo: $(STAMP)
 	rm -rf out

@@ -9,19 +9,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from img2tfrecord._version import __version__
+from img2tfrecord.errors import size_text
 
 if TYPE_CHECKING:
     from img2tfrecord.inspection.report.facts import Facts
     from img2tfrecord.inspection.report.sample import DupGroup, Sample
-
-
-def _human(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"  # pragma: no cover
 
 
 def _charts(f: Facts) -> dict[str, str]:
@@ -65,7 +57,7 @@ def page(
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["human"] = _human
+    env.filters["human"] = size_text  # the units every message uses
     env.filters["pct"] = lambda x: f"{100 * x:.1f}%"
     env.filters["num"] = lambda n: f"{n:,}"
     template = env.get_template("report.html.j2")
