@@ -41,7 +41,7 @@ from img2tfrecord.conversion.plan.options import (
     parse_resize,
     parse_shards,
 )
-from img2tfrecord.conversion.plan.splits import SPLIT_RULES, Prior, SplitRule, parse_split_spec
+from img2tfrecord.conversion.plan.splits import SPLIT_RULES, Discovery, Prior, SplitRule, parse_split_spec
 from img2tfrecord.conversion.plan.table import Task, sizes_of
 from img2tfrecord.conversion.plan.walk import discover
 from img2tfrecord.conversion.plan.walk_labels import discover_multi_label
@@ -356,20 +356,8 @@ def _plan(
     known_classes: list[str] | None = None,
     metadata_file: str | None = None,
 ) -> Plan:
-    labels = {"labels": class_list, "known_classes": known_classes}
     meta = None if file_list else _metadata(input_dir, metadata_file)
-    if file_list:
-        found = discover_file_list(
-            input_dir, file_list, split=fractions, seed=seed, label_offset=label_offset, rule=rule, **labels
-        )
-    elif meta is not None and meta.labels is not None:
-        found = discover_multi_label(
-            input_dir, meta, split=fractions, seed=seed, label_offset=label_offset, rule=rule, **labels
-        )
-    else:
-        found = discover(
-            input_dir, split=fractions, seed=seed, label_offset=label_offset, rule=rule, metadata=meta, **labels
-        )
+    found = _discover(input_dir, file_list, meta, fractions, seed, label_offset, rule, class_list, known_classes)
     refuse_walk_skips(found.skipped, strict)
     if strict and found.loose:
         raise DataError(f"{option('strict', True)}: {found.loose}; nothing was written")
@@ -418,6 +406,52 @@ def _plan(
         notes=found.notes,
         known_classes=known_classes,
         metadata=meta.entry() if meta is not None else None,
+    )
+
+
+def _discover(
+    input_dir: str,
+    file_list: str | None,
+    meta: Metadata | None,
+    fractions: dict[str, float] | None,
+    seed: int,
+    label_offset: int,
+    rule: SplitRule,
+    class_list: list[str] | None,
+    known_classes: list[str] | None,
+) -> Discovery:
+    """The images of the input: a --file-list's rows, a multi-label metadata file's, or the folder walk."""
+    if file_list:
+        return discover_file_list(
+            input_dir,
+            file_list,
+            split=fractions,
+            seed=seed,
+            label_offset=label_offset,
+            rule=rule,
+            labels=class_list,
+            known_classes=known_classes,
+        )
+    if meta is not None and meta.labels is not None:
+        return discover_multi_label(
+            input_dir,
+            meta,
+            split=fractions,
+            seed=seed,
+            label_offset=label_offset,
+            rule=rule,
+            labels=class_list,
+            known_classes=known_classes,
+        )
+    return discover(
+        input_dir,
+        split=fractions,
+        seed=seed,
+        label_offset=label_offset,
+        rule=rule,
+        labels=class_list,
+        known_classes=known_classes,
+        metadata=meta,
     )
 
 
