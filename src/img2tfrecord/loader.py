@@ -23,7 +23,7 @@ from img2tfrecord.format.layout import (
 )
 from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME
 from img2tfrecord.format.readers import Source, identity, replaced, split_files
-from img2tfrecord.format.schema import FEATURE_TYPES, FORMAT_RAW, feature_kinds
+from img2tfrecord.format.schema import FORMAT_RAW, Declared, declared_features, feature_kinds
 from img2tfrecord.tf_import import tensorflow
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -41,11 +41,26 @@ MANIFEST, LABELS = MANIFEST_NAME, LABELS_NAME  # the names convert writes
 # --------------------------------------------------------------------------- TensorFlow side
 
 
-def features_spec() -> dict[str, Any]:
-    """The `tf.io.parse_single_example` spec of our schema: every key, one value, required."""
+def features_spec(metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The `tf.io.parse_single_example` spec of our schema: every key required, one value each, but
+    for the lists a dataset made with a metadata file declares (`metadata`: dataset.json's
+    entry; conversion.plan.metadata): its `image/<column>` features and, multi-label, the labels,
+    each a 1-D tensor of any length (`tf.io.RaggedFeature`)."""
     tf = tensorflow()
     dtypes = {"bytes": tf.string, "int64": tf.int64, "float": tf.float32}
-    return {key: tf.io.FixedLenFeature([], dtypes[kind]) for key, kind in FEATURE_TYPES.items()}
+    return {
+        key: tf.io.RaggedFeature(dtypes[d.kind]) if d.is_list else tf.io.FixedLenFeature([], dtypes[d.kind])
+        for key, d in declared_features(metadata).items()
+    }
+
+
+def _unfit(kinds: dict[str, tuple[str | None, int]], declared: dict[str, Declared]) -> bool:
+    """Whether a record's feature kinds (`feature_kinds`) miss what the dataset declares."""
+    for key, d in declared.items():
+        got = kinds.get(key)
+        if got is None or (got[0] not in (d.kind, None) if d.is_list else got != (d.kind, 1)):
+            return True
+    return False
 
 
 def _check_split_total(man: Manifest, split: str, records: int) -> None:
@@ -236,6 +251,7 @@ def _checked_records(
     """
     comp = compression_type.lower() or "none"
     files = src.reads
+    declared = declared_features(src.man.data.get("metadata") if src.man else None)
     opened = _opened(tf, src)
     sizes = tf.constant(counts, tf.int64)
 
@@ -249,7 +265,9 @@ def _checked_records(
 
         def short(*x: Any) -> Any:  # pulled only when the shard has fewer records than it should
             msg = tf.py_function(
-                lambda s: _describe_short_shard(files[int(s)], counts[int(s)], comp, spec, image_of, src.shown[int(s)]),
+                lambda s: _describe_short_shard(
+                    files[int(s)], counts[int(s)], comp, spec, image_of, src.shown[int(s)], declared
+                ),
                 [s],
                 tf.string,
             )
@@ -272,13 +290,20 @@ def _checked_records(
 
 
 def _describe_short_shard(
-    read: str, count: int, compression: str, spec: dict[str, Any], image_of: Any, path: str
+    read: str,
+    count: int,
+    compression: str,
+    spec: dict[str, Any],
+    image_of: Any,
+    path: str,
+    declared: dict[str, Declared] | None = None,
 ) -> str:
     """Why a shard gave load() fewer than its `count` records: the first one TensorFlow could not
     read, parse or decode, found by reading it again (Python, called from the graph only then)."""
     from img2tfrecord.format.framing import FramingError, TFRecordFile
 
     tf = tensorflow()
+    declared = declared or declared_features(None)
     index = 0
     try:
         for rec in TFRecordFile(read, compression):
@@ -291,7 +316,7 @@ def _describe_short_shard(
                 kinds = feature_kinds(rec.data)  # ours first: TensorFlow's parser can fail with a UnicodeDecodeError
             except DecodeError:
                 kinds = {}
-            if any(kinds.get(key) != (kind, 1) for key, kind in FEATURE_TYPES.items()):
+            if _unfit(kinds, declared):
                 return f"{what} {_NOT_OURS} (at byte {rec.offset:,}); `img2tfrecord inspect` shows what it holds"
             ex = tf.io.parse_single_example(rec.data, spec)
             try:
@@ -383,6 +408,7 @@ def _verify_records(path: str, comp: str, man: Manifest | None, shown: str = "")
     n = 0
     read, path = path, shown or path
     max_pixels = pixel_limit(man)
+    declared = declared_features(man.data.get("metadata") if man else None)
     unzipped = "" if comp == "none" else " (decompressed)"
     try:
         for rec in TFRecordFile(read, comp):
@@ -397,10 +423,12 @@ def _verify_records(path: str, comp: str, man: Manifest | None, shown: str = "")
             except DecodeError:
                 raise DataError(f"{where}: not a tf.train.Example") from None
             fm = ex.features.feature
-            for key, kind in FEATURE_TYPES.items():
+            for key, d in declared.items():
                 got = fm[key].WhichOneof("kind") if key in fm else None
-                if got != kind + "_list" or len(getattr(fm[key], got).value) != 1:
-                    raise DataError(f"{where}: feature {key} is not one {kind} value")
+                if got != d.kind + "_list" or (not d.is_list and len(getattr(fm[key], got).value) != 1):
+                    raise DataError(
+                        f"{where}: feature {key} is not {'a list of' if d.is_list else 'one'} {d.kind} value"
+                    )
             problem = image_problem(
                 fm["image/encoded"].bytes_list.value[0],
                 fm["image/format"].bytes_list.value[0].decode("ascii", "replace"),  # load() compares it exactly
@@ -539,8 +567,8 @@ def _records(tf: Any, src: Source, counts: Sequence[int | None], comp: str, elem
     """The dataset of `elements`, one per record: checked against each shard's record count
     when every count is known, else with TensorFlow's own errors."""
     compression_type = "" if comp == "none" else comp.upper()
-    spec = features_spec()
     man = src.man
+    spec = features_spec(man.data.get("metadata") if man else None)
     decode = image_decoder(
         man.formats if man else None, man.stored_channels if man else None, elements.channels, elements.dtype
     )

@@ -309,6 +309,11 @@ def _summary_text(s: dict[str, Any]) -> str:
     help="CSV/TSV of path,label_name (or path: CLASS/.../image below INPUT_DIR), or path,label_name,split to give each image its split, to convert instead of walking INPUT_DIR; relative paths are joined to INPUT_DIR.",
 )
 @click.option(
+    "--metadata",
+    metavar="FILE",
+    help="metadata.jsonl or metadata.csv (Hugging Face imagefolder's): one row per image, file_name its path below INPUT_DIR, every other column a feature image/<column>; a labels column of class-name lists makes multi-label records. Default: INPUT_DIR/metadata.jsonl or metadata.csv, when there.",
+)
+@click.option(
     "--engine",
     type=click.Choice(options.ENGINES),
     default="local",

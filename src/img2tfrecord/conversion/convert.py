@@ -77,7 +77,9 @@ def convert(
     """
     check_keywords("convert", options, _PARAMETERS)
     input_dir, output_dir = os.fspath(input_dir), os.fspath(output_dir)  # a pathlib.Path from Python
-    options |= {k: os.fspath(options[k]) for k in ("labels", "file_list") if isinstance(options.get(k), os.PathLike)}
+    options |= {
+        k: os.fspath(options[k]) for k in ("labels", "file_list", "metadata") if isinstance(options.get(k), os.PathLike)
+    }
     timing = Timing()
     emit = worded(on_event)
     options = _checked_request(input_dir, output_dir, workers, engine, beam_options, resume, like, options)

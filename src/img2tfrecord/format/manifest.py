@@ -23,7 +23,7 @@ from img2tfrecord._version import __version__
 from img2tfrecord.errors import UsageError
 from img2tfrecord.format import jsontext
 from img2tfrecord.format.naming import SHARD_RE
-from img2tfrecord.format.schema import FEATURE_TYPES
+from img2tfrecord.format.schema import declared_features
 from img2tfrecord.fs import CHECKSUMS, hasher
 
 MANIFEST_NAME = "dataset.json"
@@ -102,9 +102,11 @@ def build_manifest(
     created: str | None = None,
     shard_request: int | dict[str, int] | None = None,
     catalog: bytes | None = None,
+    metadata: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The manifest; shard entries without a `version` are stamped with this one (they were written now).
-    `catalog`: the bytes of the catalog written beside it."""
+    `catalog`: the bytes of the catalog written beside it; `metadata`: the metadata file's entry
+    (conversion.plan.metadata), whose columns are features too."""
     for info in splits.values():
         for shard in info.get("shards") or []:
             shard.setdefault("version", version)
@@ -120,7 +122,8 @@ def build_manifest(
         # --shards as it was asked for (null: the 100-200 MiB rule), where options' "shards" holds the
         # counts it gave: `compact` cuts a split again as convert would
         "shard_request": shard_request,
-        "features": dict(FEATURE_TYPES),
+        "features": {k: d.kind for k, d in declared_features(metadata).items()},
+        **({"metadata": metadata} if metadata else {}),
         "splits": splits,
         "skipped": skipped,
         "transcoded": dict(sorted(transcoded.items())),

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any
+import struct
+from typing import Any, NamedTuple
 
 # key -> (kind, human description). Kind is the tf.train.Feature list type.
 FEATURE_TYPES: dict[str, str] = {
@@ -29,6 +30,40 @@ FEATURE_TYPES: dict[str, str] = {
     "image/class/text": "bytes",
     "image/filename": "bytes",
 }
+
+
+class MetaValue(NamedTuple):
+    """One feature beyond the fixed schema (a metadata column, or a multi-label image's labels):
+    its key, kind (int64, float, bytes) and values (text as str, written as UTF-8); plain JSON, so
+    a Beam plan file carries it."""
+
+    key: str
+    kind: str
+    values: tuple[Any, ...]
+
+
+class Declared(NamedTuple):
+    """How a dataset declares one feature: its kind and whether a record holds a list of them."""
+
+    kind: str
+    is_list: bool
+
+
+LIST_KEYS = ("image/class/label", "image/class/text")  # lists in a multi-label dataset
+
+
+def declared_features(metadata: dict[str, Any] | None) -> dict[str, Declared]:
+    """Every feature of a dataset's records, from dataset.json's `metadata` entry (None: the fixed
+    schema): the fixed keys, lists for a multi-label dataset, then `image/<column>` of each column."""
+    out = {key: Declared(kind, False) for key, kind in FEATURE_TYPES.items()}
+    if not metadata:
+        return out
+    if metadata.get("multi_label"):
+        out.update({key: Declared(FEATURE_TYPES[key], True) for key in LIST_KEYS})
+    for name, col in (metadata.get("columns") or {}).items():
+        out["image/" + name] = Declared(str(col.get("type")), bool(col.get("list")))
+    return out
+
 
 COLORSPACES: dict[int, str] = {1: "GRAYSCALE", 2: "GRAYSCALE_ALPHA", 3: "RGB", 4: "RGBA"}
 
@@ -231,6 +266,57 @@ def serialize_example(
     )
     features_len = len(before) + n + len(after)
     return b"".join((b"\x0a", _varint(features_len), before, encoded, after))  # Example.features(1)
+
+
+def _list_feature(kind: str, values: tuple[Any, ...]) -> bytes:
+    """A Feature of any number of values, as protobuf's deterministic serialization writes it
+    (packed int64 and float lists; an empty packed list is no field at all)."""
+    if kind == "bytes":
+        return _field(0x0A, b"".join(_field(0x0A, v.encode("utf-8") if isinstance(v, str) else v) for v in values))
+    if kind == "int64":
+        body = b"".join(_varint(v) for v in values)
+        return _field(0x1A, _field(0x0A, body) if values else b"")
+    body = struct.pack(f"<{len(values)}f", *values)
+    return _field(0x12, _field(0x0A, body) if values else b"")
+
+
+def with_extra(record: bytes, extra: tuple[MetaValue, ...]) -> bytes:
+    """`record` (one `serialize_example` Example) with the features of `extra` added, or put in
+    place of the record's own of the same key (a multi-label image's class/label and class/text):
+    entries in key order, as deterministic serialization writes a map."""
+    if not extra:
+        return record
+    entries = dict(_entries(record))
+    for m in map(MetaValue._make, extra):  # lists again after a Beam plan file's JSON
+        entries[m.key] = _entry(m.key, _list_feature(m.kind, m.values))
+    body = b"".join(entries[k] for k in sorted(entries))
+    return b"\x0a" + _varint(len(body)) + body
+
+
+def _read_varint(data: bytes | memoryview, i: int) -> tuple[int, int]:
+    n = shift = 0
+    while True:
+        b = data[i]
+        n |= (b & 0x7F) << shift
+        i += 1
+        if b < 0x80:
+            return n, i
+        shift += 7
+
+
+def _entries(record: bytes) -> list[tuple[str, bytes]]:
+    """(key, whole map entry bytes) of each feature of an Example as `serialize_example` writes it."""
+    view = memoryview(record)
+    length, i = _read_varint(view, 1)  # Example.features(1), length
+    out = []
+    end = i + length
+    while i < end:
+        start = i
+        n, j = _read_varint(view, i + 1)  # Features.feature(1) entry, its length
+        klen, k = _read_varint(view, j + 1)  # MapEntry.key(1)
+        out.append((bytes(view[k : k + klen]).decode("ascii"), bytes(view[start : j + n])))
+        i = j + n
+    return out
 
 
 def parse_example(data: bytes) -> dict[str, list]:

@@ -21,7 +21,7 @@ import json
 from typing import Any
 
 from img2tfrecord._version import __version__
-from img2tfrecord.format.schema import FEATURE_TYPES
+from img2tfrecord.format.schema import declared_features
 
 DATASET_INFO_NAME = "dataset_info.json"
 FEATURES_NAME = "features.json"
@@ -80,13 +80,19 @@ def dataset_info(manifest: dict[str, Any]) -> dict[str, Any]:
 def features(manifest: dict[str, Any]) -> dict[str, Any]:
     """features.json: a flat `FeaturesDict` of every schema key."""
     leaves = {}
-    for key, kind in FEATURE_TYPES.items():
+    for key, d in declared_features(manifest.get("metadata")).items():
         if key == IMAGE_KEY:
             leaves[key] = image_feature(manifest)
+        elif d.is_list:  # a metadata list column, or a multi-label image's labels
+            dtype = {"int64": "int64", "float": "float32", "bytes": "string"}[d.kind]
+            leaves[key] = {
+                "pythonClassName": _TFDS + "tensor_feature.Tensor",
+                "tensor": {"shape": _dims([None]), "dtype": dtype, "encoding": "none"},
+            }
         elif key == LABEL_KEY:
             leaves[key] = label_feature(manifest)
-        elif kind == "int64":
-            leaves[key] = _scalar("int64")
+        elif d.kind in ("int64", "float"):
+            leaves[key] = _scalar("int64" if d.kind == "int64" else "float32")
         else:
             leaves[key] = {"pythonClassName": _TFDS + "text_feature.Text", "text": {}}
     return {

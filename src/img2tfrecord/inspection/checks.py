@@ -16,8 +16,8 @@ from img2tfrecord.format.manifest import MANIFEST_NAME as MANIFEST
 from img2tfrecord.format.naming import SHARD_RE
 from img2tfrecord.format.schema import (
     COLORSPACES,
-    FEATURE_TYPES,
     FORMAT_RAW,
+    declared_features,
     filename_problem,
 )
 from img2tfrecord.fs import AnyPath, children
@@ -149,12 +149,14 @@ def _show(value: str, limit: int = 80) -> str:
 
 def _schema_problems(info: RecordInfo, man: Manifest) -> Iterator[str]:
     """Checks that only hold for our own datasets (docs/schema.md)."""
-    for key, kind in FEATURE_TYPES.items():
+    for key, d in declared_features(man.data.get("metadata")).items():
         got = info.features.get(key)
         if got is None:
             yield f"missing feature {key}"
-        elif got != (kind, 1):
-            yield f"{key}: expected one {kind} value, found {got[1]} of type {got[0] or 'none'}"
+        elif d.is_list and got[0] not in (d.kind, None):
+            yield f"{key}: expected a list of {d.kind} values, found {got[1]} of type {got[0]}"
+        elif not d.is_list and got != (d.kind, 1):
+            yield f"{key}: expected one {d.kind} value, found {got[1]} of type {got[0] or 'none'}"
     if info.format is not None and info.format not in OUR_FORMATS:
         yield f"image/format {_show(info.format)} is not one of {', '.join(OUR_FORMATS)}"
     if info.channels is not None and info.colorspace is not None and COLORSPACES.get(info.channels) != info.colorspace:

@@ -72,7 +72,7 @@ from img2tfrecord.format.images import (
     sniff,
     tf_png_channels,
 )
-from img2tfrecord.format.schema import FORMAT_RAW, serialize_example, utf8_text
+from img2tfrecord.format.schema import FORMAT_RAW, serialize_example, utf8_text, with_extra
 
 # We enforce our own --max-pixels before decoding; Pillow's global limit would raise at open().
 Image.MAX_IMAGE_PIXELS = None
@@ -255,7 +255,7 @@ def _digest(data: bytes) -> str:
 def to_record(task: Task, result: Result) -> bytes:
     """The serialized Example of a non-skipped result."""
     assert result.payload is not None, "a skipped image has no record"
-    return serialize_example(
+    record = serialize_example(
         encoded=result.payload,
         image_format=result.fmt,
         height=result.height,
@@ -265,6 +265,7 @@ def to_record(task: Task, result: Result) -> bytes:
         text=utf8_text(task.text).encode("utf-8"),
         filename=utf8_text(task.filename).encode("utf-8"),
     )
+    return with_extra(record, task.meta) if task.meta else record
 
 
 def _open(data: bytes, kind: str | None) -> Image.Image:

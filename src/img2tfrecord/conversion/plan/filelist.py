@@ -13,6 +13,7 @@ import posixpath
 import stat
 from array import array
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from img2tfrecord import fs
@@ -148,6 +149,40 @@ def _first_line(text: str) -> str:
         chunk *= 4
 
 
+class _Stat(NamedTuple):
+    size: int
+    mtime: int
+
+
+_Fail = Callable[[int, str], UsageError]
+
+
+@dataclass
+class _Rows:
+    """The rows read so far, as columns: a name + NUL + row number each, and arrays by row number."""
+
+    rows: list[bytes] = field(default_factory=list)
+    lines: array = field(default_factory=lambda: array("q"))  # the line each row was on
+    label_of: array = field(default_factory=lambda: array("I"))
+    sizes: array = field(default_factory=lambda: array("q"))
+    mtimes: array = field(default_factory=lambda: array("q"))
+    split_of: array = field(default_factory=lambda: array("H"))
+    label_index: dict[str, int] = field(default_factory=dict)
+    split_index: dict[str, int] = field(default_factory=dict)
+    paths: dict[int, str] = field(default_factory=dict)  # rows whose file is not INPUT/rel
+    missing: list[tuple[int, str]] = field(default_factory=list)  # (line, path) of files not there
+
+    def add(self, rel: str, line: int, label: str, st: _Stat, path: str, root: str) -> None:
+        number = len(self.rows)
+        self.rows.append(encode_name(rel) + b"\0" + number.to_bytes(ROW_NUMBER, "big"))
+        self.lines.append(line)
+        self.label_of.append(self.label_index.setdefault(label, len(self.label_index)))
+        self.sizes.append(st.size)
+        self.mtimes.append(st.mtime)
+        if path != fs.join(root, rel):
+            self.paths[number] = path
+
+
 def _read_file_list(input_dir: str, file_list: str) -> _Listed:
     """Parse and check every row; UsageError naming the line for anything wrong (the first wrong
     line, as a reading that stopped there would say).
@@ -160,18 +195,12 @@ def _read_file_list(input_dir: str, file_list: str) -> _Listed:
     delimiter = "\t" if file_list.lower().endswith((".tsv", ".tab")) or "\t" in first else ","
     reader = csv.reader(_lines(text), delimiter=delimiter, strict=True)
     root = fs.local(input_dir)
-    rows: list[bytes] = []  # name + NUL + row number
-    lines = array("q")  # by row number: the line it was on
-    label_of, sizes, mtimes, split_of = array("I"), array("q"), array("q"), array("H")
-    label_index: dict[str, int] = {}
-    split_index: dict[str, int] = {}
-    paths: dict[int, str] = {}
-    missing: list[tuple[int, str]] = []
+    got = _Rows()
     columns = 0
 
     def fail(line: int, message: str) -> UsageError:
         """The error at `line`, unless a name listed twice on an earlier line came first."""
-        twice = _listed_twice(rows, lines, text, delimiter, where, before=line)
+        twice = _listed_twice(got.rows, got.lines, text, delimiter, where, before=line)
         return twice or UsageError(f"{where} line {line}: {message}")
 
     try:
@@ -189,61 +218,71 @@ def _read_file_list(input_dir: str, file_list: str) -> _Listed:
                 )
                 raise fail(line, f"expected {want}, got {len(cells)} column(s): {delimiter.join(row)!r}")
             columns = len(cells)
-            given = cells[0]
-            if not given:
-                raise fail(line, "empty path")
-            path, rel, below = _resolve_listed(input_dir, given)
-            if len(cells) == 3:
-                split_index.setdefault(_split_name(cells[2], given, line, fail), len(split_index))
-                split_of.append(split_index[_split_name(cells[2], given, line, fail)])
-            if len(cells) >= 2:
-                label = cells[1]
-                if not label:
-                    raise fail(line, f"empty label for {given}")
-            elif below and "/" in rel:
-                label = rel.split("/", 1)[0]
-            else:
-                raise fail(
-                    line,
-                    f"cannot tell the class of {given}: it is not in a CLASS folder "
-                    f"below {input_dir}; add a label column (path,label_name)",
-                )
-            if problem := filename_problem(utf8_text(rel)):
-                raise fail(line, f"{given} cannot be an image/filename: it {problem}")
-            size = mtime = 0
-            if not fs.is_remote(path):
-                try:
-                    st = os.stat(path)
-                except FileNotFoundError:
-                    missing.append((line, path))
-                    st = None
-                except OSError:  # no permission to reach it, a loop, a path too long: the encoder says which
-                    st = None
-                if st is not None and stat.S_ISDIR(st.st_mode):
-                    raise fail(line, f"{path} is a folder, not an image")
-                size = st.st_size if st is not None else 0
-                mtime = st.st_mtime_ns if st is not None else 0
-            number = len(rows)
-            rows.append(encode_name(rel) + b"\0" + number.to_bytes(ROW_NUMBER, "big"))
-            lines.append(line)
-            label_of.append(label_index.setdefault(label, len(label_index)))
-            sizes.append(size)
-            mtimes.append(mtime)
-            if path != fs.join(root, rel):
-                paths[number] = path
+            _read_row(input_dir, root, cells, line, fail, got)
     except csv.Error as e:
         raise fail(reader.line_num, str(e)) from None
-    twice = _listed_twice(rows, lines, text, delimiter, where)  # sorts `rows`
+    twice = _listed_twice(got.rows, got.lines, text, delimiter, where)  # sorts the rows
     if twice:
         raise twice
-    if missing:
-        line, path = missing[0]
-        more = f" ({len(missing) - 1} more listed file(s) are missing too)" if len(missing) > 1 else ""
+    if got.missing:
+        line, path = got.missing[0]
+        more = f" ({len(got.missing) - 1} more listed file(s) are missing too)" if len(got.missing) > 1 else ""
         raise UsageError(f"{where} line {line}: {path} does not exist{more}")
-    return _Listed(rows, list(label_index), label_of, sizes, mtimes, paths, list(split_index), split_of)
+    return _Listed(
+        got.rows,
+        list(got.label_index),
+        got.label_of,
+        got.sizes,
+        got.mtimes,
+        got.paths,
+        list(got.split_index),
+        got.split_of,
+    )
 
 
-def _split_name(cell: str, given: str, line: int, fail: Callable[[int, str], UsageError]) -> str:
+def _read_row(input_dir: str, root: str, cells: list[str], line: int, fail: _Fail, got: _Rows) -> None:
+    """One row of path[,label_name[,split]] checked and added to `got`."""
+    given = cells[0]
+    if not given:
+        raise fail(line, "empty path")
+    path, rel, below = _resolve_listed(input_dir, given)
+    if len(cells) == 3:
+        name = _split_name(cells[2], given, line, fail)
+        got.split_of.append(got.split_index.setdefault(name, len(got.split_index)))
+    if len(cells) >= 2:
+        label = cells[1]
+        if not label:
+            raise fail(line, f"empty label for {given}")
+    elif below and "/" in rel:
+        label = rel.split("/", 1)[0]
+    else:
+        raise fail(
+            line,
+            f"cannot tell the class of {given}: it is not in a CLASS folder "
+            f"below {input_dir}; add a label column (path,label_name)",
+        )
+    if problem := filename_problem(utf8_text(rel)):
+        raise fail(line, f"{given} cannot be an image/filename: it {problem}")
+    got.add(rel, line, label, _stat_listed(path, line, fail, got.missing), path, root)
+
+
+def _stat_listed(path: str, line: int, fail: _Fail, missing: list[tuple[int, str]]) -> _Stat:
+    """A listed local file's size and mtime (0 and 0 when unknown: remote, or unreachable)."""
+    if fs.is_remote(path):
+        return _Stat(0, 0)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        missing.append((line, path))
+        return _Stat(0, 0)
+    except OSError:  # no permission to reach it, a loop, a path too long: the encoder says which
+        return _Stat(0, 0)
+    if stat.S_ISDIR(st.st_mode):
+        raise fail(line, f"{path} is a folder, not an image")
+    return _Stat(st.st_size, st.st_mtime_ns)
+
+
+def _split_name(cell: str, given: str, line: int, fail: _Fail) -> str:
     """A split column's cell as a split name (val -> validation); UsageError for one that is not a name."""
     name = SPLIT_DIR_NAMES.get(cell.lower(), cell)
     if not name or not name.replace("_", "").isalnum():

@@ -27,6 +27,8 @@ from typing import Any, NamedTuple
 from img2tfrecord import fs
 from img2tfrecord.conversion.plan.filelist import discover_file_list
 from img2tfrecord.conversion.plan.labels import read_labels_file
+from img2tfrecord.conversion.plan.metadata import Metadata, read_metadata
+from img2tfrecord.conversion.plan.metadata import find as find_metadata
 from img2tfrecord.conversion.plan.options import (
     CHANNEL_CHOICES,
     DEDUPE_MODES,
@@ -39,9 +41,10 @@ from img2tfrecord.conversion.plan.options import (
     parse_resize,
     parse_shards,
 )
-from img2tfrecord.conversion.plan.splits import SPLIT_RULES, Prior, SplitRule, parse_split_spec
+from img2tfrecord.conversion.plan.splits import SPLIT_RULES, Discovery, Prior, SplitRule, parse_split_spec
 from img2tfrecord.conversion.plan.table import Task, sizes_of
 from img2tfrecord.conversion.plan.walk import discover
+from img2tfrecord.conversion.plan.walk_labels import discover_multi_label
 from img2tfrecord.errors import DataError, UsageError, option, plural
 from img2tfrecord.format.naming import shard_name
 from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
@@ -175,6 +178,7 @@ class Plan:
     # rel path of each copy to leave out -> (digest, kept copy's rel); None: the engine decides
     drop: dict[str, tuple[str, str]] | None = None
     known_classes: list[str] | None = None  # `convert(like=...)`'s classes, which kept their labels
+    metadata: dict[str, Any] | None = None  # dataset.json's `metadata` entry (conversion.plan.metadata), if any
 
     @property
     def images(self) -> int:
@@ -244,6 +248,8 @@ def check_options(**options: Any) -> CheckedOptions:
     if o["split_rule"] not in SPLIT_RULES:
         raise UsageError(f"bad {option('split_rule', o['split_rule'])}: choose {' or '.join(SPLIT_RULES)}")
     group_pattern(o["split_group"])
+    if o["metadata"] is not None and o["file_list"]:
+        raise UsageError(f"{option('metadata')} goes with a folder input, not {option('file_list')}: drop one")
     return CheckedOptions(opts, shard_request, fractions, class_list)
 
 
@@ -279,6 +285,7 @@ def plan_job(
     compression: str | None = None,
     index: bool = False,
     file_list: str | None = None,
+    metadata: str | None = None,
     dedupe: str = "report",
     checksum: str = DEFAULT_CHECKSUM,
     fsync: bool = True,
@@ -313,6 +320,7 @@ def plan_job(
             fsync,
             strict,
             known_classes,
+            metadata,
         )
 
 
@@ -346,14 +354,10 @@ def _plan(
     fsync: bool,
     strict: bool,
     known_classes: list[str] | None = None,
+    metadata_file: str | None = None,
 ) -> Plan:
-    labels = {"labels": class_list, "known_classes": known_classes}
-    if file_list:
-        found = discover_file_list(
-            input_dir, file_list, split=fractions, seed=seed, label_offset=label_offset, rule=rule, **labels
-        )
-    else:
-        found = discover(input_dir, split=fractions, seed=seed, label_offset=label_offset, rule=rule, **labels)
+    meta = None if file_list else _metadata(input_dir, metadata_file)
+    found = _discover(input_dir, file_list, meta, fractions, seed, label_offset, rule, class_list, known_classes)
     refuse_walk_skips(found.skipped, strict)
     if strict and found.loose:
         raise DataError(f"{option('strict', True)}: {found.loose}; nothing was written")
@@ -379,6 +383,8 @@ def _plan(
         "dedupe": dedupe,
         "checksum": checksum,
     }
+    if metadata_file is not None:  # only when given: dataset.json as before for every other dataset
+        options["metadata"] = metadata_file
     settings = ShardSettings(
         encode=opts, compression=compression, index=index, checksum=checksum, fsync=fsync, dedupe=dedupe, strict=strict
     )
@@ -399,7 +405,60 @@ def _plan(
         skipped=found.skipped,
         notes=found.notes,
         known_classes=known_classes,
+        metadata=meta.entry() if meta is not None else None,
     )
+
+
+def _discover(
+    input_dir: str,
+    file_list: str | None,
+    meta: Metadata | None,
+    fractions: dict[str, float] | None,
+    seed: int,
+    label_offset: int,
+    rule: SplitRule,
+    class_list: list[str] | None,
+    known_classes: list[str] | None,
+) -> Discovery:
+    """The images of the input: a --file-list's rows, a multi-label metadata file's, or the folder walk."""
+    if file_list:
+        return discover_file_list(
+            input_dir,
+            file_list,
+            split=fractions,
+            seed=seed,
+            label_offset=label_offset,
+            rule=rule,
+            labels=class_list,
+            known_classes=known_classes,
+        )
+    if meta is not None and meta.labels is not None:
+        return discover_multi_label(
+            input_dir,
+            meta,
+            split=fractions,
+            seed=seed,
+            label_offset=label_offset,
+            rule=rule,
+            labels=class_list,
+            known_classes=known_classes,
+        )
+    return discover(
+        input_dir,
+        split=fractions,
+        seed=seed,
+        label_offset=label_offset,
+        rule=rule,
+        labels=class_list,
+        known_classes=known_classes,
+        metadata=meta,
+    )
+
+
+def _metadata(input_dir: str, given: str | None) -> Metadata | None:
+    """The metadata file read (conversion.plan.metadata), or None when there is none."""
+    path = find_metadata(input_dir, given)
+    return read_metadata(path, given is not None) if path is not None else None
 
 
 def check_paths(input_dir: str, output_dir: str) -> None:

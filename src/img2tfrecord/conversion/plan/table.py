@@ -39,6 +39,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, overload
 
 from img2tfrecord import fs
+from img2tfrecord.format.schema import MetaValue
 
 
 class Task(NamedTuple):
@@ -52,6 +53,7 @@ class Task(NamedTuple):
     text: str  # the class name (image/class/text)
     size: int  # bytes, from the walk (0 when a remote listing gave none)
     mtime_ns: int = 0  # modification time, from the same stat as `size` (0 when unknown: remote walk)
+    meta: tuple[MetaValue, ...] = ()  # metadata features (conversion.plan.metadata), sorted by key
 
 
 class Group(NamedTuple):
@@ -89,6 +91,7 @@ class ImageTable:
         self.mtimes = array("q")  # st_mtime_ns of each image, 0 when unknown
         self.group_of = array("I")
         self.paths: dict[int, str] = {}
+        self.meta: dict[int, tuple[MetaValue, ...]] = {}  # image number -> its metadata features
         self._sep = split_rel and not remote and os.sep != "/"  # a walk's paths join folder by folder
 
     def __len__(self) -> int:
@@ -143,6 +146,7 @@ class ImageTable:
             self.classes[group.cls],
             self.sizes[i],
             self.mtimes[i],
+            self.meta.get(i, ()) if self.meta else (),
         )
 
 

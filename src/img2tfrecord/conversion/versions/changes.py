@@ -24,10 +24,12 @@ from typing import Any
 
 from img2tfrecord.conversion.plan.filelist import discover_file_list
 from img2tfrecord.conversion.plan.labels import updated_class_list
+from img2tfrecord.conversion.plan.metadata import Metadata
 from img2tfrecord.conversion.plan.skips import is_passing
 from img2tfrecord.conversion.plan.splits import Discovery, prior_of, recorded_rule
 from img2tfrecord.conversion.plan.table import ImageTable, class_counts
 from img2tfrecord.conversion.plan.walk import discover, stat_remote
+from img2tfrecord.conversion.plan.walk_labels import discover_multi_label
 from img2tfrecord.format.catalog import CONVERTED, SKIPPED, Catalog
 from img2tfrecord.format.schema import utf8_text
 
@@ -122,7 +124,12 @@ class Changes:
 
 
 def walk(
-    input_dir: str, options: dict[str, Any], old_classes: list[str], file_list: str | None, cat: Catalog | None = None
+    input_dir: str,
+    options: dict[str, Any],
+    old_classes: list[str],
+    file_list: str | None,
+    cat: Catalog | None = None,
+    metadata: Metadata | None = None,
 ) -> Discovery:
     """The input as `convert` would list it with the dataset's options, with labels that keep their
     meaning; under the exact split rule, the images `cat` holds keep their splits (conversion.plan.splits)."""
@@ -134,8 +141,10 @@ def walk(
         rule = rule._replace(prior=prior_of(cat.rels.blob, cat.rels.ends, cat.splits.codes, cat.splits.values, seed))
     if file_list:
         found = discover_file_list(input_dir, file_list, split=split, seed=seed, labels=labels, rule=rule)
+    elif metadata is not None and metadata.labels is not None:
+        found = discover_multi_label(input_dir, metadata, split=split, seed=seed, labels=labels, rule=rule)
     else:
-        found = discover(input_dir, split=split, seed=seed, labels=labels, rule=rule)
+        found = discover(input_dir, split=split, seed=seed, labels=labels, rule=rule, metadata=metadata)
     table = _table(found)
     if table.remote:  # a listing gives no size or mtime: one stat per image (walk_remote.stat_remote)
         stat_remote(table)

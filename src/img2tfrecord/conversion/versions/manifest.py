@@ -158,6 +158,7 @@ def manifest_of(
         parent=manifest_digest(rec.text),
         shard_request=old.get("shard_request"),
         catalog=catalog_bytes,
+        metadata=old.get("metadata"),
     )
 
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from img2tfrecord import fs
 from img2tfrecord.conversion.plan.labels import read_labels_file
 from img2tfrecord.conversion.plan.like import cli_flags, convert_like_advice
+from img2tfrecord.conversion.plan.metadata import Metadata, file_digest, read_metadata
+from img2tfrecord.conversion.plan.metadata import find as find_metadata
 from img2tfrecord.conversion.plan.options import EncodeOptions, ShardSettings, parse_resize, parse_shards
 from img2tfrecord.conversion.plan.splits import parse_split_spec
 from img2tfrecord.errors import UsageError, check_keywords, option, said
@@ -112,3 +115,26 @@ def recorded_settings(options: dict[str, Any], *, fsync: bool, strict: bool) -> 
         dedupe=options.get("dedupe") or "report",
         strict=strict,
     )
+
+
+def recorded_metadata(manifest: dict[str, Any], input_dir: str, output_dir: str) -> Metadata | None:
+    """The metadata file of a dataset made with one (dataset.json's `metadata`), read again; a
+    UsageError advising `convert --like` when its bytes changed since: its rows may give the
+    records that stay other values, which update, keeping records as they are, cannot write."""
+    entry = manifest.get("metadata")
+    if not entry:
+        return None
+    given = (manifest.get("options") or {}).get("metadata")
+    try:
+        path = find_metadata(input_dir, given)
+    except UsageError:
+        path = None
+    if path is None or file_digest(path) != entry.get("xxh3_128"):
+        what = f"{path or given or fs.join(input_dir, str(entry.get('file')))}"
+        now = "changed" if path is not None else "is gone"
+        raise UsageError(
+            f"the metadata file {what} {now} since {output_dir} was made; update keeps the records it has, "
+            "so it cannot take new metadata. To make the dataset again from it, "
+            + convert_like_advice(input_dir, output_dir, {})
+        )
+    return read_metadata(path, given is not None)

@@ -23,6 +23,7 @@ from typing import Any
 from img2tfrecord import cstderr, fs
 from img2tfrecord.conversion.events import EventSink, Timing, worded
 from img2tfrecord.conversion.plan.job import Plan, PlannedShard, check_paths, one_record_warning, refuse_walk_skips
+from img2tfrecord.conversion.plan.metadata import Metadata
 from img2tfrecord.conversion.plan.options import ShardSettings
 from img2tfrecord.conversion.plan.table import TaskView
 from img2tfrecord.conversion.versions.changes import Changes, diff, walk
@@ -30,7 +31,7 @@ from img2tfrecord.conversion.versions.faults import keep_records, kept_back_warn
 from img2tfrecord.conversion.versions.guard import Limit, parse_limit, refusal
 from img2tfrecord.conversion.versions.layout import Layout, layout_of, margin, needed
 from img2tfrecord.conversion.versions.manifest import history, manifest_of, new_catalog
-from img2tfrecord.conversion.versions.options import recorded_settings, refuse_other_options
+from img2tfrecord.conversion.versions.options import recorded_metadata, recorded_settings, refuse_other_options
 from img2tfrecord.conversion.versions.recorded import Recorded, read_recorded
 from img2tfrecord.conversion.versions.resume import (
     ResumeState,
@@ -125,8 +126,9 @@ def update(
         rec.options | {"shard_request": rec.manifest.get("shard_request")}, options, input_dir, output_dir, file_list
     )
     settings = recorded_settings(rec.options, fsync=fsync, strict=strict)
+    meta = recorded_metadata(rec.manifest, input_dir, output_dir)
     if dry_run:
-        changes = _changes(input_dir, rec, file_list, check_content, emit)
+        changes = _changes(input_dir, rec, file_list, check_content, emit, meta)
         summary = _summary(input_dir, output_dir, rec, changes, layout_of(changes, rec, settings), timing, dry_run=True)
         why = refusal(changes.removed_records, _records(rec), limit, input_dir, output_dir)
         summary["refused"] = None if why is None else wording(why)  # rendered for who asked, as an error is
@@ -177,7 +179,8 @@ def _apply(
         publish.recover(ws)
         check_unfinished(ws, resume)
         rec = read_recorded(output_dir, rec, input_dir)  # as it is now that we hold the lock
-        changes = _changes(input_dir, rec, file_list, check_content, emit)
+        meta = recorded_metadata(rec.manifest, input_dir, output_dir)
+        changes = _changes(input_dir, rec, file_list, check_content, emit, meta)
         refuse_walk_skips(changes.found.skipped, settings.strict)
         if why := refusal(changes.removed_records, _records(rec), limit, input_dir, output_dir):
             raise DataError(why)  # before anything is written: OUTPUT and an unfinished update's shards stay
@@ -230,13 +233,20 @@ def _records(rec: Recorded) -> int:
     return sum(int(sp.get("records") or 0) for sp in (rec.manifest.get("splits") or {}).values())
 
 
-def _changes(input_dir: str, rec: Recorded, file_list: str | None, check_content: bool, emit: EventSink) -> Changes:
+def _changes(
+    input_dir: str,
+    rec: Recorded,
+    file_list: str | None,
+    check_content: bool,
+    emit: EventSink,
+    meta: Metadata | None = None,
+) -> Changes:
     if check_content and not rec.catalog.has_digests:
         raise UsageError(
             f"{option('check_content', True)} compares content digests, which a dataset converted with "
             f"{option('dedupe', 'off')} lacks"
         )
-    found = walk(input_dir, rec.options, rec.classes, file_list, rec.catalog)
+    found = walk(input_dir, rec.options, rec.classes, file_list, rec.catalog, meta)
     for w in found.warnings:
         emit("warning", w)
     for skip in found.skipped:

@@ -147,6 +147,7 @@ def finalize(
         excluded_files=plan.excluded_files,
         shard_request=plan.shard_request,
         catalog=catalog_bytes,
+        metadata=plan.metadata,
     )
     files = [sh["file"] for si in split_info.values() for sh in si["shards"]]
     files += [sh["index"] for si in split_info.values() for sh in si["shards"] if "index" in sh]

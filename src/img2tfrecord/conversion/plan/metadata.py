@@ -1,0 +1,336 @@
+"""Per-image metadata: Hugging Face `imagefolder`'s `metadata.jsonl` / `metadata.csv`.
+
+A metadata file at the top of INPUT (or `--metadata FILE`) has one row per image, keyed by
+`file_name` (the image's path below INPUT); its other columns become features `image/<column>`
+of that image's record. Each column has one type over the whole file (int64, float or bytes, as a
+scalar or a list), inferred here once, so TensorFlow's parser can be given one spec: ints that
+meet a float make the column float; strings beside numbers, or lists beside scalars, are a usage
+error. A `labels` column of lists of class names makes multi-label records
+(`image/class/label` and `image/class/text` become lists), and frees the images from class folders.
+
+What a row cannot give (no `file_name`, not a JSON object, a value of no usable type, a value
+missing) is a skip of that row, named `metadata.jsonl:LINE`, as the walk's skips are; an image with
+no row is skipped by the walk (`walk.discover`), since every record must hold every declared feature.
+This module only reads the file; the values are written by `format.schema.serialize_example`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+from array import array
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import xxhash
+
+from img2tfrecord import fs
+from img2tfrecord.conversion.plan.labels import read_text_input
+from img2tfrecord.conversion.plan.table import decode_name
+from img2tfrecord.errors import UsageError, option
+from img2tfrecord.format.manifest import class_name_problem, shown
+from img2tfrecord.format.schema import FEATURE_TYPES, MetaValue, filename_problem, utf8_text
+
+METADATA_NAMES = ("metadata.jsonl", "metadata.csv")
+MAX_METADATA_BYTES = 2_000_000_000
+KEY = "file_name"
+LABELS = "labels"
+_INT64 = 1 << 63
+_NUMBER = re.compile(r"[+-]?\d+")
+
+
+class Column(NamedTuple):
+    """One metadata column as dataset.json declares it: its feature kind and whether it is a list."""
+
+    name: str
+    kind: str  # int64 | float | bytes
+    is_list: bool
+
+    @property
+    def key(self) -> str:
+        return "image/" + self.name
+
+
+@dataclass
+class Metadata:
+    """A metadata file read: its columns, each image's values (by rel path, as bytes) and what was skipped."""
+
+    path: str  # as found or given
+    name: str  # its base name, for reasons ("no row in metadata.jsonl")
+    digest: str  # xxh3_128 of its bytes: `update` refuses a dataset whose metadata changed
+    given: bool  # --metadata named it (else found at the top of INPUT)
+    columns: list[Column]
+    rows: dict[bytes, tuple[Any, ...]]  # rel -> one value per column (converted to the column's kind; text as str)
+    labels: dict[bytes, list[str]] | None = None  # rel -> class names, when a `labels` column is there
+    skipped: list[dict[str, str]] = field(default_factory=list)
+
+    def entry(self) -> dict[str, Any]:
+        """dataset.json's `metadata` entry."""
+        return {
+            "file": self.name if not self.given else self.path,
+            "xxh3_128": self.digest,
+            "columns": {c.name: {"type": c.kind, "list": c.is_list} for c in self.columns},
+            "multi_label": self.labels is not None,
+        }
+
+    def values(self, rel: bytes) -> tuple[MetaValue, ...]:
+        """The (key, kind, values) of one image's metadata features, sorted by key."""
+        row = self.rows[rel]
+        return tuple(
+            sorted(
+                (MetaValue(c.key, c.kind, tuple(v) if c.is_list else (v,)) for c, v in zip(self.columns, row)),
+                key=lambda m: m.key,
+            )
+        )
+
+
+def find(input_dir: str, given: str | None) -> str | None:
+    """The metadata file: `given`, else `metadata.jsonl` or `metadata.csv` at the top of INPUT (not both)."""
+    if given is not None:
+        if not fs.exists(given):
+            raise UsageError(f"{option('metadata', given)}: {given} does not exist")
+        return given
+    found = [p for p in (fs.join(input_dir, n) for n in METADATA_NAMES) if fs.exists(p) and not fs.isdir(p)]
+    if len(found) > 1:
+        raise UsageError(f"{input_dir} holds both {' and '.join(METADATA_NAMES)}: keep one")
+    return found[0] if found else None
+
+
+def file_digest(path: str) -> str:
+    """xxh3_128 of the metadata file's bytes (dataset.json records it; update compares it)."""
+    return xxhash.xxh3_128_hexdigest(fs.read_bytes(path))
+
+
+def read_metadata(path: str, given: bool) -> Metadata:
+    """Read and type a metadata file (UsageError for a column of no one type; bad rows are skips)."""
+    name = os.path.basename(path.rstrip("/"))
+    text = read_text_input(path, f"metadata file {path}", MAX_METADATA_BYTES)
+    rows = _csv_rows(text) if name.lower().endswith(".csv") else _jsonl_rows(text, name)
+    skipped = rows.skipped
+    good: list[tuple[int, dict[str, Any]]] = []
+    keys: dict[str, int] = {}
+    for line, row in rows.rows:
+        rel, why = _file_name(row.get(KEY))
+        if why:
+            skipped.append(_skip(f"{name}:{line}", why))
+        elif rel in keys:
+            skipped.append(_skip(f"{name}:{line}", f"{KEY} {shown(rel)} has a row already (line {keys[rel]})"))
+        elif why := _row_problem(row):
+            skipped.append(_skip(rel, f"{name}:{line}: {why}"))
+        else:
+            keys[rel] = line
+            good.append((line, row))
+    names = sorted({k for _, r in good for k in r if k != KEY})
+    columns = [_infer(c, good, name) for c in names]
+    _check_columns(columns, name)
+    out = Metadata(path, name, file_digest(path), given, [c for c in columns if c.name != LABELS], {}, None, skipped)
+    if any(c.name == LABELS for c in columns):
+        out.labels = {}
+    for line, row in good:
+        rel = row[KEY]
+        missing = next((c.name for c in columns if c.name not in row), None)
+        if missing is not None:
+            skipped.append(_skip(rel, f"{name}:{line}: no value for column {missing}"))
+            continue
+        if out.labels is not None:
+            if not row[LABELS]:
+                skipped.append(_skip(rel, f"{name}:{line}: {LABELS} is empty"))
+                continue
+            out.labels[rel.encode("utf-8", "surrogateescape")] = list(row[LABELS])
+        out.rows[rel.encode("utf-8", "surrogateescape")] = tuple(_convert(row[c.name], c) for c in out.columns)
+    return out
+
+
+def _skip(path: str, reason: str) -> dict[str, str]:
+    return {"path": path, "split": "", "reason": reason}
+
+
+class _Rows(NamedTuple):
+    rows: list[tuple[int, dict[str, Any]]]  # (line, row)
+    skipped: list[dict[str, str]]
+
+
+def _jsonl_rows(text: str, name: str) -> _Rows:
+    rows, skipped = [], []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            skipped.append(_skip(f"{name}:{n}", f"not a JSON object: {e}"))
+            continue
+        if not isinstance(row, dict):
+            skipped.append(_skip(f"{name}:{n}", "not a JSON object"))
+            continue
+        rows.append((n, row))
+    return _Rows(rows, skipped)
+
+
+def _csv_rows(text: str) -> _Rows:
+    """CSV cells typed as pandas reads them: whole numbers, decimals, else text; a cell that is a
+    JSON array (`["cat", "dog"]`, `[1, 2]`) is a list; an empty cell is no value."""
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    rows = []
+    for row in reader:
+        typed = {k: _cell(v) for k, v in row.items() if k is not None and v not in (None, "")}
+        rows.append((reader.line_num, typed))
+    return _Rows(rows, [])
+
+
+def _cell(v: str) -> Any:
+    if _NUMBER.fullmatch(v.strip()):
+        return int(v)
+    try:
+        return float(v)
+    except ValueError:
+        pass
+    if v.startswith("["):
+        try:
+            got = json.loads(v)
+            if isinstance(got, list):
+                return got
+        except ValueError:
+            pass
+    return v
+
+
+def _file_name(value: Any) -> tuple[str, str]:
+    """(rel, "") for a usable `file_name`, else ("", why)."""
+    if value is None:
+        return "", f"no {KEY}"
+    if not isinstance(value, str):
+        return "", f"{KEY} is not a string"
+    rel = value.removeprefix("./")
+    if (problem := filename_problem(rel)) or rel.startswith(("/", "../")) or "://" in rel:
+        return "", f"{KEY} {shown(value)} is not a path below the input folder ({problem or 'it leaves it'})"
+    return rel, ""
+
+
+def _kind(v: Any) -> str | None:
+    """int, float, str; list:int / list:float / list:str / list: (empty); None for no usable type."""
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, int):
+        return "int" if -_INT64 <= v < _INT64 else None
+    if isinstance(v, float):
+        return "float"
+    if isinstance(v, str):
+        return "str"
+    if isinstance(v, list):
+        inner = {_kind(x) for x in v}
+        if not inner:
+            return "list:"
+        if inner <= {"int", "float"}:
+            return "list:float" if "float" in inner else "list:int"
+        return "list:str" if inner == {"str"} else None
+    return None
+
+
+def _row_problem(row: dict[str, Any]) -> str:
+    for k, v in row.items():
+        if k != KEY and _kind(v) is None:
+            what = "null" if v is None else type(v).__name__
+            return (
+                f"column {k}: a value of no usable type ({what}; expected a number, a string or a list of one of them)"
+            )
+    return ""
+
+
+def _infer(column: str, rows: list[tuple[int, dict[str, Any]]], name: str) -> Column:
+    """One type for `column` over every row, or UsageError naming the first row that disagrees."""
+    first: tuple[int, str] | None = None
+    base, is_list = "", False
+    for line, row in rows:
+        if column not in row:
+            continue
+        k = _kind(row[column])
+        assert k is not None
+        listed, scalar = k.startswith("list:"), k.removeprefix("list:")
+        if first is None:
+            first, is_list = (line, k), listed
+        elif listed != is_list:
+            raise UsageError(
+                f"{name}: column {column} mixes lists and single values (line {first[0]} holds "
+                f"{'a list' if is_list else 'a single value'}, line {line} does not): give every row the same kind"
+            )
+        if not scalar:
+            continue
+        if base and (base == "str") != (scalar == "str"):
+            raise UsageError(
+                f"{name}: column {column} mixes strings and numbers (first at line {line}): "
+                "give every row the same type, e.g. quote the numbers"
+            )
+        base = "float" if {base, scalar} == {"int", "float"} else (base or scalar)
+    kind = {"int": "int64", "float": "float", "str": "bytes", "": "bytes"}[base]
+    return Column(column, kind, is_list)
+
+
+def _check_columns(columns: list[Column], name: str) -> None:
+    for c in columns:
+        if c.name == LABELS:
+            if not (c.is_list and c.kind == "bytes"):
+                raise UsageError(f"{name}: column {LABELS} must hold lists of class names (strings)")
+            continue
+        if not c.name.isascii() or not c.name or any(ch.isspace() for ch in c.name):
+            raise UsageError(f"{name}: column {c.name!r} cannot name a feature (ASCII without spaces): rename it")
+        if c.key in FEATURE_TYPES:
+            raise UsageError(f"{name}: column {c.name} would be {c.key}, one of the tool's own features: rename it")
+
+
+def _convert(v: Any, c: Column) -> Any:
+    one = {"int64": int, "float": float, "bytes": str}[c.kind]
+    return [one(x) for x in v] if c.is_list else one(v)
+
+
+def check_label_names(labels: dict[bytes, list[str]], name: str) -> set[str]:
+    """Every class name of the `labels` column, checked as labels.txt lines (UsageError)."""
+    found = {c for names in labels.values() for c in names}
+    for c in sorted(found):
+        if problem := class_name_problem(c):
+            raise UsageError(f"{name}: the class name {shown(c)} {problem}")
+    return found
+
+
+class Joined(NamedTuple):
+    """A class folder's images that have a row, with their features; the rels of those without."""
+
+    names: list[bytes]
+    sizes: array
+    mtimes: array
+    meta: list[tuple[MetaValue, ...]]
+    unmatched: list[bytes]  # rels below INPUT with no row
+
+
+def join(meta: Metadata, prefix: bytes, names: list[bytes], sizes: array, mtimes: array, seen: set[bytes]) -> Joined:
+    """The images of one folder (names below `prefix`) that `meta` has a row for; each rel is added to `seen`."""
+    out = Joined([], array("q"), array("q"), [], [])
+    for name, size, mtime in zip(names, sizes, mtimes):
+        rel = prefix + name
+        seen.add(rel)
+        if rel in meta.rows:
+            out.names.append(name)
+            out.sizes.append(size)
+            out.mtimes.append(mtime)
+            out.meta.append(meta.values(rel))
+        else:
+            out.unmatched.append(rel)
+    return out
+
+
+def no_row(meta: Metadata, rel: bytes, split: str) -> dict[str, str]:
+    """The skip of an image the metadata file has no row for."""
+    return {"path": utf8_text(decode_name(rel)), "split": split, "reason": f"no row in {meta.name}"}
+
+
+def not_found(meta: Metadata, seen: set[bytes]) -> list[dict[str, str]]:
+    """The skips of the rows that name no image the walk found."""
+    return [
+        _skip(
+            utf8_text(decode_name(rel)), f"named in {meta.name} but not found below the input folder (or not an image)"
+        )
+        for rel in sorted(meta.rows.keys() - seen)
+    ]
