@@ -73,7 +73,7 @@ class _Merged:
     catalog: Catalog
     split_info: dict[str, dict[str, Any]] = field(default_factory=dict)  # dataset.json's splits
     counts: dict[str, dict[str, int]] = field(default_factory=lambda: {k: {} for k in _COUNTED})
-    duplicates: dict[str, Any] = field(default_factory=lambda: {"mode": "off"})
+    duplicates: dict[str, Any] = field(default_factory=lambda: {"mode": "off"})  # the report, once the splits are in
 
     def warn(self, text: str, emit: EventSink) -> None:
         """A warning for the summary, shown as it is found."""
