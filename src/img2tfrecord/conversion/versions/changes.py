@@ -171,19 +171,52 @@ def _table(found: Discovery) -> ImageTable:
     return next(iter(found.splits.values())).table
 
 
+@dataclass
+class _Rows:
+    """The catalog's rows as the two passes over them leave them, shared so that each pass is one
+    loop over its own columns: which rows the walk found, which stay, and each split's changes."""
+
+    splits: dict[str, SplitChanges]
+    seen: bytearray  # 1: the walk found the row's path
+    kept: list[int] = field(default_factory=list)
+    refreshed: dict[int, tuple[int, int]] = field(default_factory=dict)
+    removed_records: int = 0
+
+
 def diff(found: Discovery, cat: Catalog, old_classes: list[str], check_content: bool = False) -> Changes:
     """Classify every image of the walk and every row of the catalog (see the module docstring)."""
-    from img2tfrecord.conversion.encode.example import digest_file
-
     table = _table(found)
     texts = [utf8_text(c) for c in table.classes]
     group_class = [texts[g.cls] for g in table.groups]
+    rows = _Rows(splits={s: SplitChanges() for s in found.splits}, seen=bytearray(len(cat)))
+    _classify_found(found, cat, group_class, check_content, rows)
+    unlisted = _unlisted(found.skipped)
+    _classify_unseen(cat, unlisted, rows)
+    group_of = table.group_of
+    present = {group_class[g] for view in found.splits.values() for g in set(map(group_of.__getitem__, view.order))}
+    present |= {cat.classes[r] for r in rows.kept} if unlisted else set()
+    return Changes(
+        found=found,
+        catalog=cat,
+        classes=found.classes,
+        new_classes=[c for c in found.classes if c not in old_classes],
+        vanished_classes=[c for c in old_classes if c not in present],
+        splits=rows.splits,
+        kept_rows=sorted(rows.kept),
+        refreshed=rows.refreshed,
+        removed_records=rows.removed_records,
+    )
+
+
+def _classify_found(found: Discovery, cat: Catalog, group_class: list[str], check_content: bool, rows: _Rows) -> None:
+    """The walk's images against their rows: added, changed, retried, or kept as they are (one
+    function, so that the columns stay locals of its loop)."""
+    from img2tfrecord.conversion.encode.example import digest_file
+
+    table = _table(found)
     group_code = [cat.classes.lookup.get(c, -1) for c in group_class]  # the class as the catalog codes it
     row_of = {rel: r for r, rel in enumerate(cat.rels)}
-    seen = bytearray(len(cat))  # 1: the walk found the row's path
-    kept: list[int] = []
-    refreshed: dict[int, tuple[int, int]] = {}
-    splits = {s: SplitChanges() for s in found.splits}
+    seen, kept, refreshed, splits = rows.seen, rows.kept, rows.refreshed, rows.splits
     # the catalog's columns and the table's, as locals: this loop runs once per image of the dataset
     sizes, mtimes, states, split_codes, class_codes = (
         cat.sizes,
@@ -233,29 +266,18 @@ def diff(found: Discovery, cat: Catalog, old_classes: list[str], check_content: 
         for (kind, cls), n in tally.items():
             sc.counts[kind] += n
             sc.per_class.setdefault(cls, Counter())[kind] += n
-    unlisted = _unlisted(found.skipped)
-    removed_records = 0
-    for r in itertools.compress(range(len(cat)), seen.translate(_UNSEEN)):
+
+
+def _classify_unseen(cat: Catalog, unlisted: tuple[str, ...], rows: _Rows) -> None:
+    """The rows the walk did not find: removed, unless below a path it could not list (kept)."""
+    for r in itertools.compress(range(len(cat)), rows.seen.translate(_UNSEEN)):
         s = cat.splits[r]
-        sc = splits.setdefault(s, SplitChanges())
+        sc = rows.splits.setdefault(s, SplitChanges())
         if unlisted and _below(utf8_text(cat.rels[r].decode("utf-8", "surrogateescape")), unlisted):
-            kept.append(r)  # below a folder the walk could not list: not known to be gone
+            rows.kept.append(r)  # below a folder the walk could not list: not known to be gone
             sc.counts["unlisted"] += 1
             continue
-        if states[r] == CONVERTED:
+        if cat.states[r] == CONVERTED:
             sc.gone.add(r)
-            removed_records += 1
+            rows.removed_records += 1
         sc.count("removed", cat.classes[r])
-    present = {group_class[g] for view in found.splits.values() for g in set(map(group_of.__getitem__, view.order))}
-    present |= {cat.classes[r] for r in kept} if unlisted else set()
-    return Changes(
-        found=found,
-        catalog=cat,
-        classes=found.classes,
-        new_classes=[c for c in found.classes if c not in old_classes],
-        vanished_classes=[c for c in old_classes if c not in present],
-        splits=splits,
-        kept_rows=sorted(kept),
-        refreshed=refreshed,
-        removed_records=removed_records,
-    )

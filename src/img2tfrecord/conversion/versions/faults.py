@@ -5,7 +5,7 @@ fails with an OS or I/O error (`skips.is_passing`: permission denied, EIO, a rem
 error...), the error says nothing about its content, so the record an earlier version made of it
 stays, with its catalog row as it was (its old size and mtime: the next update sees it changed and
 tries it again). Known only once the encoder has run, so `update` lays out the old shards again
-after this (`update._build`).
+after this (`assemble.keep_unread`, then `assemble.slots_of`).
 """
 
 from __future__ import annotations

@@ -17,46 +17,40 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from img2tfrecord import cstderr, fs
 from img2tfrecord.conversion.events import EventSink, Timing, worded
-from img2tfrecord.conversion.plan.job import Plan, PlannedShard, check_paths, one_record_warning, refuse_walk_skips
+from img2tfrecord.conversion.plan.job import Plan, PlannedShard, check_paths, refuse_walk_skips
 from img2tfrecord.conversion.plan.metadata import Metadata
 from img2tfrecord.conversion.plan.options import ShardSettings
 from img2tfrecord.conversion.plan.table import TaskView
+from img2tfrecord.conversion.versions.assemble import (
+    REWRITE,
+    Encoded,
+    NewShards,
+    NewVersion,
+    keep_unread,
+    place,
+    report_of,
+    slots_of,
+    write_catalog,
+)
 from img2tfrecord.conversion.versions.changes import Changes, diff, walk
-from img2tfrecord.conversion.versions.faults import keep_records, kept_back_warning, recorded_walk_skips, unread_paths
+from img2tfrecord.conversion.versions.faults import recorded_walk_skips
 from img2tfrecord.conversion.versions.guard import Limit, parse_limit, refusal
 from img2tfrecord.conversion.versions.layout import Layout, layout_of, margin, needed
-from img2tfrecord.conversion.versions.manifest import history, manifest_of, new_catalog
 from img2tfrecord.conversion.versions.options import recorded_metadata, recorded_settings, refuse_other_options
 from img2tfrecord.conversion.versions.recorded import Recorded, read_recorded
-from img2tfrecord.conversion.versions.resume import (
-    ResumeState,
-    check_unfinished,
-    clear_build,
-    keep_finished,
-    link_or_move,
-)
+from img2tfrecord.conversion.versions.resume import ResumeState, check_unfinished, clear_build, keep_finished
 from img2tfrecord.conversion.write import shards as writer
 from img2tfrecord.conversion.write.catalog import add_split
-from img2tfrecord.conversion.write.publish import reuse
 from img2tfrecord.conversion.write.shards import ShardInfo
 from img2tfrecord.conversion.write.workspace import Workspace
-from img2tfrecord.errors import DataError, Interrupted, UnusableImages, UsageError, option, plural, wording
-from img2tfrecord.format import catalog as catalog_file
-from img2tfrecord.format import tfds as tfds_metadata
-from img2tfrecord.format.catalog import CATALOG_NAME, Catalog
-from img2tfrecord.format.manifest import (
-    LABELS_NAME,
-    MANIFEST_NAME,
-    created_stamp,
-    labels_text,
-    manifest_digest,
-    manifest_text,
-)
+from img2tfrecord.errors import DataError, Interrupted, UsageError, option, wording
+from img2tfrecord.format.catalog import Catalog
+from img2tfrecord.format.manifest import created_stamp, manifest_digest
 from img2tfrecord.format.naming import shard_name
 
 # The extension modules update imports: loaded before the record writer starts loading in a thread
@@ -64,19 +58,6 @@ from img2tfrecord.format.naming import shard_name
 # (multiprocessing). numpy is in already: the catalog's decode imports it.
 _EXTENSIONS = ("simplejpeg", "fcntl", "img2tfrecord.conversion.write.engines.local")
 NEW_DIR = ".update-new"  # inside the build folder: new and rewritten shards under provisional names
-REWRITE = "rewrite-"  # the provisional name of a rewritten shard: REWRITE + its old name
-
-
-@dataclass
-class _Slot:
-    """One shard of the new version, before it gets its final name."""
-
-    source: str  # the old shard (linked), or the file in NEW_DIR (new or rewritten)
-    info: dict[str, Any]  # its dataset.json entry (file and index names set at the end)
-    linked: bool
-    old: str = ""  # the old shard it keeps records of (kept or rewritten)
-    provisional: str = ""  # its name in NEW_DIR (a new shard)
-    renumber: dict[tuple[str, int], int] = field(default_factory=dict)  # (old shard, record) -> record
 
 
 @cstderr.quieted
@@ -284,11 +265,10 @@ def _build(
     run: ResumeState,
 ) -> _Built:
     """Write the new version into `ws.build`: new shards, rewritten shards, links, catalog, metadata."""
-    build = ws.build
     version = int(rec.manifest.get("version") or 1) + 1
-    work = fs.join(build, NEW_DIR)
+    work = fs.join(ws.build, NEW_DIR)
+    ver = NewVersion(ws, output_dir, rec, changes, layout, settings, emit, run, work, version)
     fs.makedirs(work)
-    warnings: list[str] = []
     table = next(iter(changes.found.splits.values())).table
     # 1. the new shards, encoded by the local engine (the same workers and writer as convert)
     planned = [
@@ -300,35 +280,37 @@ def _build(
     outcomes = _encode(
         planned, ws, input_dir, output_dir, changes, rec, layout, settings, work, workers, emit, progress, timing, run
     )
-    if settings.strict and (
-        unusable := [skip | {"split": sh.split} for sh, o in zip(planned, outcomes) for skip in o.skipped]
-    ):
-        raise UnusableImages(unusable)  # every new image was tried: all the unusable ones are named
-    if kept_back := keep_records(changes, unread_paths(planned, outcomes)):  # read errors keep the old records
-        again = layout_of(changes, rec, settings)  # the same new shards; fewer old ones rewritten
-        layout.kept, layout.rewritten, layout.emptied, layout.empty = (
-            again.kept,
-            again.rewritten,
-            again.emptied,
-            again.empty,
-        )
-        warnings.append(kept_back_warning(len(kept_back), version - 1))
-        emit("warning", warnings[-1])
+    encoded = Encoded(planned, outcomes)
+    kept_back = keep_unread(ver, encoded)  # read errors keep the old records
+    new = _new_shards(ver, encoded)
+    # 2. the rewritten shards: their other records copied
+    slots = slots_of(ver, new.infos)
+    # 3. final names: links for the kept shards, renames for the others
+    placed = place(ver, slots.by_split)
+    # 4. the catalog of the new version, then its dataset.json
+    written = write_catalog(ver, new.rows, slots.by_split, placed, kept_back)
+    report = report_of(ver, encoded, new, slots, placed, written, timing)
+    return _Built(placed.files, written.metadata, report, ver.warnings)
+
+
+def _new_shards(ver: NewVersion, encoded: Encoded) -> NewShards:
+    """The new shards of each split re-cut after the encoder's skips, with their catalog rows; a
+    split left with no record gets the shards of no record a fresh convert writes."""
+    settings, layout, work = ver.settings, ver.layout, ver.work
     new_rows = Catalog(has_digests=settings.digests)
     new_infos: dict[str, list[ShardInfo]] = {}
     for s in layout.new_counts:
-        mine = [(sh, o) for sh, o in zip(planned, outcomes) if sh.split == s]
+        mine = [(sh, o) for sh, o in zip(encoded.planned, encoded.outcomes) if sh.split == s]
         if not mine:
             continue
         infos = writer.rebalance(work, [o.info for _, o in mine], settings)
         add_split(new_rows, s, [(sh.tasks, o) for sh, o in mine], infos)
         new_infos[s] = [i for i in infos if i.records]
         if settings.index and any(i.records == 1 for i in new_infos[s]) and sum(i.records for i in infos) > 0:
-            warnings.append(
+            ver.warn(
                 f"{s}: a new shard holds one record (one new image), so its index is a single line, which the "
                 "`tfrecord` package (PyTorch) cannot read (its issue #9); `img2tfrecord compact` folds it in"
             )
-            emit("warning", warnings[-1])
         for i in infos:
             if not i.records:
                 fs.remove(fs.join(work, i.file))
@@ -337,123 +319,7 @@ def _build(
     for s, k in layout.empty.items():
         if not new_infos.get(s):  # every image of the split skipped or dropped: convert's shards of no record
             new_infos[s] = [_empty_shard(work, shard_name(s, j, k), settings) for j in range(k)]
-    # 2. the rewritten shards: their other records copied
-    rewritten_bytes = 0
-    slots: dict[str, list[_Slot]] = {}
-    for s in dict.fromkeys([*layout.kept, *layout.new_counts]):
-        old_order = [e["file"] for e in (rec.manifest["splits"].get(s) or {}).get("shards", [])]
-        by_name: dict[str, _Slot] = {}
-        for entry in layout.kept.get(s, []):
-            kept = {"version": 1} | entry  # a shard of a dataset made before lineage: version 1 wrote it
-            by_name[entry["file"]] = _Slot(fs.join(output_dir, entry["file"]), kept, True, old=entry["file"])
-        for entry, keep in layout.rewritten.get(s, []):
-            name = REWRITE + entry["file"]
-            reused = run.journal.done.get(name) if run.journal is not None else None
-            if reused is not None:  # --resume: rewritten before the interruption, checked
-                info = reused.info
-            else:
-                info = writer.copy_records(fs.join(output_dir, entry["file"]), keep, work, name, settings)
-                if run.journal is not None:
-                    run.journal.record(writer.ShardOutcome(s, info))
-            rewritten_bytes += info.bytes
-            slot = _Slot(fs.join(work, name), info.as_json() | {"version": version}, False, old=entry["file"])
-            slot.renumber = {(entry["file"], n): j for j, n in enumerate(keep)}
-            by_name[entry["file"]] = slot
-        slots[s] = [by_name[n] for n in old_order if n in by_name]
-        for info in new_infos.get(s, []):
-            entry = info.as_json() | {"version": version}
-            slots[s].append(_Slot(fs.join(work, info.file), entry, False, provisional=info.file))
-    # 3. final names: links for the kept shards, renames for the others
-    files: list[str] = []
-    final_of: dict[str, str] = {}  # old shard name -> final name
-    final_new: dict[str, str] = {}  # provisional name of a new shard -> final name
-    split_info: dict[str, dict[str, Any]] = {}
-    linked = linked_bytes = copied = 0
-    for s, ordered in slots.items():
-        if not ordered:
-            continue
-        for j, slot in enumerate(ordered):
-            final = shard_name(s, j, len(ordered))
-            index_src = slot.info.get("index")
-            if slot.old:
-                final_of[slot.old] = final
-            else:
-                final_new[slot.provisional] = final
-            dst = fs.join(build, final)
-            if slot.linked:  # publish.reuse: a hard link (a server-side copy on object stores)
-                copied += reuse(ws, [slot.old] + ([index_src] if index_src else []), [final, final + ".idx"])
-                linked += 1
-                linked_bytes += int(slot.info.get("bytes") or 0)
-            else:  # linked, not moved: a journaled new shard stays where --resume finds it
-                copied += link_or_move(slot.source, dst)
-                if settings.index:
-                    copied += link_or_move(slot.source + ".idx", dst + ".idx")
-            slot.info["file"] = final
-            if settings.index or index_src:
-                slot.info["index"] = final + ".idx"
-            files.append(final)
-            if "index" in slot.info:
-                files.append(slot.info["index"])
-        split_info[s] = {"shards": [slot.info for slot in ordered]}
-    if copied:
-        emit("note", f"{output_dir}'s file system has no hard links: {plural(copied, 'file')} copied instead")
-    if fs.is_remote(work):
-        fs.rmtree(work)  # locally, `publish` removes it with what else is not part of the dataset
-    # 4. the catalog of the new version
-    renumber = {key: n for mine in slots.values() for slot in mine for key, n in slot.renumber.items()}
-    cat = new_catalog(rec.catalog, changes, new_rows, renumber, final_of, final_new, settings, kept_back)
-    catalog_bytes = catalog_file.encode(cat)
-    fs.write_bytes(fs.join(build, CATALOG_NAME), catalog_bytes)
-    files.append(CATALOG_NAME)
-    manifest = manifest_of(
-        rec,
-        cat,
-        changes.classes,
-        split_info,
-        settings,
-        options=rec.options | {"shards": {s: len(sp["shards"]) for s, sp in split_info.items()}},
-        ignored_files=changes.found.ignored_files,
-        excluded_files=changes.found.excluded_files,
-        walk_skipped=list(changes.found.skipped),
-        kept_copy=changes.kept_copy,
-        warnings=warnings,
-        emit=emit,
-        catalog_bytes=catalog_bytes,
-    )
-    manifest["history"] = history(rec.manifest, manifest, changes.summary())
-    for s, sp in manifest["splits"].items():
-        if settings.index and sp["records"] == 1:
-            warnings.append(one_record_warning(s))
-            emit("warning", warnings[-1])
-    metadata = tfds_metadata.files(manifest) | {
-        LABELS_NAME: labels_text(manifest["classes"]),
-        MANIFEST_NAME: manifest_text(manifest),
-    }
-    new_bytes = sum(i.bytes for infos in new_infos.values() for i in infos)
-    written = new_bytes + rewritten_bytes + fs.getsize(fs.join(build, CATALOG_NAME))
-    written += sum(len(t.encode("utf-8")) for t in metadata.values())
-    report = {
-        "version": version,
-        "shards_new": sum(len(v) for v in new_infos.values()),
-        "shards_rewritten": sum(len(v) for v in layout.rewritten.values()),
-        "shards_linked": linked,
-        "files_copied": copied,  # not linked: the file system has no hard links
-        "shards_removed": sum(len(v) for v in layout.emptied.values()),
-        "bytes_written": written,
-        "bytes_new_shards": new_bytes,
-        "bytes_rewritten_shards": rewritten_bytes,
-        "bytes_linked": linked_bytes,
-        "converted_images": sum(o.images for o in outcomes),
-        # this run's: the images it tried and could not use (and folders the walk could not list); the
-        # ones earlier versions skipped and that are unchanged are not tried again: `still_skipped`
-        "skipped": list(changes.found.skipped)
-        + [skip | {"split": sh.split} for sh, o in zip(planned, outcomes) for skip in o.skipped],
-        "still_skipped": sum(sc.counts.get("still_skipped", 0) for sc in changes.splits.values()),
-        "records": sum(sp["records"] for sp in manifest["splits"].values()),
-        "duplicates": {k: v for k, v in manifest["duplicates"].items() if k != "groups"},  # as convert's summary
-        "elapsed_seconds": round(time.perf_counter() - timing.start, 3),
-    }
-    return _Built(files, metadata, report, warnings)
+    return NewShards(new_rows, new_infos)
 
 
 def _empty_shard(work: str, name: str, settings: ShardSettings) -> ShardInfo:

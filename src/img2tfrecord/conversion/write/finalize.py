@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from img2tfrecord import fs
@@ -58,6 +59,28 @@ def written(plan: Plan, outcomes: list[ShardOutcome], only: set[str]) -> Iterato
                 yield digest, utf8_text(task.rel), o.split, utf8_text(task.text)
 
 
+_COUNTED = ("formats", "transcoded", "depths", "reduced")  # the shards' counts, summed over the run
+
+
+@dataclass
+class _Merged:
+    """The run's shard outcomes merged: what the catalog, dataset.json and the summary are made of,
+    gathered split by split before anything is published."""
+
+    classes: list[str]
+    skipped: list[dict[str, str]]  # the walk's, then the images'
+    warnings: list[str]
+    catalog: Catalog
+    split_info: dict[str, dict[str, Any]] = field(default_factory=dict)  # dataset.json's splits
+    counts: dict[str, dict[str, int]] = field(default_factory=lambda: {k: {} for k in _COUNTED})
+    duplicates: dict[str, Any] = field(default_factory=lambda: {"mode": "off"})  # the report, once the splits are in
+
+    def warn(self, text: str, emit: EventSink) -> None:
+        """A warning for the summary, shown as it is found."""
+        self.warnings.append(text)
+        emit("warning", text)
+
+
 def finalize(
     plan: Plan,
     ws: Workspace,
@@ -68,100 +91,126 @@ def finalize(
     state: Published | None = None,
 ) -> dict[str, Any]:
     """Merge shard outcomes, rebalance after skips, publish (`publish.publish`: raises OSError), and build the summary."""
-    staging = ws.build
     skipped = plan.skipped + [s for o in outcomes for s in o.skipped]  # the walk's, then the images'
     if plan.settings.strict and skipped:  # every image was tried: all the unusable ones are named
         raise UnusableImages(skipped)
-    merged: dict[str, dict[str, int]] = {"formats": {}, "transcoded": {}, "depths": {}, "reduced": {}}
-    split_info: dict[str, dict[str, Any]] = {}
-    classes = [utf8_text(c) for c in plan.classes]
-    warnings = list(plan.warnings)
-    cat = Catalog(has_digests=plan.settings.digests)
+    run = _Merged(
+        classes=[utf8_text(c) for c in plan.classes],
+        skipped=skipped,
+        warnings=list(plan.warnings),
+        catalog=Catalog(has_digests=plan.settings.digests),
+    )
     for s in plan.split_names:
-        mine = [o for o in outcomes if o.split == s]
-        if not mine:
-            continue
-        infos = writer.rebalance(staging, [o.info for o in mine], plan.settings)
-        planned = [(sh.tasks, o) for sh, o in zip(plan.shards, outcomes) if o.split == s]
-        lengths = None
-        if any(len(o.lengths) != o.info.records for o in mine):  # a journal of a version before the catalog
-            lengths = record_lengths(staging, [i.file for i in infos], plan.settings.compression)
-        add_split(cat, s, planned, infos, lengths)
-        if len(infos) < len(mine):
-            warnings.append(
-                f"{s}: {plural(len(infos), 'shard')} instead of {len(mine)}: after the skipped images, more would "
-                f"leave a shard of one record, which {option('index', True)} readers cannot handle"
-            )
-            emit("warning", warnings[-1])
-        if (
-            plan.settings.index
-            and sum(i.records for i in infos) == 1
-            and sum(len(sh.tasks) for sh in plan.shards if sh.split == s) > 1
-        ):
-            warnings.append(one_record_warning(s))  # planned for more, left with one after the skips
-            emit("warning", warnings[-1])
-        class_counts = dict.fromkeys(classes, 0)
-        for o in mine:
-            for c, n in o.class_counts.items():
-                class_counts[c] += n
-            for key in ("formats", "transcoded", "depths", "reduced"):
-                for k, n in getattr(o, key).items():
-                    merged[key][k] = merged[key].get(k, 0) + n
-        split_info[s] = {
-            "records": sum(i.records for i in infos),
-            "class_counts": class_counts,
-            "shards": [i.as_json() for i in infos],
-        }
-    orient = sum(o.orientation_ignored for o in outcomes)
-    duplicates = _duplicates(plan, outcomes) if plan.settings.dedupe != "off" else {"mode": "off"}
-    if line := dedupe.summary_line(duplicates):
-        warnings.append(line)
-        emit("warning", line)
-    if merged["reduced"]:
-        warnings.append(
-            "stored with fewer bits than their source: "
-            + ", ".join(f"{plural(n, 'image')}: {why}" for why, n in sorted(merged["reduced"].items()))
-        )
-        emit("warning", warnings[-1])
-    if orient:
-        warnings.append(
-            f"{plural(orient, 'image')} {'carries' if orient == 1 else 'carry'} an EXIF rotation that {option('encoding', 'keep')} leaves to the reader "
-            f"(TensorFlow's decoders ignore it); use {option('encoding', 'jpeg')} or {option('encoding', 'png')} to store them upright"
-        )
-        emit("warning", warnings[-1])
+        _merge_split(plan, ws.build, outcomes, s, run, emit)
+    if plan.settings.dedupe != "off":
+        run.duplicates = _duplicates(plan, outcomes)
+    _warn_merged(run, sum(o.orientation_ignored for o in outcomes), emit)
     t_end = time.perf_counter()
-    catalog_bytes = catalog_file.encode(cat)
+    manifest = _publish_merged(plan, ws, run, engine, state)
+    if state is not None and state.leftover:
+        run.warn(state.leftover, emit)
+    return _run_summary(plan, outcomes, timing, run, manifest, engine, t_end)
+
+
+def _merge_split(plan: Plan, staging: str, outcomes: list[ShardOutcome], s: str, run: _Merged, emit: EventSink) -> None:
+    """One split's shards re-cut after its skips, their catalog rows, and its counts and warnings."""
+    mine = [o for o in outcomes if o.split == s]
+    if not mine:
+        return
+    infos = writer.rebalance(staging, [o.info for o in mine], plan.settings)
+    planned = [(sh.tasks, o) for sh, o in zip(plan.shards, outcomes) if o.split == s]
+    lengths = None
+    if any(len(o.lengths) != o.info.records for o in mine):  # a journal of a version before the catalog
+        lengths = record_lengths(staging, [i.file for i in infos], plan.settings.compression)
+    add_split(run.catalog, s, planned, infos, lengths)
+    if len(infos) < len(mine):
+        run.warn(
+            f"{s}: {plural(len(infos), 'shard')} instead of {len(mine)}: after the skipped images, more would "
+            f"leave a shard of one record, which {option('index', True)} readers cannot handle",
+            emit,
+        )
+    if (
+        plan.settings.index
+        and sum(i.records for i in infos) == 1
+        and sum(len(sh.tasks) for sh in plan.shards if sh.split == s) > 1
+    ):
+        run.warn(one_record_warning(s), emit)  # planned for more, left with one after the skips
+    class_counts = dict.fromkeys(run.classes, 0)
+    for o in mine:
+        for c, n in o.class_counts.items():
+            class_counts[c] += n
+        for key in _COUNTED:
+            for k, n in getattr(o, key).items():
+                run.counts[key][k] = run.counts[key].get(k, 0) + n
+    run.split_info[s] = {
+        "records": sum(i.records for i in infos),
+        "class_counts": class_counts,
+        "shards": [i.as_json() for i in infos],
+    }
+
+
+def _warn_merged(run: _Merged, orient: int, emit: EventSink) -> None:
+    """The run's warnings about what it stored, after the splits' own: duplicates, fewer bits, EXIF rotations."""
+    if line := dedupe.summary_line(run.duplicates):
+        run.warn(line, emit)
+    if run.counts["reduced"]:
+        run.warn(
+            "stored with fewer bits than their source: "
+            + ", ".join(f"{plural(n, 'image')}: {why}" for why, n in sorted(run.counts["reduced"].items())),
+            emit,
+        )
+    if orient:
+        run.warn(
+            f"{plural(orient, 'image')} {'carries' if orient == 1 else 'carry'} an EXIF rotation that {option('encoding', 'keep')} leaves to the reader "
+            f"(TensorFlow's decoders ignore it); use {option('encoding', 'jpeg')} or {option('encoding', 'png')} to store them upright",
+            emit,
+        )
+
+
+def _publish_merged(plan: Plan, ws: Workspace, run: _Merged, engine: str, state: Published | None) -> dict[str, Any]:
+    """Write the catalog, build dataset.json and publish the version (dataset.json last); return dataset.json."""
+    catalog_bytes = catalog_file.encode(run.catalog)
     manifest = build_manifest(
-        classes=classes,
+        classes=run.classes,
         label_offset=plan.label_offset,
         options=plan.options,
-        splits=split_info,
-        skipped=skipped,
-        transcoded=merged["transcoded"],
-        formats=merged["formats"],
-        depths=merged["depths"],
-        reduced=merged["reduced"],
+        splits=run.split_info,
+        skipped=run.skipped,
+        transcoded=run.counts["transcoded"],
+        formats=run.counts["formats"],
+        depths=run.counts["depths"],
+        reduced=run.counts["reduced"],
         ignored_files=plan.ignored_files,
         engine=engine,
-        duplicates=duplicates,
+        duplicates=run.duplicates,
         excluded_files=plan.excluded_files,
         shard_request=plan.shard_request,
         catalog=catalog_bytes,
         metadata=plan.metadata,
     )
-    files = [sh["file"] for si in split_info.values() for sh in si["shards"]]
-    files += [sh["index"] for si in split_info.values() for sh in si["shards"] if "index" in sh]
+    files = [sh["file"] for si in run.split_info.values() for sh in si["shards"]]
+    files += [sh["index"] for si in run.split_info.values() for sh in si["shards"] if "index" in sh]
     files.append(CATALOG_NAME)
-    fs.write_bytes(fs.join(staging, CATALOG_NAME), catalog_bytes)
+    fs.write_bytes(fs.join(ws.build, CATALOG_NAME), catalog_bytes)
     metadata = tfds_metadata.files(manifest) | {
-        LABELS_NAME: labels_text(classes),
+        LABELS_NAME: labels_text(run.classes),
         MANIFEST_NAME: manifest_text(manifest),  # last
     }
     publish(ws, files, metadata, plan.settings.fsync, state)
-    if state is not None and state.leftover:
-        warnings.append(state.leftover)
-        emit("warning", state.leftover)
+    return manifest
 
+
+def _run_summary(
+    plan: Plan,
+    outcomes: list[ShardOutcome],
+    timing: Timing,
+    run: _Merged,
+    manifest: dict[str, Any],
+    engine: str,
+    t_end: float,
+) -> dict[str, Any]:
+    """The run's summary: what it wrote, and its rates over what it converted itself."""
+    split_info, skipped = run.split_info, run.skipped
     images = sum(o.images for o in outcomes)
     # what this run converted; shards reused from an interrupted run (--resume) took no time here
     converted = [o for o in outcomes if o.info.file not in timing.reused]
@@ -176,7 +225,7 @@ def finalize(
         "output": plan.output_dir,
         "dry_run": False,
         "engine": engine,
-        "classes": classes,
+        "classes": run.classes,
         "images": images,
         "records": sum(si["records"] for si in split_info.values()),
         "bytes": sum(sh["bytes"] for si in split_info.values() for sh in si["shards"]),
@@ -188,7 +237,7 @@ def finalize(
         "skipped": skipped,  # as in dataset.json: [{"path", "split", "reason"}]
         "skipped_count": len(skipped),
         "duplicates": {
-            k: v for k, v in duplicates.items() if k != "groups"
+            k: v for k, v in run.duplicates.items() if k != "groups"
         },  # dataset.json's, without the list of groups
         "ignored_files": plan.ignored_files,
         "excluded_files": plan.excluded_files,
@@ -198,7 +247,7 @@ def finalize(
             s: {"records": si["records"], "shards": len(si["shards"]), "bytes": sum(sh["bytes"] for sh in si["shards"])}
             for s, si in split_info.items()
         },
-        "warnings": [wording(w) for w in warnings],  # for the caller's audience (errors.option)
+        "warnings": [wording(w) for w in run.warnings],  # for the caller's audience (errors.option)
         "workers": timing.workers,
         "elapsed_seconds": round(elapsed, 3),
         "images_per_second": round(converted_images / elapsed, 1),
