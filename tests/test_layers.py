@@ -152,3 +152,15 @@ def test_every_module_is_at_most_600_lines():
     """ARCHITECTURE.md's house rule: a module that grows past it is cut by concern."""
     long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) > 600}
     assert not long, long
+
+
+def test_every_function_is_at_most_80_lines():
+    """The same rule one level down: a function past 80 lines is cut into named steps."""
+    long = []
+    for name, path in sorted(modules().items()):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > 80:
+                    long.append(f"{name}.{node.name}: {n} lines (line {node.lineno})")
+    assert not long, "\n".join(long)
