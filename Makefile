@@ -18,7 +18,7 @@ LATEST_VENV := .venv-latest
 LATEST_BEAM_VENV := .venv-latest-beam
 FLOOR_VENV := .venv-floor
 # What needs Apache Beam (skipped in .venv), plus the conformance matrix on Beam's Pillow 12.
-BEAM_TESTS := tests/test_beam.py tests/test_conformance.py
+BEAM_TESTS := tests/write/test_beam.py tests/encode/test_conformance.py
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 # The suite on all cores (pytest-xdist; at most 8 workers: each imports TensorFlow, ~0.5 GB). Tests
 # that drive real processes share one worker (tests/conftest.py, ONE_WORKER_MODULES). PYTEST_ARGS=
@@ -51,9 +51,9 @@ $(BEAM_VENV)/.installed: pyproject.toml constraints/beam.txt
 # in the locked Beam install.
 test: sysdeps test-plain test-beam
 
-# Debian tools the tests drive: strace (fault injection at exact system calls, tests/test_faults.py),
+# Debian tools the tests drive: strace (fault injection at exact system calls, tests/write/test_faults.py),
 # setpriv (util-linux: permission tests without root's capabilities), a CJK font (the contact
-# sheet's names) and chromium (the report page opened in a real browser, tests/test_report_browser.py).
+# sheet's names) and chromium (the report page opened in a real browser, tests/inspection/test_report_browser.py).
 # Installed only when missing, and only where apt-get and root are there; strace, setpriv and
 # chromium are then required, so those tests never pass by skipping.
 SYSPKGS := strace:strace setpriv:util-linux fc-list:fontconfig chromium:chromium
@@ -120,7 +120,7 @@ docs: $(STAMP)
 # docs/images/report.png: the screenshot headless Chromium takes in the report's browser test.
 docs-screenshot: $(STAMP)
 	REPORT_SCREENSHOT=$(CURDIR)/docs/images/report.png $(BIN)/python -m pytest -q -p no:randomly \
-	  tests/test_report_browser.py -k test_chromium_shows_the_page_from_disk_alone
+	  tests/inspection/test_report_browser.py -k test_chromium_shows_the_page_from_disk_alone
 
 demo: $(STAMP)
 	rm -rf out

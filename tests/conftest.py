@@ -12,7 +12,7 @@ from hypothesis import settings
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # dataset.json's lineage `created` is the run's time unless SOURCE_DATE_EPOCH fixes it: the suite
 # fixes it, so its byte-for-byte comparisons of whole outputs (dataset.json included) hold across a
-# second boundary; tests/test_lineage.py checks what changes without it (only `created`).
+# second boundary; tests/versions/test_lineage.py checks what changes without it (only `created`).
 os.environ.setdefault("SOURCE_DATE_EPOCH", "1700000000")
 
 # Property tests: the same examples on every run (`derandomize`: seeded from each test's own code; no

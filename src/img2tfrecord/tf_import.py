@@ -20,7 +20,7 @@ things make it safe:
   once, so the extension module is put in `sys.modules` under its own name, and its `Init` is
   replaced by `_adopt`: when TensorFlow is imported later after all, each stand-in class takes
   TensorFlow's class for its code as a base, so `except tf.errors.NotFoundError` and tf.data's
-  end-of-sequence keep working (tests/test_light_writer.py runs both orders).
+  end-of-sequence keep working (tests/write/test_light_writer.py runs both orders).
 * Loading maps TensorFlow's 1.1 GB library and its start-up code touches ~400 MB of it, which
   then counts in the process's resident set though writing records uses a few MB of it. Those
   pages are clean copies of the library file, so `_drop_clean_library_pages` unmaps them

@@ -5,7 +5,7 @@ header declares, and what TensorFlow's decoder makes of it.
 `tf.io.decode_image`, not by Pillow), and it is not what Pillow reports: a PNG colour key (tRNS)
 on grey or RGB data becomes an alpha channel in Pillow but is ignored by TensorFlow, while on a
 palette image TensorFlow expands it to RGBA. These rules are checked against TensorFlow's real
-decoder over every mode in the test suite (tests/test_conformance.py).
+decoder over every mode in the test suite (tests/encode/test_conformance.py).
 """
 
 from __future__ import annotations

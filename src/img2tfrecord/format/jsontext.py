@@ -6,7 +6,7 @@ images that lists 12,000 duplicates). dataset.json stays indented for the people
 its bytes must not change with the encoder (a fresh conversion and `compact` are compared byte for
 byte), so this writes the same text: strings by json's own C escaper, numbers by their `repr`
 (NaN and infinities as json spells them), two spaces per level, `", "`-free separators (`","`
-and `": "`), `{}`/`[]` for empty containers. tests/test_jsontext.py checks it against json.dumps.
+and `": "`), `{}`/`[]` for empty containers. tests/format/test_jsontext.py checks it against json.dumps.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
 of every block (the Huffman or arithmetic decoding is what fails on damaged data, at any scale)
 and only makes 1/64 of the pixels, so it fails exactly where the full-size decode fails. Its
 height and width are libjpeg's header's (`tf.image.extract_jpeg_shape`), which the full decode
-would allocate; channels are the scaled decode's. tests/test_verify_scale.py holds this against
+would allocate; channels are the scaled decode's. tests/inspection/test_verify_scale.py holds this against
 the full-size `tf.io.decode_image` over every JPEG case of the suite, damage in the last MCU rows
 too. Where the header and the scaled shape disagree (libjpeg scales a side to ceil(side / 8)), or
 TensorFlow would refuse the full-size decode for its size (2^29 bytes), the image is decoded at

@@ -11,7 +11,7 @@ slice for bytes), and at most `limit` keys per record, plus the keys the caller 
 keys.
 
 What it accepts is what protobuf's proto3 parser accepts for `tensorflow.Example`
-(tests/test_inspect_bounds.py compares the two on random and damaged messages): unknown fields
+(tests/inspection/test_inspect_bounds.py compares the two on random and damaged messages): unknown fields
 and fields of a known number with another wire type are skipped, a repeated message merges
 (a Feature's value lists concatenate; a later list of another kind replaces it, as a oneof does),
 a map key seen twice keeps its last value, a map entry with an unknown field is not in the map, a key must be UTF-8, and a truncated field, an

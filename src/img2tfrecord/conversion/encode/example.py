@@ -3,7 +3,7 @@
 This is the hot path (it runs once per image, in the process that then writes the record), so it
 reads each file once and decodes no more than it must. What is stored is decided by what
 TensorFlow's decoder makes of the bytes, not by what Pillow says the image is
-(`imageformat` holds those rules; tests/test_conformance.py checks them against TensorFlow):
+(`imageformat` holds those rules; tests/encode/test_conformance.py checks them against TensorFlow):
 
 * JPEG, keep mode: the markers give height/width/channels (~5 us); with validation the scan is
   entropy-decoded at 1/8 scale by libjpeg-turbo in strict mode (simplejpeg), so a corrupt scan
@@ -296,7 +296,7 @@ def _keep(im: Image.Image, data: bytes, fmt: str, validate: bool) -> Result | st
     "PNG->PNG"-style label when TensorFlow's decoder would refuse bytes Pillow reads.
 
     The declared shape is what TensorFlow decodes the bytes to, by rules checked against its real
-    decoder over every mode (`imageformat.tf_png_channels`; tests/test_conformance.py). The rules,
+    decoder over every mode (`imageformat.tf_png_channels`; tests/encode/test_conformance.py). The rules,
     not a TensorFlow decode here: encoding then needs no TensorFlow at all (an eager decode costs
     ~150 us of dispatch an image), and the bytes stored cannot depend on which process wrote them.
     """

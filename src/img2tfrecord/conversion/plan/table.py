@@ -14,14 +14,14 @@ That is ~53 bytes an image (names ~17, offsets 8, size 8, mtime 8, group 4, orde
 measures the whole `convert --dry-run` process on 1 M files at ~72 bytes an image at its peak RSS
 (~91 on 300 k files since the mtime column and the hash order, 74 before on the same run)
 (walk, sort, hash order and the summary included; target 150), where the old plan took ~705, and
-tests/test_plan_table.py traces ~99 at the peak and ~46 kept for 50,000 files. A shard's `Task`s are made when the shard is
+tests/plan/test_plan_table.py traces ~99 at the peak and ~46 kept for 50,000 files. A shard's `Task`s are made when the shard is
 handed to a worker (`TaskView`: a sequence over the columns, pickled as a plain tuple), so a
 run holds the Python objects of the shards in flight only.
 
 Image numbers are given in `image/filename` order within a split (the walk lays class folders
 out in the order of their ``class/`` prefix and sorts each folder), so sorting a split is sorting
 integers, and ordering it by the seeded path hash (conversion.plan.splits) is a sort of integers too:
-the plan is exactly the one a list of Tasks gives (`tests/test_plan.py` pins it; test_plan_table.py
+the plan is exactly the one a list of Tasks gives (`tests/plan/test_plan.py` pins it; test_plan_table.py
 compares it with a list-of-Tasks reference).
 
 Names are kept as the bytes of ``str.encode("utf-8", "surrogateescape")``, which on POSIX are the

@@ -17,7 +17,7 @@ A file convert skipped (invalid) has a content too, and convert drops its later 
 catalog keeps no digest for it, so when there are images to encode the files still skipped are
 read for theirs (there are few), and a skipped file that left is found as the `duplicate_of` of
 its dropped copies in the previous dataset.json. So `update` then `compact` gives what
-`convert --dedupe drop` gives (tests/test_update_dedupe.py).
+`convert --dedupe drop` gives (tests/versions/test_update_dedupe.py).
 """
 
 from __future__ import annotations

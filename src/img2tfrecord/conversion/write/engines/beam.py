@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from img2tfrecord import cstderr, fs
 from img2tfrecord.conversion.encode import example as encoder
@@ -49,6 +49,7 @@ from img2tfrecord.conversion.plan.table import first_local_path
 from img2tfrecord.conversion.write import shards as writer
 from img2tfrecord.conversion.write.shards import ShardOutcome
 from img2tfrecord.errors import DataError, UsageError, option
+from img2tfrecord.format.schema import MetaValue
 
 if TYPE_CHECKING:
     from img2tfrecord.conversion.events import EventSink
@@ -352,7 +353,14 @@ def shard_to_json(shard: PlannedShard) -> bytes:
 
 def shard_from_json(data: bytes) -> PlannedShard:
     d = json.loads(data)
-    return PlannedShard(d["split"], d["index"], d["count"], tuple(Task(*t) for t in d["tasks"]))
+    return PlannedShard(d["split"], d["index"], d["count"], tuple(_task(t) for t in d["tasks"]))
+
+
+def _task(t: list[Any]) -> Task:
+    """A Task from its JSON list: the metadata features back to the tuples the local engine encodes."""
+    meta = tuple(MetaValue(key, kind, tuple(values)) for key, kind, values in (t[7] if len(t) > 7 else ()))
+    path, rel, filename, label, text, size, mtime_ns = t[:7]
+    return Task(path, rel, filename, label, text, size, mtime_ns, meta)
 
 
 def write_plan(plan: list[PlannedShard], path: str) -> list[tuple[int, int, int]]:

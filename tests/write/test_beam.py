@@ -252,6 +252,15 @@ def test_plan_lines_round_trip_undecodable_names():
         "train", 1, 4, (Task(f"/d/{name}", name, name, 3, "caf\udce9", 123, 1_700_000_000_123_456_789),)
     )
     assert shard_from_json(shard_to_json(shard)) == shard
+    from img2tfrecord.format.schema import MetaValue
+
+    meta = (
+        MetaValue("image/class/label", "int64", (0, 3)),
+        MetaValue("image/class/text", "bytes", ("caf\udce9", "dog")),
+        MetaValue("image/score", "float", (0.1, 1e-300)),
+    )
+    labelled = PlannedShard("train", 1, 4, (shard.tasks[0]._replace(meta=meta),))
+    assert shard_from_json(shard_to_json(labelled)) == labelled  # metadata and multi-label survive Beam's plan file
 
 
 def ram_files(path: str) -> dict[str, bytes]:
@@ -352,3 +361,32 @@ def test_a_beam_dataset_is_updated_by_the_local_engine(both_engines, tmp_path):
     lm, bm = json.loads(local_files["dataset.json"]), json.loads(beam_files["dataset.json"])
     assert lm.pop("parent") != bm.pop("parent")  # their parents differ in tool.engine
     assert lm == bm and bm["tool"]["engine"] == "local"
+
+
+@needs_beam
+def test_metadata_and_multi_label_give_the_local_engines_bytes(tmp_path):
+    """Metadata columns and multi-label records cross Beam's plan file (JSON) and come out the same."""
+    from img2tfrecord.cli import main
+    from test_metadata import _jsonl, _multi_label_tree
+
+    src = tmp_path / "in"
+    rows = [r | {"caption": f"picture {i}", "score": i / 3} for i, r in enumerate(_multi_label_tree(src))]
+    _jsonl(src / "metadata.jsonl", rows)
+    from click.testing import CliRunner
+
+    runner = CliRunner()
+    args = ["convert", str(src), "--split", "train=0.5,test=0.5"]
+    local = runner.invoke(main, [*args[:2], str(tmp_path / "local"), *args[2:]], catch_exceptions=False)
+    beam = runner.invoke(
+        main,
+        [*args[:2], str(tmp_path / "beam"), *args[2:], "--engine", "beam", "--beam-options", BEAM_OPTIONS],
+        catch_exceptions=False,
+    )
+    assert local.exit_code == 0 and beam.exit_code == 0, (local.output, beam.output)
+    a, b = dataset_files(tmp_path / "local"), dataset_files(tmp_path / "beam")
+    assert json.loads(a["dataset.json"])["metadata"]["multi_label"] is True
+    assert sorted(a) == sorted(b)
+    for name in a:
+        if name != "dataset.json":
+            assert a[name] == b[name], name
+    assert without_engine(a["dataset.json"]) == without_engine(b["dataset.json"])

@@ -18,7 +18,7 @@ from img2tfrecord.tf_import import tensorflow
 from inspect_helpers import VARIANTS, encode, make_items, pixels, write_dataset
 
 CLASSES = ["cat", "dog", "fox"]
-READING = Path(__file__).resolve().parents[1] / "docs" / "reading.md"
+READING = Path(__file__).resolve().parents[2] / "docs" / "reading.md"
 
 
 @pytest.fixture(scope="module")

@@ -539,6 +539,6 @@ def test_pillow_lower_bound_excludes_known_decoder_cves():
 
     import tomllib
 
-    deps = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["dependencies"]
+    deps = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]["dependencies"]
     bound = next(re.fullmatch(r"pillow>=([\d.]+)", d.lower())[1] for d in deps if d.lower().startswith("pillow"))
     assert tuple(map(int, bound.split("."))) >= (10, 3, 0)  # CVE-2023-4863 (10.0.1), CVE-2024-28219 (10.3.0)

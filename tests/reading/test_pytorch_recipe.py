@@ -15,7 +15,7 @@ import pytest
 
 from helpers import make_dataset, read_records, run_without_tensorflow
 
-READING = Path(__file__).resolve().parents[1] / "docs" / "reading.md"
+READING = Path(__file__).resolve().parents[2] / "docs" / "reading.md"
 
 WORKERS = """
 import json, sys

@@ -191,7 +191,7 @@ def test_sixteen_bit_pngs_read_back_as_uint16(cli, tmp_path):
 def test_docs_tfds_recipe_runs(outputs):
     import re
 
-    reading = (Path(__file__).resolve().parents[1] / "docs" / "reading.md").read_text(encoding="utf-8")
+    reading = (Path(__file__).resolve().parents[2] / "docs" / "reading.md").read_text(encoding="utf-8")
     block = re.search(r"```python\n(.*?)```", reading.split("## TensorFlow Datasets", 1)[1], re.S).group(1)
     scope: dict = {}
     exec(compile(block.replace('"out"', repr(str(outputs["png"]))), "docs/reading.md", "exec"), scope)

@@ -44,7 +44,7 @@ def _same_as_fresh(src: Path, out: Path, fresh: Path, opts: dict) -> None:
 CASES = {
     "keep": {"shards": 3},
     # the hash rule: a fresh convert splits the updated tree as the updates did (the exact rule
-    # keeps each image where it was: tests/test_split_exact.py compares with the exported assignment)
+    # keeps each image where it was: tests/plan/test_split_exact.py compares with the exported assignment)
     "jpeg-resize-split": {"encoding": "jpeg", "resize": 24, "split": "train=0.7,validation=0.3", "split_rule": "hash"},
     "png-gray": {"encoding": "png", "channels": "1", "shards": 2},
     "raw": {"encoding": "raw", "resize": "16x12"},

@@ -239,7 +239,7 @@ def _each_injected(tmp_path: Path, calls: str, signal: str, at_least: int) -> It
 
 
 def test_a_kill_at_every_rename_of_an_update_leaves_old_or_new(tmp_path: Path) -> None:
-    """The same fault test as convert's (tests/test_faults.py): SIGKILL at each rename the update
+    """The same fault test as convert's (tests/write/test_faults.py): SIGKILL at each rename the update
     makes; OUTPUT is then the old version or the new one, and the same command with --resume finishes it."""
     from img2tfrecord.conversion.write.workspace import workspace
     from test_faults import visible

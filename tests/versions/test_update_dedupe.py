@@ -3,7 +3,7 @@
 Every case runs the real CLI in-process on images made with Pillow, then checks the updated
 dataset against a fresh conversion of the same input (the same records per split, the same
 duplicate report) and, after `compact`, every file byte for byte (dataset.json apart from its
-lineage), as tests/test_compact.py does for the other options.
+lineage), as tests/versions/test_compact.py does for the other options.
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ def test_dedupe_off_saving_is_the_same_figure_in_help_and_docs(cli):
     help_text = " ".join(cli("convert", "--help").stdout.split())
     saved = re.search(r"saves (\d+) bytes of memory per image during the run, ~(\d+) at its end", help_text)
     assert saved, help_text
-    docs = " ".join((Path(__file__).parents[1] / "docs" / "converting.md").read_text().split())
+    docs = " ".join((Path(__file__).parents[2] / "docs" / "converting.md").read_text().split())
     assert f"({saved[1]} bytes of memory per image held for the whole run, ~{saved[2]} at its end" in docs
 
 

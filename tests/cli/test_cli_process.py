@@ -24,7 +24,7 @@ import pytest
 
 from helpers import build_dir, journal_file, make_dataset, read_records
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOISE = (
     "I0000",
     "W0000",

@@ -182,7 +182,7 @@ def test_a_hash_split_follows_the_fractions_per_class_within_binomial_noise(tmp_
 def test_adding_or_removing_images_never_moves_another_nor_reorders_survivors(tmp_path):
     """The hash rule's stable-split promise: for the images present in both trees, the split is the
     same and, within a split, their relative order is the same (the exact rule keeps it through
-    update's prior: tests/test_split_exact.py)."""
+    update's prior: tests/plan/test_split_exact.py)."""
     from img2tfrecord.conversion.plan.splits import SplitRule
 
     hashed = SplitRule("hash")
@@ -232,7 +232,7 @@ def test_split_of_and_order_key_are_what_the_plan_uses(tmp_path):
 
 
 def test_a_class_that_gets_no_image_in_a_split_is_named(tmp_path):
-    """Under the hash rule only: the exact rule gives it its share (tests/test_split_exact.py)."""
+    """Under the hash rule only: the exact rule gives it its share (tests/plan/test_split_exact.py)."""
     from img2tfrecord.conversion.plan.splits import SplitRule
 
     hashed = SplitRule("hash")

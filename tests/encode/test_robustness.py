@@ -25,7 +25,7 @@ from helpers import (
     save,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def skipped(out: Path) -> dict[str, str]:

@@ -138,7 +138,7 @@ def test_load_reads_an_updated_remote_dataset(tmp_path: Path, cli: Any) -> None:
     """Issue 22 item 9: after `update` of a ram:// dataset, inspect --verify and load() read the new
     version, the same records as the same update on disk. (TFDS opens paths through etils.epath,
     which knows gs:// but not ram://; its metadata files are byte-identical to the local
-    dataset's, which tests/test_update.py reads with TFDS.)"""
+    dataset's, which tests/versions/test_update.py reads with TFDS.)"""
     src, local = tmp_path / "in", tmp_path / "out"
     files = make_dataset(src, {"a": 4, "b": 4}, size=(20, 16))
     out = "ram://s7upd/out"
