@@ -17,6 +17,7 @@ BEAM_VENV := .venv-beam
 LATEST_VENV := .venv-latest
 LATEST_BEAM_VENV := .venv-latest-beam
 FLOOR_VENV := .venv-floor
+MODEL_GARDEN := $(VENV)/model-garden
 # What needs Apache Beam (skipped in .venv), plus the conformance matrix on Beam's Pillow 12.
 BEAM_TESTS := tests/write/test_beam.py tests/encode/test_conformance.py
 export TF_CPP_MIN_LOG_LEVEL ?= 3
@@ -26,7 +27,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 3
 PYTEST_ARGS ?= -n auto --maxprocesses 8 --dist loadgroup
 , := ,
 
-.PHONY: install sysdeps docs docs-screenshot test test-plain test-beam test-explore test-latest test-floor lock lint demo bench bench-read bench-plan bench-update bench-report clean
+.PHONY: install sysdeps docs docs-screenshot model-garden test test-plain test-beam test-explore test-latest test-floor lock lint demo bench bench-read bench-plan bench-update bench-report bench-detection clean
 
 # $(call venv,DIR,EXTRAS,CONSTRAINTS): a fresh DIR with `pip install -e .[EXTRAS]`, locked when CONSTRAINTS is set.
 define venv
@@ -67,8 +68,18 @@ sysdeps:
 	fi
 	@for tool in strace setpriv chromium; do command -v $$tool >/dev/null || { echo "error: $$tool is missing (Debian: apt-get install strace util-linux chromium); the fault, permission and report tests need it"; exit 1; }; done
 
-test-plain: lint docs
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+test-plain: lint docs $(MODEL_GARDEN)/.installed
+	MODEL_GARDEN_PATH=$(CURDIR)/$(MODEL_GARDEN) $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The Model Garden's detection decoder (constraints/model-garden.txt), for the test that decodes our
+# detection records with it: its packages without their dependencies, in a folder of their own that
+# only that test's subprocess puts on its path.
+model-garden: $(MODEL_GARDEN)/.installed
+
+$(MODEL_GARDEN)/.installed: $(STAMP) constraints/model-garden.txt
+	rm -rf $(MODEL_GARDEN)
+	$(BIN)/python -m pip install --quiet --no-deps --target $(MODEL_GARDEN) -r constraints/model-garden.txt
+	touch $@
 
 # The property tests with random examples, ten times as many as `make test` runs (which draws the
 # same ones every run: tests/conftest.py's "ci" profile). Not part of `make test`: pin what it finds
@@ -138,6 +149,9 @@ bench-update: $(STAMP)  # only the update benchmark (update +1% and compact vs a
 
 bench-report: $(STAMP)  # only the report benchmark (report vs inspect without --verify, 100,000 images; converts them once)
 	$(BIN)/python bench/run.py --only report
+
+bench-detection: $(STAMP)  # only the detection benchmark (convert --annotations vs convert, 4,000 images), ~2 minutes
+	$(BIN)/python bench/run.py --only detection
 
 bench-plan: $(STAMP)  # only the plan benchmark (convert --dry-run on 1 M files vs a plain scandir walk), ~2 minutes
 	$(BIN)/python bench/run.py --only plan

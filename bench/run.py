@@ -20,9 +20,10 @@ and the update benchmark (bench/update.py, `--only update`): update after +1% an
 against a fresh conversion.
 
 And the report benchmark (bench/report.py, `--only report`): `report OUT` against `inspect OUT` on
-100,000 images.
+100,000 images; and the detection benchmark (bench/detection.py, `--only detection`): `convert
+--annotations` of a COCO file against `convert` of the same 4,000 images.
 
-Usage: python bench/run.py [--images 12000] [--rounds 3] [--quick] [--only convert|read|plan|verify|update|report] [--out bench/results.json]
+Usage: python bench/run.py [--images 12000] [--rounds 3] [--quick] [--only convert|read|plan|verify|update|report|detection] [--out bench/results.json]
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dataset
+import detection
 import plan
 import read
 import report
@@ -265,15 +267,15 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer contenders, no 16k-image memory check")
     ap.add_argument(
         "--only",
-        choices=("convert", "read", "plan", "verify", "update", "report"),
-        help="run one of the benchmarks (default: all but verify and report)",
+        choices=("convert", "read", "plan", "verify", "update", "report", "detection"),
+        help="run one of the benchmarks (default: all but verify, report and detection)",
     )
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.json"))
     args = ap.parse_args()
     if args.only == "plan":
         plan.main(["--rounds", str(args.rounds)])
         return
-    if args.only in ("read", "verify", "update", "report"):
+    if args.only in ("read", "verify", "update", "report", "detection"):
         result = {
             "read": lambda: {"read": read.run(args.rounds)},
             "verify": lambda: {
@@ -281,6 +283,7 @@ def main() -> None:
             },
             "update": lambda: {"update": update.run(args.rounds)},
             "report": lambda: {"report": report.run(args.rounds)},
+            "detection": lambda: {"detection": detection.run(max(args.rounds, 5))},
         }[args.only]()
         with open(args.out, "w") as f:
             json.dump(result, f, indent=2)

@@ -1,0 +1,92 @@
+"""Detection records read by the reader detectors are trained with: the Model Garden's
+`TfExampleDecoder` (official.vision.dataloaders.tf_example_decoder, package tf-models-official).
+
+`make test` installs it beside .venv (constraints/model-garden.txt, `make model-garden`) and names
+the folder in MODEL_GARDEN_PATH; the decoder runs in a subprocess that puts that folder on its
+path, so its packages (scipy, OpenCV, tf-keras) never reach the rest of the suite. Run by hand
+without MODEL_GARDEN_PATH, the test is skipped; with it set, a missing decoder fails it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL_GARDEN = os.environ.get("MODEL_GARDEN_PATH", "")
+
+pytestmark = pytest.mark.skipif(not MODEL_GARDEN, reason="MODEL_GARDEN_PATH unset (make test sets it)")
+
+# Runs with the Model Garden on its path: every record of the shards given, decoded by
+# TfExampleDecoder, keyed by image/filename (which the decoder does not return; read beside it).
+DECODE = """
+import json, sys
+import tensorflow as tf
+from official.vision.dataloaders.tf_example_decoder import TfExampleDecoder
+
+decoder = TfExampleDecoder(include_mask=False, regenerate_source_id=False)
+got = {}
+for path in sys.argv[1:]:
+    for raw in tf.data.TFRecordDataset(path):
+        name = tf.train.Example.FromString(raw.numpy()).features.feature["image/filename"].bytes_list.value[0]
+        d = decoder.decode(raw)
+        got[name.decode()] = {
+            "shape": [int(v) for v in d["image"].shape],
+            "height": int(d["height"]), "width": int(d["width"]),
+            "boxes": d["groundtruth_boxes"].numpy().tolist(),
+            "classes": d["groundtruth_classes"].numpy().tolist(),
+            "is_crowd": [bool(v) for v in d["groundtruth_is_crowd"].numpy()],
+            "area": d["groundtruth_area"].numpy().tolist(),
+        }
+print(json.dumps(got))
+"""
+
+
+def model_garden_decode(shards: list[Path]) -> dict[str, dict[str, Any]]:
+    """Every record of `shards` as the Model Garden's decoder gives it (a subprocess)."""
+    env = os.environ | {"PYTHONPATH": MODEL_GARDEN, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    res = subprocess.run(
+        [sys.executable, "-c", DECODE, *map(str, shards)], env=env, capture_output=True, text=True, check=False
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout)
+
+
+def shards_of(out: Path) -> list[Path]:
+    man = json.loads((out / "dataset.json").read_text())
+    return [out / sh["file"] for sp in man["splits"].values() for sh in sp["shards"]]
+
+
+def coco_truth(coco: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per image file name: its boxes as [ymin, xmin, ymax, xmax] normalised, and class ids, from a COCO set."""
+    images = {im["id"]: im for im in coco["images"]}
+    truth: dict[str, dict[str, Any]] = {im["file_name"]: {"boxes": [], "classes": []} for im in coco["images"]}
+    for a in coco["annotations"]:
+        im = images[a["image_id"]]
+        x, y, w, h = a["bbox"]
+        W, H = im["width"], im["height"]
+        truth[im["file_name"]]["boxes"].append([y / H, x / W, (y + h) / H, (x + w) / W])
+        truth[im["file_name"]]["classes"].append(a["category_id"])
+    return truth
+
+
+def test_model_garden_decoder_reads_the_sample_detection_set(tmp_path, cli):
+    """sample_data/annotations.json (make demo's second step): every box and class to 1e-6."""
+    out = tmp_path / "det"
+    res = cli("convert", ROOT / "sample_data", out, "--annotations", ROOT / "sample_data/annotations.json", "--quiet")
+    assert res.exit_code == 0, res.output
+    got = model_garden_decode(shards_of(out))
+    truth = coco_truth(json.loads((ROOT / "sample_data/annotations.json").read_text()))
+    assert sorted(got) == sorted(truth)  # the broken JPEG has no annotation and no record
+    for name, want in truth.items():
+        rec = got[name]
+        assert rec["shape"][:2] == [rec["height"], rec["width"]] and rec["shape"][2] == 3
+        assert rec["classes"] == want["classes"]
+        assert rec["boxes"] == pytest.approx(want["boxes"], abs=1e-6)
+        assert rec["is_crowd"] == [False] * len(want["classes"])
