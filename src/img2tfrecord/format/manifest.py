@@ -28,6 +28,7 @@ from img2tfrecord.fs import CHECKSUMS, hasher
 
 MANIFEST_NAME = "dataset.json"
 LABELS_NAME = "labels.txt"
+LABEL_MAP_NAME = "label_map.pbtxt"  # a detection dataset's (the Object Detection API's label map)
 FORMAT_VERSION = 1
 CATALOG_FILE = "dataset.catalog"  # format.catalog.CATALOG_NAME (which imports numpy: not imported here)
 CATALOG_CHECKSUM = "xxh3_128"
@@ -150,6 +151,24 @@ def manifest_text(manifest: dict[str, Any]) -> str:
 def labels_text(classes: list[str]) -> str:
     """labels.txt: one class name per line, which `class_name_problem` makes sure each can be."""
     return "".join(c + "\n" for c in classes)
+
+
+def label_map_text(classes: list[str]) -> str:
+    """label_map.pbtxt: one `item { id: N name: 'x' }` per class, ids from 1 (0 is the
+    Object Detection API's background)."""
+    out = []
+    for i, name in enumerate(classes, 1):
+        quoted = name.replace("\\", "\\\\").replace("'", "\\'")
+        out.append(f"item {{\n  id: {i}\n  name: '{quoted}'\n}}\n")
+    return "".join(out)
+
+
+def label_files(manifest: dict[str, Any]) -> dict[str, str]:
+    """labels.txt, and label_map.pbtxt beside it for a detection dataset: name -> text."""
+    out = {LABELS_NAME: labels_text(manifest["classes"])}
+    if (manifest.get("metadata") or {}).get("detection"):
+        out[LABEL_MAP_NAME] = label_map_text(manifest["classes"])
+    return out
 
 
 # What labels.txt cannot hold in a line, as every reader of it splits lines (`str.splitlines`: \n,

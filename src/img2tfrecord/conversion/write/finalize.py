@@ -23,10 +23,9 @@ from img2tfrecord.format import catalog as catalog_file
 from img2tfrecord.format import tfds as tfds_metadata
 from img2tfrecord.format.catalog import CATALOG_NAME, Catalog
 from img2tfrecord.format.manifest import (
-    LABELS_NAME,
     MANIFEST_NAME,
     build_manifest,
-    labels_text,
+    label_files,
     manifest_text,
 )
 from img2tfrecord.format.schema import utf8_text
@@ -193,7 +192,7 @@ def _publish_merged(plan: Plan, ws: Workspace, run: _Merged, engine: str, state:
     files.append(CATALOG_NAME)
     fs.write_bytes(fs.join(ws.build, CATALOG_NAME), catalog_bytes)
     metadata = tfds_metadata.files(manifest) | {
-        LABELS_NAME: labels_text(run.classes),
+        **label_files(manifest),
         MANIFEST_NAME: manifest_text(manifest),  # last
     }
     publish(ws, files, metadata, plan.settings.fsync, state)
@@ -255,7 +254,18 @@ def _run_summary(
         "steady_seconds": round(steady, 3),
         "steady_images_per_second": round(steady_images / steady, 1),
         "steady_mb_per_second": round((converted_bytes - timing.bytes_before) / 1e6 / steady, 2),
+        **detection_summary(plan.metadata),
     }
+
+
+def detection_summary(metadata: dict[str, Any] | None) -> dict[str, Any]:
+    """A detection run's box counts and every box clipped or dropped (`detection`), as dataset.json
+    has them; nothing for other runs, whose summary stays as it was."""
+    found = (metadata or {}).get("detection")
+    if not found:
+        return {}
+    keys = ("format", "boxes", "clipped", "dropped", "empty_images", "skipped_empty", "box_problems")
+    return {"detection": {k: found[k] for k in keys}}
 
 
 def _plan_summary(plan: Plan, timing: Timing, refused: str | None = None) -> dict[str, Any]:
@@ -282,4 +292,5 @@ def _plan_summary(plan: Plan, timing: Timing, refused: str | None = None) -> dic
         "refused": refused,  # why the real run would stop (output not empty, ...), or None
         "options": plan.options,
         "elapsed_seconds": round(time.perf_counter() - timing.start, 3),
+        **detection_summary(plan.metadata),
     }
