@@ -228,3 +228,95 @@ def test_strict_fails_on_a_clipped_box_and_skip_empty_drops_images_without_boxes
     assert "empty.png" not in od_records(tmp_path / "out")
     res = cli("convert", tmp_path / "images", tmp_path / "o2", "--skip-empty", "--json")
     assert res.exit_code == 2 and json.loads(res.stdout)["error"]["kind"] == "usage"
+
+
+def test_update_keeps_boxes_and_refuses_changed_annotations_with_advice_that_runs(tmp_path: Path, cli: Any) -> None:
+    ann = coco_corpus(tmp_path)
+    src, out = tmp_path / "images", tmp_path / "out"
+    assert cli("convert", src, out, "--annotations", ann).exit_code == 0
+    _image(src / "new.png", (16, 16), [])  # an image the annotations do not name: kept with no box
+    res = cli("update", src, out)
+    assert res.exit_code == 0, res.output
+    recs = od_records(out)
+    assert boxes_of(recs["new.png"]) == [] and len(recs) == 7
+    same_boxes(boxes_of(recs["plain.jpg"]), expected_coco("plain.jpg"))
+    data = json.loads(ann.read_text())
+    data["annotations"][0]["bbox"] = [5, 6, 20, 10]  # one box moved
+    ann.write_text(json.dumps(data))
+    res = cli("update", src, out)
+    assert res.exit_code == 2
+    assert f"the annotations {ann} changed since {out} was made" in res.stderr and "Traceback" not in res.output
+    advice = res.stderr.split("run: ", 1)[1].strip()
+    assert advice == f"img2tfrecord convert {src} {out} --like {out} --overwrite"
+    from img2tfrecord.cli import main  # the advice, exactly as printed
+
+    argv = shlex.split(advice)
+    assert argv[0] == "img2tfrecord"
+    from click.testing import CliRunner
+
+    res = CliRunner().invoke(main, argv[1:], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    moved = od_records(out)["plain.jpg"]
+    assert moved["image/object/bbox/xmin"][0] == pytest.approx(5 / 64, abs=1e-6)
+    assert len(od_records(out)) == 7
+
+
+def _voc(folder: Path, name: str, size: tuple[int, int], objects: list[tuple[str, list[int], int, int]]) -> None:
+    """One Pascal VOC XML: objects as (class, [xmin, ymin, xmax, ymax], difficult, truncated)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    objs = "".join(
+        f"<object><name>{c}</name><difficult>{d}</difficult><truncated>{t}</truncated><bndbox>"
+        f"<xmin>{b[0]}</xmin><ymin>{b[1]}</ymin><xmax>{b[2]}</xmax><ymax>{b[3]}</ymax></bndbox></object>"
+        for c, b, d, t in objects
+    )
+    xml = (
+        f"<annotation><folder>JPEGImages</folder><filename>{name}</filename><size><width>{size[0]}</width>"
+        f"<height>{size[1]}</height><depth>3</depth></size>{objs}</annotation>"
+    )
+    (folder / (Path(name).stem + ".xml")).write_text(xml)
+
+
+def test_pascal_voc_folder(tmp_path: Path, cli: Any) -> None:
+    objects = [("horse", [10, 5, 30, 25], 1, 0), ("bird", [0, 0, 50, 12], 0, 1), ("horse", [35, 30, 60, 45], 0, 0)]
+    _image(tmp_path / "JPEGImages" / "000001.jpg", (50, 40), [[10, 5, 20, 20], [0, 0, 50, 12]])
+    _voc(tmp_path / "Annotations", "000001.jpg", (50, 40), objects)
+    _image(tmp_path / "JPEGImages" / "000002.png", (20, 20), [])
+    _voc(tmp_path / "Annotations", "000002.png", (20, 20), [])
+    res = cli("convert", tmp_path / "JPEGImages", tmp_path / "out", "--annotations", tmp_path / "Annotations", "--json")
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)["detection"]
+    assert (d["format"], d["boxes"], d["clipped"], d["empty_images"]) == ("voc", 3, 1, 1)
+    rec = od_records(tmp_path / "out")["000001.jpg"]
+    want = [(10 / 50, 5 / 40, 30 / 50, 25 / 40, 2, 0), (0, 0, 1, 12 / 40, 1, 0), (35 / 50, 30 / 40, 1, 1, 2, 0)]
+    same_boxes(boxes_of(rec), want)  # classes sorted: bird 1, horse 2
+    assert rec["image/object/difficult"] == [1, 0, 0] and rec["image/object/truncated"] == [0, 1, 0]
+    assert rec["image/object/class/text"] == [b"horse", b"bird", b"horse"]
+    assert rec["image/object/area"] == pytest.approx([400.0, 600.0, 150.0])
+
+
+@pytest.mark.parametrize("names", ["classes.txt", "obj.names", "data.yaml"])
+def test_yolo_folder_with_its_classes_file(tmp_path: Path, cli: Any, names: str) -> None:
+    labels = tmp_path / "labels"
+    labels.mkdir()
+    text = "names:\n  0: boat\n  1: car\n" if names == "data.yaml" else "boat\ncar\n"
+    (labels / names).write_text(text)
+    _image(tmp_path / "images" / "a.jpg", (80, 40), [[20, 10, 40, 20]])
+    (labels / "a.txt").write_text("1 0.5 0.5 0.5 0.5\n0 0.95 0.5 0.2 0.2\n")  # the second crosses the right edge
+    _image(tmp_path / "images" / "b.webp", (10, 10), [])
+    res = cli("convert", tmp_path / "images", tmp_path / "out", "--annotations", labels, "--json")
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)["detection"]
+    assert (d["format"], d["boxes"], d["clipped"], d["empty_images"]) == ("yolo", 2, 1, 1)
+    recs = od_records(tmp_path / "out")
+    same_boxes(boxes_of(recs["a.jpg"]), [(0.25, 0.25, 0.75, 0.75, 2, 0), (0.85, 0.4, 1.0, 0.6, 1, 0)])
+    assert recs["a.jpg"]["image/object/area"] == pytest.approx([800.0, 0.15 * 0.2 * 3200], rel=1e-6)
+    assert (tmp_path / "out" / "label_map.pbtxt").read_text().count("item {") == 2
+
+
+def test_no_annotations_in_a_folder_is_a_usage_error(tmp_path: Path, cli: Any) -> None:
+    _image(tmp_path / "images" / "a.jpg", (8, 8), [])
+    (tmp_path / "ann").mkdir()
+    (tmp_path / "ann" / "notes.md").write_text("nothing")
+    res = cli("convert", tmp_path / "images", tmp_path / "out", "--annotations", tmp_path / "ann", "--json")
+    assert res.exit_code == 2
+    assert "no COCO JSON, Pascal VOC XML or YOLO txt" in json.loads(res.stdout)["error"]["message"]
