@@ -320,3 +320,60 @@ def test_no_annotations_in_a_folder_is_a_usage_error(tmp_path: Path, cli: Any) -
     res = cli("convert", tmp_path / "images", tmp_path / "out", "--annotations", tmp_path / "ann", "--json")
     assert res.exit_code == 2
     assert "no COCO JSON, Pascal VOC XML or YOLO txt" in json.loads(res.stdout)["error"]["message"]
+
+
+def test_inspect_counts_boxes_per_class_and_verifies(coco_out: Any, cli: Any) -> None:
+    _, out, _ = coco_out
+    res = cli("inspect", out, "--verify", "--json")
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    assert report["total"]["boxes"] == {"records": 6, "total": 6, "per_class": {"cat": 2, "dog": 2, "person": 2}}
+    assert sorted(r["boxes"] for r in report["total"]["first_records"]) == [0, 1, 1, 1, 2]
+    text = cli("inspect", out).stdout
+    assert "boxes: 6 in 6 records" in text
+
+
+def test_load_as_dict_gives_ragged_box_lists(coco_out: Any) -> None:
+    import img2tfrecord
+
+    _, out, _ = coco_out
+    got = {}
+    for ex in img2tfrecord.load(str(out), as_dict=True):
+        name = ex["image/filename"].numpy().decode()
+        got[name] = [
+            tuple(float(v) for v in ex[f"image/object/bbox/{k}"].numpy()) for k in ("xmin", "ymin", "xmax", "ymax")
+        ]
+        assert ex["image/object/class/label"].shape == ex["image/object/bbox/xmin"].shape
+    assert got["empty.png"] == [(), (), (), ()]
+    for name in ("plain.jpg", "outside.png"):
+        want = expected_coco(name)
+        for box, w in zip(zip(*got[name]), want, strict=True):
+            assert box == pytest.approx(w[:4], abs=1e-6)
+
+
+def test_a_damaged_detection_entry_is_refused_in_one_line(coco_out: Any, cli: Any, tmp_path: Path) -> None:
+    import shutil
+
+    _, out, _ = coco_out
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    man = json.loads((copy / "dataset.json").read_text())
+    man["metadata"]["detection"]["box_problems"] = [{"path": 3}]
+    (copy / "dataset.json").write_text(json.dumps(man))
+    res = cli("inspect", copy)
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert "metadata.detection.box_problems[0].path" in res.stderr
+
+
+def test_any_worker_count_writes_the_same_bytes(tmp_path: Path, cli: Any) -> None:
+    ann = coco_corpus(tmp_path)
+    outs = []
+    for workers in ("1", "2"):
+        outs.append(tmp_path / f"w{workers}")
+        args = ["--annotations", ann, "--workers", workers, "--shards", "3", "--split", "train=0.5,test=0.5"]
+        assert cli("convert", tmp_path / "images", outs[-1], *args).exit_code == 0
+    names = sorted(p.name for p in outs[0].iterdir())
+    assert names == sorted(p.name for p in outs[1].iterdir())
+    for n in names:
+        if n != "dataset.json":
+            assert (outs[0] / n).read_bytes() == (outs[1] / n).read_bytes(), n

@@ -345,6 +345,25 @@ def _shard_counts(v: Any, where: str) -> None:
         _whole(v, where, 1)
 
 
+def _metadata(v: Any, where: str) -> None:
+    """The metadata file's entry (conversion.plan.metadata), and a detection dataset's `detection`."""
+    entry = _obj(v, where)
+    _optional(entry, "columns", f"{where}.", _obj)
+    _optional(entry, "detection", f"{where}.", _detection)
+
+
+def _detection(v: Any, where: str) -> None:
+    """`metadata.detection` (conversion.plan.detection): the annotations, box counts, each box clipped or dropped."""
+    d = _obj(v, where)
+    _optional(d, "format", f"{where}.", _one_of("coco", "voc", "yolo"))
+    _optional(d, "annotations", f"{where}.", _str)
+    for key in ("boxes", "clipped", "dropped", "empty_images", "skipped_empty"):
+        _optional(d, key, f"{where}.", _whole)
+    for i, p in enumerate(_list(d.get("box_problems", []), f"{where}.box_problems")):
+        for key in ("path", "box", "reason"):
+            _str(_obj(p, f"{where}.box_problems[{i}]").get(key), f"{where}.box_problems[{i}].{key}")
+
+
 def _options(v: Any, where: str) -> None:
     o = _obj(v, where)
     _optional(o, "encoding", f"{where}.", _one_of(*ENCODINGS))
@@ -456,6 +475,7 @@ def validate_manifest(data: Any, checksums: tuple[str, ...] = _DIGESTS) -> dict[
     _optional(m, "excluded_files", "", _whole)
     _optional(m, "duplicates", "", _obj)
     _optional(m, "history", "", _list)  # update's per-version changes per class
+    _optional(m, "metadata", "", _metadata)
     return m
 
 
