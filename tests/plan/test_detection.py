@@ -178,7 +178,7 @@ def test_coco_boxes_read_back_by_tensorflow_with_the_object_detection_spec(coco_
 def test_clipped_dropped_and_mismatched_are_counted_and_named(coco_out: Any) -> None:
     _, out, summary = coco_out
     d = summary["detection"]
-    assert (d["format"], d["boxes"], d["clipped"], d["dropped"], d["empty_images"]) == ("coco", 7, 1, 2, 1)
+    assert (d["format"], d["boxes"], d["clipped"], d["dropped"], d["empty_images"]) == ("coco", 6, 1, 2, 1)
     problems = {(p["path"], p["box"]): p["reason"] for p in d["box_problems"]}
     assert problems == {
         ("outside.png", "0"): "partly outside the image: clipped",

@@ -159,45 +159,7 @@ def _encode(data: bytes, kind: str | None, opts: EncodeOptions) -> Result:
             raise SkipImage(problem)
         jpeg = probe_jpeg(view)  # None: CMYK/YCCK, or markers we leave to Pillow
         if jpeg is not None:
-            _check_pixels(jpeg.width, jpeg.height, opts)
-            if opts.reencodes:  # decoded by libjpeg-turbo directly (strict when validating): no Pillow open
-                try:
-                    payload, out_fmt, (h, w, c), depth = _transcode(None, "JPEG", opts, jpeg, view)
-                except ValueError as e:
-                    raise SkipImage(f"JPEG: corrupt or truncated: {describe_error(e)}") from None
-                turned = jpeg.orientation if jpeg.orientation in _TRANSPOSE else 1
-                source = (jpeg.width, jpeg.height)
-                return Result(
-                    "encoded",
-                    payload,
-                    out_fmt,
-                    h,
-                    w,
-                    c,
-                    None,
-                    False,
-                    len(data),
-                    _digest(data),
-                    depth,
-                    None,
-                    source,
-                    turned,
-                )
-            if opts.validate:
-                _check_jpeg_scan(view)
-            return Result(
-                "keep",
-                data,
-                "JPEG",
-                jpeg.height,
-                jpeg.width,
-                jpeg.channels,
-                None,
-                jpeg.orientation not in (1, None),
-                len(data),
-                _digest(data),
-                source=(jpeg.width, jpeg.height),
-            )
+            return _jpeg(data, view, jpeg, opts)
     im = _open(data, kind)
     fmt = im.format or "unknown"
     label = kind or fmt
@@ -250,6 +212,37 @@ def _turned(im: Image.Image) -> int:
     cached by Pillow from that call."""
     orientation = im.getexif().get(0x0112, 1)
     return orientation if orientation in _TRANSPOSE else 1
+
+
+def _jpeg(data: bytes, view: bytes, jpeg: JpegFrame, opts: EncodeOptions) -> Result:
+    """An 8-bit grey/colour JPEG: kept, or decoded by libjpeg-turbo directly (strict when validating), no Pillow open."""
+    _check_pixels(jpeg.width, jpeg.height, opts)
+    source = (jpeg.width, jpeg.height)
+    if opts.reencodes:
+        try:
+            payload, out_fmt, (h, w, c), depth = _transcode(None, "JPEG", opts, jpeg, view)
+        except ValueError as e:
+            raise SkipImage(f"JPEG: corrupt or truncated: {describe_error(e)}") from None
+        turned = jpeg.orientation if jpeg.orientation in _TRANSPOSE else 1
+        digest = _digest(data)
+        return Result("encoded", payload, out_fmt, h, w, c, None, False, len(data), digest, depth, None, source, turned)
+    if opts.validate:
+        _check_jpeg_scan(view)
+    orientation_ignored = jpeg.orientation not in (1, None)
+    c = jpeg.channels
+    return Result(
+        "keep",
+        data,
+        "JPEG",
+        jpeg.height,
+        jpeg.width,
+        c,
+        None,
+        orientation_ignored,
+        len(data),
+        _digest(data),
+        source=source,
+    )
 
 
 def _source_bits(im: Image.Image, data: bytes) -> int:

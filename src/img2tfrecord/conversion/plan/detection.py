@@ -176,3 +176,16 @@ def entry(ann: Annotations, boxed: Boxed) -> dict[str, Any]:
             "box_problems": problems,
         },
     }
+
+
+def written(metadata: dict[str, Any], skipped: list[dict[str, str]], lost: list[Objects]) -> dict[str, Any]:
+    """A detection dataset's `metadata` entry over the images written: the boxes of the images the
+    encoder skipped (`lost`; their paths in `skipped`) are neither counted nor named."""
+    gone = {s["path"] for s in skipped}
+    d = dict(metadata["detection"])
+    d["box_problems"] = [p for p in d["box_problems"] if p["path"] not in gone]
+    d["boxes"] -= sum(len(o.label) for o in lost)
+    d["empty_images"] -= sum(not o.label for o in lost)
+    d["clipped"] = sum(p["reason"].endswith("clipped") for p in d["box_problems"])
+    d["dropped"] = sum(p["reason"].endswith("dropped") for p in d["box_problems"])
+    return metadata | {"detection": d}
