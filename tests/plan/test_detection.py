@@ -377,3 +377,13 @@ def test_any_worker_count_writes_the_same_bytes(tmp_path: Path, cli: Any) -> Non
     for n in names:
         if n != "dataset.json":
             assert (outs[0] / n).read_bytes() == (outs[1] / n).read_bytes(), n
+
+
+def test_tensorflow_datasets_reads_the_boxes(coco_out: Any) -> None:
+    tfds = pytest.importorskip("tensorflow_datasets")
+    _, out, _ = coco_out
+    got = {
+        ex["image/filename"].numpy().decode(): ex["image/object/class/label"].numpy().tolist()
+        for ex in tfds.builder_from_directory(str(out)).as_dataset(split="train")
+    }
+    assert got["plain.jpg"] == [1, 2] and got["empty.png"] == []
