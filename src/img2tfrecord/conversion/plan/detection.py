@@ -94,10 +94,10 @@ def discover_detection(
         raise DataError(f"cannot list input {input_dir}: {found.report.error}")
     named = set(ann.classes)
     check_class_names(sorted(named), "the class name", "rename it in the annotations")
-    if labels is None and known_classes is None:
-        classes = list(ann.classes) or [""]
+    if labels is None and known_classes is None:  # the annotations' own order (COCO's ids, YOLO's numbers)
         if not ann.classes:
             raise UsageError(f"{option('annotations', ann.path)}: the annotations name no class")
+        classes = list(ann.classes)
     else:
         classes = class_list(named, labels, "the annotations name no class", known_classes)
     ids = {c: i + 1 for i, c in enumerate(classes)}
