@@ -390,3 +390,60 @@ def test_metadata_and_multi_label_give_the_local_engines_bytes(tmp_path):
         if name != "dataset.json":
             assert a[name] == b[name], name
     assert without_engine(a["dataset.json"]) == without_engine(b["dataset.json"])
+
+
+@needs_beam
+def test_annotations_give_the_local_engines_bytes(tmp_path):
+    """Boxes cross Beam's plan file (JSON: lists where the encoder wants tuples) and come out the same."""
+    from click.testing import CliRunner
+
+    from img2tfrecord.cli import main
+    from img2tfrecord.conversion.plan.job import PlannedShard, Task
+    from img2tfrecord.conversion.plan.table import Objects
+    from img2tfrecord.conversion.write.engines.beam import shard_from_json, shard_to_json
+    from test_detection import coco_corpus, od_records
+
+    boxes = Objects(
+        4,
+        3,
+        "7",
+        (0.0, 0.5),
+        (0.1, 0.2),
+        (0.3, 1.0),
+        (0.4, 0.9),
+        (1, 2),
+        ("a", "b"),
+        (0, 1),
+        (2.0, 3.5),
+        (0, 0),
+        (1, 0),
+    )
+    shard = PlannedShard("train", 0, 1, (Task("/d/x.jpg", "x.jpg", "x.jpg", 0, "a", 9, 1, (), boxes),))
+    assert shard_from_json(shard_to_json(shard)) == shard
+    ann = coco_corpus(tmp_path)
+    runner = CliRunner()
+    args = ["--annotations", str(ann), "--split", "train=0.5,test=0.5", "--encoding", "png"]
+    local = runner.invoke(main, ["convert", str(tmp_path / "images"), str(tmp_path / "local"), *args, "--workers", "2"])
+    beam = runner.invoke(
+        main,
+        [
+            "convert",
+            str(tmp_path / "images"),
+            str(tmp_path / "beam"),
+            *args,
+            "--engine",
+            "beam",
+            "--beam-options",
+            BEAM_OPTIONS,
+        ],
+        catch_exceptions=False,
+    )
+    assert local.exit_code == 0 and beam.exit_code == 0, (local.output, beam.output)
+    a, b = dataset_files(tmp_path / "local"), dataset_files(tmp_path / "beam")
+    assert json.loads(a["dataset.json"])["metadata"]["detection"]["clipped"] == 1
+    assert "label_map.pbtxt" in a and sorted(a) == sorted(b)
+    for name in a:
+        if name != "dataset.json":
+            assert a[name] == b[name], name
+    assert without_engine(a["dataset.json"]) == without_engine(b["dataset.json"])
+    assert len(od_records(tmp_path / "beam")["plain.jpg"]["image/object/bbox/xmin"]) == 2

@@ -164,7 +164,23 @@ def _summary_text(s: dict[str, Any]) -> str:
         text += f" Ignored {plural(s['ignored_files'], 'non-image file')}."
     if s["excluded_files"]:
         text += f" Left out {plural(s['excluded_files'], 'image')} of classes not in --labels."
-    return text + f"\nSee it in a browser: {report_hint(s['output'])}"
+    return text + _boxes_text(s) + f"\nSee it in a browser: {report_hint(s['output'])}"
+
+
+def _boxes_text(s: dict[str, Any]) -> str:
+    """A detection run's boxes: counted, and each one clipped or dropped named."""
+    d = s.get("detection")
+    if not d:
+        return ""
+    text = f"\nBoxes: {d['boxes']:,} ({d['format']}); {d['clipped']:,} clipped, {d['dropped']:,} dropped"
+    text += f"; {plural(d['empty_images'], 'image')} without boxes"
+    if d["skipped_empty"]:
+        text += f", {plural(d['skipped_empty'], 'image')} without boxes left out (--skip-empty)"
+    shown = d["box_problems"][:20]
+    text += "".join(f"\n  box {p['box']} of {p['path']} ({p['class']}): {p['reason']}" for p in shown)
+    if len(d["box_problems"]) > len(shown):
+        text += f"\n  ... {len(d['box_problems']) - len(shown):,} more in dataset.json (metadata.detection)"
+    return text
 
 
 @click.command(cls=answer.Answering, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -312,6 +328,16 @@ def _summary_text(s: dict[str, Any]) -> str:
     "--metadata",
     metavar="FILE",
     help="metadata.jsonl or metadata.csv (Hugging Face imagefolder's): one row per image, file_name its path below INPUT_DIR, every other column a feature image/<column>; a labels column of class-name lists makes multi-label records. Default: INPUT_DIR/metadata.jsonl or metadata.csv, when there.",
+)
+@click.option(
+    "--annotations",
+    metavar="FILE|DIR",
+    help="Object detection boxes for the images anywhere below INPUT_DIR: a COCO instances JSON, a folder of Pascal VOC XML, or a folder of YOLO txt with its classes file (classes.txt, obj.names or data.yaml), told apart by content. Writes the TensorFlow Object Detection API's keys and label_map.pbtxt; boxes follow the pixels as stored in each file.",
+)
+@click.option(
+    "--skip-empty",
+    is_flag=True,
+    help="With --annotations: leave out the images that have no box (default: kept, with none).",
 )
 @click.option(
     "--engine",

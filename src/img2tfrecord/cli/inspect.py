@@ -117,6 +117,9 @@ def _details(s: dict[str, Any], title: str) -> list[str]:
             )
     if s["unlabelled"]:
         out.append(f"  records without a label: {s['unlabelled']:,}")
+    if b := s.get("boxes"):
+        out.append(f"  boxes: {b['total']:,} in {plural(b['records'], 'record')}")
+        out += _table([[_cell(c), f"{n:,}"] for c, n in list(b["per_class"].items())[:MAX_LABEL_ROWS]], "    ")
     if s["formats"]:
         out.append("  formats:  " + ", ".join(f"{_cell(k)} {v:,}" for k, v in s["formats"].items()))
     for dim in ("height", "width"):

@@ -78,7 +78,9 @@ def convert(
     check_keywords("convert", options, _PARAMETERS)
     input_dir, output_dir = os.fspath(input_dir), os.fspath(output_dir)  # a pathlib.Path from Python
     options |= {
-        k: os.fspath(options[k]) for k in ("labels", "file_list", "metadata") if isinstance(options.get(k), os.PathLike)
+        k: os.fspath(options[k])
+        for k in ("labels", "file_list", "metadata", "annotations")
+        if isinstance(options.get(k), os.PathLike)
     }
     timing = Timing()
     emit = worded(on_event)

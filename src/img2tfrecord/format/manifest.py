@@ -28,6 +28,7 @@ from img2tfrecord.fs import CHECKSUMS, hasher
 
 MANIFEST_NAME = "dataset.json"
 LABELS_NAME = "labels.txt"
+LABEL_MAP_NAME = "label_map.pbtxt"  # a detection dataset's (the Object Detection API's label map)
 FORMAT_VERSION = 1
 CATALOG_FILE = "dataset.catalog"  # format.catalog.CATALOG_NAME (which imports numpy: not imported here)
 CATALOG_CHECKSUM = "xxh3_128"
@@ -150,6 +151,24 @@ def manifest_text(manifest: dict[str, Any]) -> str:
 def labels_text(classes: list[str]) -> str:
     """labels.txt: one class name per line, which `class_name_problem` makes sure each can be."""
     return "".join(c + "\n" for c in classes)
+
+
+def label_map_text(classes: list[str]) -> str:
+    """label_map.pbtxt: one `item { id: N name: 'x' }` per class, ids from 1 (0 is the
+    Object Detection API's background)."""
+    out = []
+    for i, name in enumerate(classes, 1):
+        quoted = name.replace("\\", "\\\\").replace("'", "\\'")
+        out.append(f"item {{\n  id: {i}\n  name: '{quoted}'\n}}\n")
+    return "".join(out)
+
+
+def label_files(manifest: dict[str, Any]) -> dict[str, str]:
+    """labels.txt, and label_map.pbtxt beside it for a detection dataset: name -> text."""
+    out = {LABELS_NAME: labels_text(manifest["classes"])}
+    if (manifest.get("metadata") or {}).get("detection"):
+        out[LABEL_MAP_NAME] = label_map_text(manifest["classes"])
+    return out
 
 
 # What labels.txt cannot hold in a line, as every reader of it splits lines (`str.splitlines`: \n,
@@ -326,6 +345,25 @@ def _shard_counts(v: Any, where: str) -> None:
         _whole(v, where, 1)
 
 
+def _metadata(v: Any, where: str) -> None:
+    """The metadata file's entry (conversion.plan.metadata), and a detection dataset's `detection`."""
+    entry = _obj(v, where)
+    _optional(entry, "columns", f"{where}.", _obj)
+    _optional(entry, "detection", f"{where}.", _detection)
+
+
+def _detection(v: Any, where: str) -> None:
+    """`metadata.detection` (conversion.plan.detection): the annotations, box counts, each box clipped or dropped."""
+    d = _obj(v, where)
+    _optional(d, "format", f"{where}.", _one_of("coco", "voc", "yolo"))
+    _optional(d, "annotations", f"{where}.", _str)
+    for key in ("boxes", "clipped", "dropped", "empty_images", "skipped_empty"):
+        _optional(d, key, f"{where}.", _whole)
+    for i, p in enumerate(_list(d.get("box_problems", []), f"{where}.box_problems")):
+        for key in ("path", "box", "reason"):
+            _str(_obj(p, f"{where}.box_problems[{i}]").get(key), f"{where}.box_problems[{i}].{key}")
+
+
 def _options(v: Any, where: str) -> None:
     o = _obj(v, where)
     _optional(o, "encoding", f"{where}.", _one_of(*ENCODINGS))
@@ -437,6 +475,7 @@ def validate_manifest(data: Any, checksums: tuple[str, ...] = _DIGESTS) -> dict[
     _optional(m, "excluded_files", "", _whole)
     _optional(m, "duplicates", "", _obj)
     _optional(m, "history", "", _list)  # update's per-version changes per class
+    _optional(m, "metadata", "", _metadata)
     return m
 
 

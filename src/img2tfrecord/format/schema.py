@@ -51,15 +51,31 @@ class Declared(NamedTuple):
 
 LIST_KEYS = ("image/class/label", "image/class/text")  # lists in a multi-label dataset
 
+# The Object Detection API's keys beyond ours (`convert --annotations`): key -> (kind, a list per record).
+DETECTION_FEATURES: dict[str, Declared] = {
+    "image/source_id": Declared("bytes", False),
+    "image/key/sha256": Declared("bytes", False),
+    **{f"image/object/bbox/{k}": Declared("float", True) for k in ("xmin", "xmax", "ymin", "ymax")},
+    "image/object/class/label": Declared("int64", True),
+    "image/object/class/text": Declared("bytes", True),
+    "image/object/is_crowd": Declared("int64", True),
+    "image/object/area": Declared("float", True),
+    "image/object/difficult": Declared("int64", True),
+    "image/object/truncated": Declared("int64", True),
+}
+
 
 def declared_features(metadata: dict[str, Any] | None) -> dict[str, Declared]:
     """Every feature of a dataset's records, from dataset.json's `metadata` entry (None: the fixed
-    schema): the fixed keys, lists for a multi-label dataset, then `image/<column>` of each column."""
+    schema): the fixed keys, lists for a multi-label dataset, the Object Detection API's for a detection
+    one, then `image/<column>` of each column."""
     out = {key: Declared(kind, False) for key, kind in FEATURE_TYPES.items()}
     if not metadata:
         return out
     if metadata.get("multi_label"):
         out.update({key: Declared(FEATURE_TYPES[key], True) for key in LIST_KEYS})
+    if metadata.get("detection"):
+        out.update(DETECTION_FEATURES)
     for name, col in (metadata.get("columns") or {}).items():
         out["image/" + name] = Declared(str(col.get("type")), bool(col.get("list")))
     return out

@@ -51,6 +51,7 @@ class RecordInfo:
     text: str | None = None
     filename: str | None = None
     more_keys: int = 0  # feature keys past MAX_RECORD_KEYS, not in `features`
+    boxes: tuple[str, ...] | None = None  # a detection record's box classes (image/object/class/text); None: none
 
     def row(self) -> dict[str, Any]:
         """The record's line of the report's table."""
@@ -65,6 +66,7 @@ class RecordInfo:
             "channels": self.channels,
             "format": self.format,
             "encoded_bytes": len(self.image) if self.image is not None else None,
+            **({"boxes": len(self.boxes)} if self.boxes is not None else {}),
         }
 
 
@@ -136,9 +138,25 @@ def parse_record(rec: RawRecord) -> RecordInfo:
     info.label = first("label", "int64")
     info.text = text("text")
     info.filename = text("filename")
+    if BOX_CLASSES in fm and fm[BOX_CLASSES].kind in ("bytes", None):  # a detection record: its boxes' classes
+        info.boxes = _box_classes(rec.data)
     if info.image is not None and info.format != FORMAT_RAW and None in (info.height, info.width, info.channels):
         _fill_size_from_header(info)
     return info
+
+
+BOX_CLASSES = "image/object/class/text"  # the Object Detection API's key (convert --annotations)
+
+
+def _box_classes(data: bytes) -> tuple[str, ...]:
+    """The class of each box of a detection record (a whole parse, for these records only)."""
+    from img2tfrecord.format.schema import parse_example as parse_all
+
+    try:
+        values = parse_all(data).get(BOX_CLASSES) or []
+    except Exception:  # the wire walk read it; protobuf's parser agrees (inspection.wire), so not expected
+        return ()
+    return tuple(bytes(v).decode("utf-8", "replace") for v in values)
 
 
 def _fill_size_from_header(info: RecordInfo) -> None:

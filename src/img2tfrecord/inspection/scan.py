@@ -357,6 +357,9 @@ def _class_name(info: RecordInfo, man: Manifest | None) -> str | None:
         name = man.class_name(info.label)
         if name is not None:
             return name
+    if info.boxes == () and info.label is None and man is not None and man.classes:
+        if (man.data.get("metadata") or {}).get("detection"):  # an image without boxes counts as the first class
+            return man.classes[0]  # (conversion.plan.detection), as dataset.json's class_counts count it
     return info.text
 
 

@@ -98,6 +98,8 @@ class Stats:
         self.widths: Counter[int] = Counter()
         self.channels: Counter[int] = Counter()
         self.first: list[dict[str, Any]] = []
+        self.boxes: Counter[str] = Counter()  # detection records: boxes per class (image/object/class/text)
+        self.box_records = 0  # records that hold the Object Detection API's boxes (maybe none)
 
     def _feature(self, key: str) -> _FeatureStat | None:
         """The key's stats, made if the caps allow; None (and counted) past them."""
@@ -149,6 +151,9 @@ class Stats:
             self.channels[info.channels] += 1
         if len(self.first) < self.keep_first:
             self.first.append(info.row())
+        if info.boxes is not None:
+            self.box_records += 1
+            self.boxes.update(info.boxes)
 
     def merge(self, o: Stats, path: str | None = None) -> None:
         self.records += o.records
@@ -173,6 +178,8 @@ class Stats:
         self.heights.update(o.heights)
         self.widths.update(o.widths)
         self.channels.update(o.channels)
+        self.boxes.update(o.boxes)
+        self.box_records += o.box_records
         for row in o.first[: max(0, self.keep_first - len(self.first))]:
             self.first.append({"file": path, **row} if path else row)
 
@@ -206,4 +213,12 @@ class Stats:
             "unlabelled": self.unlabelled,
             **shape_fields(self.formats, self.heights, self.widths, self.channels),
             "first_records": list(self.first),
+            **self._boxes(),
         }
+
+    def _boxes(self) -> dict[str, Any]:
+        """Detection records' boxes per class; nothing for records without them (the report as before)."""
+        if not self.box_records:
+            return {}
+        per_class = dict(sorted(self.boxes.items(), key=lambda kv: (-kv[1], kv[0])))
+        return {"boxes": {"records": self.box_records, "total": sum(self.boxes.values()), "per_class": per_class}}

@@ -50,6 +50,7 @@ from PIL import (
 )
 
 from img2tfrecord import cstderr
+from img2tfrecord.conversion.encode import boxes
 from img2tfrecord.conversion.encode.source import (  # the read before the work (SkipImage is found here too)
     JpegFrame,
     SkipImage,
@@ -60,6 +61,7 @@ from img2tfrecord.conversion.encode.source import (  # the read before the work 
 )
 from img2tfrecord.conversion.plan.job import Task
 from img2tfrecord.conversion.plan.options import EncodeOptions
+from img2tfrecord.conversion.plan.table import Objects
 from img2tfrecord.format.images import (
     MODE_CHANNELS,
     NOT_IMAGES,
@@ -122,6 +124,8 @@ class Result(NamedTuple):
     digest: str = ""  # xxh3-128 of the file's bytes: finds byte-identical duplicates
     depth: int = 8  # bits per sample of the stored pixels: 16 only for 16-bit PNGs
     reduced: str | None = None  # why fewer bits were stored than the source has (counted in dataset.json)
+    source: tuple[int, int] = (0, 0)  # (width, height) of the pixels as stored in the source file
+    turned: int = 1  # the EXIF orientation applied to the pixels (1: none): boxes turn with them
 
 
 def encode_image(path: str, opts: EncodeOptions) -> Result:
@@ -155,27 +159,7 @@ def _encode(data: bytes, kind: str | None, opts: EncodeOptions) -> Result:
             raise SkipImage(problem)
         jpeg = probe_jpeg(view)  # None: CMYK/YCCK, or markers we leave to Pillow
         if jpeg is not None:
-            _check_pixels(jpeg.width, jpeg.height, opts)
-            if opts.reencodes:  # decoded by libjpeg-turbo directly (strict when validating): no Pillow open
-                try:
-                    payload, out_fmt, (h, w, c), depth = _transcode(None, "JPEG", opts, jpeg, view)
-                except ValueError as e:
-                    raise SkipImage(f"JPEG: corrupt or truncated: {describe_error(e)}") from None
-                return Result("encoded", payload, out_fmt, h, w, c, None, False, len(data), _digest(data), depth)
-            if opts.validate:
-                _check_jpeg_scan(view)
-            return Result(
-                "keep",
-                data,
-                "JPEG",
-                jpeg.height,
-                jpeg.width,
-                jpeg.channels,
-                None,
-                jpeg.orientation not in (1, None),
-                len(data),
-                _digest(data),
-            )
+            return _jpeg(data, view, jpeg, opts)
     im = _open(data, kind)
     fmt = im.format or "unknown"
     label = kind or fmt
@@ -188,11 +172,12 @@ def _encode(data: bytes, kind: str | None, opts: EncodeOptions) -> Result:
         if not opts.reencodes:
             kept = _keep(im, data, fmt, opts.validate)
             if isinstance(kept, Result):
-                return kept._replace(size=len(data), digest=_digest(data))
-            source = "CMYK JPEG" if fmt in ("JPEG", "MPO") and im.mode == "CMYK" else fmt
-            transcoded = kept or f"{source}->{'JPEG' if fmt in ('JPEG', 'MPO') else 'PNG'}"
+                return kept._replace(size=len(data), digest=_digest(data), source=(width, height))
+            was = "CMYK JPEG" if fmt in ("JPEG", "MPO") and im.mode == "CMYK" else fmt
+            transcoded = kept or f"{was}->{'JPEG' if fmt in ('JPEG', 'MPO') else 'PNG'}"
         deep = _source_bits(im, data) > 8
         payload, out_fmt, (h, w, c), depth = _transcode(im, fmt, opts, None, data)
+        turned = _turned(im)
     except SkipImage:
         raise
     except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError, EOFError, struct.error...
@@ -204,7 +189,60 @@ def _encode(data: bytes, kind: str | None, opts: EncodeOptions) -> Result:
             if im.mode in _SIXTEEN or im.mode in ("I", "F")
             else "16-bit colour -> 8-bit (Pillow decodes it to 8 bits)"
         )
-    return Result("encoded", payload, out_fmt, h, w, c, transcoded, False, len(data), _digest(data), depth, reduced)
+    return Result(
+        "encoded",
+        payload,
+        out_fmt,
+        h,
+        w,
+        c,
+        transcoded,
+        False,
+        len(data),
+        _digest(data),
+        depth,
+        reduced,
+        (width, height),
+        turned,
+    )
+
+
+def _turned(im: Image.Image) -> int:
+    """The EXIF orientation `ImageOps.exif_transpose` applied to `im` (1: none): the tag it reads,
+    cached by Pillow from that call."""
+    orientation = im.getexif().get(0x0112, 1)
+    return orientation if orientation in _TRANSPOSE else 1
+
+
+def _jpeg(data: bytes, view: bytes, jpeg: JpegFrame, opts: EncodeOptions) -> Result:
+    """An 8-bit grey/colour JPEG: kept, or decoded by libjpeg-turbo directly (strict when validating), no Pillow open."""
+    _check_pixels(jpeg.width, jpeg.height, opts)
+    source = (jpeg.width, jpeg.height)
+    if opts.reencodes:
+        try:
+            payload, out_fmt, (h, w, c), depth = _transcode(None, "JPEG", opts, jpeg, view)
+        except ValueError as e:
+            raise SkipImage(f"JPEG: corrupt or truncated: {describe_error(e)}") from None
+        turned = jpeg.orientation if jpeg.orientation in _TRANSPOSE else 1
+        digest = _digest(data)
+        return Result("encoded", payload, out_fmt, h, w, c, None, False, len(data), digest, depth, None, source, turned)
+    if opts.validate:
+        _check_jpeg_scan(view)
+    orientation_ignored = jpeg.orientation not in (1, None)
+    c = jpeg.channels
+    return Result(
+        "keep",
+        data,
+        "JPEG",
+        jpeg.height,
+        jpeg.width,
+        c,
+        None,
+        orientation_ignored,
+        len(data),
+        _digest(data),
+        source=source,
+    )
 
 
 def _source_bits(im: Image.Image, data: bytes) -> int:
@@ -265,6 +303,10 @@ def to_record(task: Task, result: Result) -> bytes:
         text=utf8_text(task.text).encode("utf-8"),
         filename=utf8_text(task.filename).encode("utf-8"),
     )
+    if task.objects is not None:  # an annotated image: the Object Detection API's features too
+        objects = Objects._make(task.objects)
+        boxed = boxes.features(objects, result.payload, *result.source, result.turned)
+        return with_extra(record, task.meta + boxed)
     return with_extra(record, task.meta) if task.meta else record
 
 
@@ -482,9 +524,12 @@ def _transcode(
 def encode_task(task: Task, opts: EncodeOptions) -> Result:
     """Encode one candidate; a bad image becomes a "skip" result, never an exception."""
     try:
-        return encode_image(task.path, opts)
+        result = encode_image(task.path, opts)
     except SkipImage as e:
         return Result("skip", None, str(e), size=task.size)
+    if task.objects is not None and (why := boxes.size_problem(Objects._make(task.objects), *result.source)):
+        return Result("skip", None, why, size=task.size)
+    return result
 
 
 DROPPED = "dropped"  # Result.kind of a duplicate left out by --dedupe drop (never read)

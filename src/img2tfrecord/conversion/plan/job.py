@@ -25,6 +25,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 from img2tfrecord import fs
+from img2tfrecord.conversion.plan.annotations import read_annotations
+from img2tfrecord.conversion.plan.detection import discover_detection
+from img2tfrecord.conversion.plan.detection import entry as detection_entry
 from img2tfrecord.conversion.plan.filelist import discover_file_list
 from img2tfrecord.conversion.plan.labels import read_labels_file
 from img2tfrecord.conversion.plan.metadata import Metadata, read_metadata
@@ -250,6 +253,11 @@ def check_options(**options: Any) -> CheckedOptions:
     group_pattern(o["split_group"])
     if o["metadata"] is not None and o["file_list"]:
         raise UsageError(f"{option('metadata')} goes with a folder input, not {option('file_list')}: drop one")
+    for other in ("metadata", "file_list"):
+        if o["annotations"] is not None and o[other]:
+            raise UsageError(f"{option('annotations')} goes with a folder of images, not {option(other)}: drop one")
+    if o["skip_empty"] and o["annotations"] is None:
+        raise UsageError(f"{option('skip_empty', True)} needs {option('annotations')}")
     return CheckedOptions(opts, shard_request, fractions, class_list)
 
 
@@ -286,6 +294,8 @@ def plan_job(
     index: bool = False,
     file_list: str | None = None,
     metadata: str | None = None,
+    annotations: str | None = None,
+    skip_empty: bool = False,
     dedupe: str = "report",
     checksum: str = DEFAULT_CHECKSUM,
     fsync: bool = True,
@@ -321,6 +331,7 @@ def plan_job(
             strict,
             known_classes,
             metadata,
+            Detect(annotations, skip_empty),
         )
 
 
@@ -355,9 +366,16 @@ def _plan(
     strict: bool,
     known_classes: list[str] | None = None,
     metadata_file: str | None = None,
+    detect: Detect | None = None,
 ) -> Plan:
-    meta = None if file_list else _metadata(input_dir, metadata_file)
-    found = _discover(input_dir, file_list, meta, fractions, seed, label_offset, rule, class_list, known_classes)
+    detect = detect or Detect(None, False)
+    meta = None if file_list or detect.annotations else _metadata(input_dir, metadata_file)
+    entry = meta.entry() if meta is not None else None
+    if detect.annotations is not None:
+        found, entry = _detect(input_dir, detect, fractions, seed, label_offset, rule, class_list, known_classes)
+        refuse_box_problems(entry, strict)
+    else:
+        found = _discover(input_dir, file_list, meta, fractions, seed, label_offset, rule, class_list, known_classes)
     refuse_walk_skips(found.skipped, strict)
     if strict and found.loose:
         raise DataError(f"{option('strict', True)}: {found.loose}; nothing was written")
@@ -385,6 +403,8 @@ def _plan(
     }
     if metadata_file is not None:  # only when given: dataset.json as before for every other dataset
         options["metadata"] = metadata_file
+    if detect.annotations is not None:  # likewise: only a detection dataset records these
+        options |= {"annotations": detect.annotations, "skip_empty": detect.skip_empty}
     settings = ShardSettings(
         encode=opts, compression=compression, index=index, checksum=checksum, fsync=fsync, dedupe=dedupe, strict=strict
     )
@@ -405,8 +425,53 @@ def _plan(
         skipped=found.skipped,
         notes=found.notes,
         known_classes=known_classes,
-        metadata=meta.entry() if meta is not None else None,
+        metadata=entry,
     )
+
+
+class Detect(NamedTuple):
+    """`--annotations` and `--skip-empty` (conversion.plan.detection)."""
+
+    annotations: str | None
+    skip_empty: bool
+
+
+def _detect(
+    input_dir: str,
+    detect: Detect,
+    fractions: dict[str, float] | None,
+    seed: int,
+    label_offset: int,
+    rule: SplitRule,
+    class_list: list[str] | None,
+    known_classes: list[str] | None,
+) -> tuple[Discovery, dict[str, Any]]:
+    """The detection walk (conversion.plan.detection) and dataset.json's `metadata` entry of it."""
+    assert detect.annotations is not None
+    ann = read_annotations(detect.annotations)
+    boxed = discover_detection(
+        input_dir,
+        ann,
+        skip_empty=detect.skip_empty,
+        split=fractions,
+        seed=seed,
+        label_offset=label_offset,
+        labels=class_list,
+        known_classes=known_classes,
+        rule=rule,
+    )
+    return boxed.found, detection_entry(ann, boxed)
+
+
+def refuse_box_problems(entry: dict[str, Any], strict: bool) -> None:
+    """Under --strict, a box clipped or dropped fails the run, as a skipped image does."""
+    problems = entry["detection"]["box_problems"]
+    if strict and problems:
+        first = problems[0]
+        more = f" (and {plural(len(problems) - 1, 'other box', 'other boxes')})" if len(problems) > 1 else ""
+        raise DataError(
+            f"{option('strict', True)}: box {first['box']} of {first['path']}: {first['reason']}{more}; nothing was written"
+        )
 
 
 def _discover(

@@ -54,6 +54,27 @@ class Task(NamedTuple):
     size: int  # bytes, from the walk (0 when a remote listing gave none)
     mtime_ns: int = 0  # modification time, from the same stat as `size` (0 when unknown: remote walk)
     meta: tuple[MetaValue, ...] = ()  # metadata features (conversion.plan.metadata), sorted by key
+    objects: Objects | None = None  # an annotated image's boxes (conversion.plan.detection), else None
+
+
+class Objects(NamedTuple):
+    """An annotated image's objects, clipped and normalised to [0, 1] in the pixels as stored in the
+    file (`--annotations`); the encoder checks the size and turns them with the pixels. Plain
+    values, so Beam's plan file (JSON) carries them."""
+
+    width: int  # the image size the annotation recorded (0, 0: none, YOLO): must be the stored one
+    height: int
+    source_id: str  # image/source_id
+    xmin: tuple[float, ...]
+    ymin: tuple[float, ...]
+    xmax: tuple[float, ...]
+    ymax: tuple[float, ...]
+    label: tuple[int, ...]  # label map ids, from 1
+    text: tuple[str, ...]
+    is_crowd: tuple[int, ...]
+    area: tuple[float, ...]  # pixels of the annotation's image; normalised (a fraction) when width is 0
+    difficult: tuple[int, ...]
+    truncated: tuple[int, ...]
 
 
 class Group(NamedTuple):
@@ -92,6 +113,7 @@ class ImageTable:
         self.group_of = array("I")
         self.paths: dict[int, str] = {}
         self.meta: dict[int, tuple[MetaValue, ...]] = {}  # image number -> its metadata features
+        self.objects: dict[int, Objects] = {}  # image number -> its boxes (--annotations)
         self._sep = split_rel and not remote and os.sep != "/"  # a walk's paths join folder by folder
 
     def __len__(self) -> int:
@@ -147,6 +169,7 @@ class ImageTable:
             self.sizes[i],
             self.mtimes[i],
             self.meta.get(i, ()) if self.meta else (),
+            self.objects.get(i) if self.objects else None,
         )
 
 

@@ -28,7 +28,7 @@ from img2tfrecord.errors import UnusableImages, plural
 from img2tfrecord.format import catalog as catalog_file
 from img2tfrecord.format import tfds as tfds_metadata
 from img2tfrecord.format.catalog import CATALOG_NAME, Catalog
-from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME, labels_text, manifest_text
+from img2tfrecord.format.manifest import MANIFEST_NAME, label_files, manifest_text
 from img2tfrecord.format.naming import shard_name
 
 REWRITE = "rewrite-"  # the provisional name of a rewritten shard: REWRITE + its old name
@@ -241,7 +241,7 @@ def write_catalog(
         if settings.index and sp["records"] == 1:
             ver.warn(one_record_warning(s))
     metadata = tfds_metadata.files(manifest) | {
-        LABELS_NAME: labels_text(manifest["classes"]),
+        **label_files(manifest),
         MANIFEST_NAME: manifest_text(manifest),
     }
     return Written(manifest, metadata)

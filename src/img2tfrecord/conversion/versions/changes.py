@@ -22,6 +22,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from img2tfrecord.conversion.plan.annotations import Annotations
+from img2tfrecord.conversion.plan.detection import discover_detection
 from img2tfrecord.conversion.plan.filelist import discover_file_list
 from img2tfrecord.conversion.plan.labels import updated_class_list
 from img2tfrecord.conversion.plan.metadata import Metadata
@@ -129,7 +131,7 @@ def walk(
     old_classes: list[str],
     file_list: str | None,
     cat: Catalog | None = None,
-    metadata: Metadata | None = None,
+    metadata: Metadata | Annotations | None = None,
 ) -> Discovery:
     """The input as `convert` would list it with the dataset's options, with labels that keep their
     meaning; under the exact split rule, the images `cat` holds keep their splits (conversion.plan.splits)."""
@@ -141,6 +143,11 @@ def walk(
         rule = rule._replace(prior=prior_of(cat.rels.blob, cat.rels.ends, cat.splits.codes, cat.splits.values, seed))
     if file_list:
         found = discover_file_list(input_dir, file_list, split=split, seed=seed, labels=labels, rule=rule)
+    elif isinstance(metadata, Annotations):  # a detection dataset: its images with their boxes
+        skip_empty = bool(options.get("skip_empty"))
+        found = discover_detection(
+            input_dir, metadata, skip_empty=skip_empty, split=split, seed=seed, labels=labels, rule=rule
+        ).found
     elif metadata is not None and metadata.labels is not None:
         found = discover_multi_label(input_dir, metadata, split=split, seed=seed, labels=labels, rule=rule)
     else:

@@ -41,7 +41,12 @@ from img2tfrecord.format import catalog as catalog_file
 from img2tfrecord.format import tfds as tfds_metadata
 from img2tfrecord.format.catalog import CATALOG_NAME, CONVERTED, DROPPED, SKIPPED, Catalog
 from img2tfrecord.format.framing import HEADER_BYTES, RECORD_OVERHEAD, is_record_header
-from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME, created_stamp, labels_text, manifest_text
+from img2tfrecord.format.manifest import (
+    MANIFEST_NAME,
+    created_stamp,
+    label_files,
+    manifest_text,
+)
 from img2tfrecord.format.naming import shard_name
 from img2tfrecord.format.schema import utf8_text
 
@@ -289,7 +294,7 @@ def _build(
     if rec.manifest.get("history"):
         manifest["history"] = history(rec.manifest, manifest, None)
     metadata = tfds_metadata.files(manifest) | {
-        LABELS_NAME: labels_text(manifest["classes"]),
+        **label_files(manifest),
         MANIFEST_NAME: manifest_text(manifest),
     }
     return files, metadata, written + len(data) + sum(len(t.encode()) for t in metadata.values())

@@ -12,6 +12,7 @@ import shlex
 from typing import Any
 
 from img2tfrecord import fs
+from img2tfrecord.conversion.plan.annotations import Annotations, read_annotations
 from img2tfrecord.conversion.plan.labels import read_labels_file
 from img2tfrecord.conversion.plan.like import cli_flags, convert_like_advice
 from img2tfrecord.conversion.plan.metadata import Metadata, file_digest, read_metadata
@@ -117,13 +118,32 @@ def recorded_settings(options: dict[str, Any], *, fsync: bool, strict: bool) -> 
     )
 
 
-def recorded_metadata(manifest: dict[str, Any], input_dir: str, output_dir: str) -> Metadata | None:
+def recorded_annotations(entry: dict[str, Any], input_dir: str, output_dir: str) -> Annotations:
+    """A detection dataset's annotations (dataset.json's `metadata.detection`), read again; the same
+    refusal as a changed metadata file's: a changed box is a changed record, which update cannot write."""
+    path = str(entry["detection"].get("annotations"))
+    try:
+        ann: Annotations | None = read_annotations(path)
+    except UsageError:
+        ann = None
+    if ann is None or ann.digest != entry.get("xxh3_128"):
+        raise UsageError(
+            f"the annotations {path} {'changed' if ann is not None else 'are gone'} since {output_dir} was made; "
+            "update keeps the records it has, so it cannot take new boxes. To make the dataset again from them, "
+            + convert_like_advice(input_dir, output_dir, {})
+        )
+    return ann
+
+
+def recorded_metadata(manifest: dict[str, Any], input_dir: str, output_dir: str) -> Metadata | Annotations | None:
     """The metadata file of a dataset made with one (dataset.json's `metadata`), read again; a
     UsageError advising `convert --like` when its bytes changed since: its rows may give the
     records that stay other values, which update, keeping records as they are, cannot write."""
     entry = manifest.get("metadata")
     if not entry:
         return None
+    if entry.get("detection"):
+        return recorded_annotations(entry, input_dir, output_dir)
     given = (manifest.get("options") or {}).get("metadata")
     try:
         path = find_metadata(input_dir, given)

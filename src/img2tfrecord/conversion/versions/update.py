@@ -22,6 +22,7 @@ from typing import Any
 
 from img2tfrecord import cstderr, fs
 from img2tfrecord.conversion.events import EventSink, Timing, worded
+from img2tfrecord.conversion.plan.annotations import Annotations
 from img2tfrecord.conversion.plan.job import Plan, PlannedShard, check_paths, refuse_walk_skips
 from img2tfrecord.conversion.plan.metadata import Metadata
 from img2tfrecord.conversion.plan.options import ShardSettings
@@ -220,7 +221,7 @@ def _changes(
     file_list: str | None,
     check_content: bool,
     emit: EventSink,
-    meta: Metadata | None = None,
+    meta: Metadata | Annotations | None = None,
 ) -> Changes:
     if check_content and not rec.catalog.has_digests:
         raise UsageError(

@@ -9,6 +9,7 @@ from typing import Any
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.events import EventSink, Timing
+from img2tfrecord.conversion.plan.detection import written as detection_written
 from img2tfrecord.conversion.plan.job import Plan, one_record_warning
 from img2tfrecord.conversion.plan.table import class_counts
 from img2tfrecord.conversion.write import dedupe
@@ -23,10 +24,9 @@ from img2tfrecord.format import catalog as catalog_file
 from img2tfrecord.format import tfds as tfds_metadata
 from img2tfrecord.format.catalog import CATALOG_NAME, Catalog
 from img2tfrecord.format.manifest import (
-    LABELS_NAME,
     MANIFEST_NAME,
     build_manifest,
-    labels_text,
+    label_files,
     manifest_text,
 )
 from img2tfrecord.format.schema import utf8_text
@@ -167,6 +167,15 @@ def _warn_merged(run: _Merged, orient: int, emit: EventSink) -> None:
         )
 
 
+def _written_metadata(plan: Plan, skipped: list[dict[str, str]]) -> dict[str, Any] | None:
+    """dataset.json's `metadata`: a detection dataset's box counts over the images written."""
+    if not plan.metadata or "detection" not in plan.metadata or not skipped:
+        return plan.metadata
+    gone = {s["path"] for s in skipped}
+    lost = [t.objects for sh in plan.shards for t in sh.tasks if t.objects is not None and utf8_text(t.rel) in gone]
+    return detection_written(plan.metadata, skipped, lost)
+
+
 def _publish_merged(plan: Plan, ws: Workspace, run: _Merged, engine: str, state: Published | None) -> dict[str, Any]:
     """Write the catalog, build dataset.json and publish the version (dataset.json last); return dataset.json."""
     catalog_bytes = catalog_file.encode(run.catalog)
@@ -186,14 +195,14 @@ def _publish_merged(plan: Plan, ws: Workspace, run: _Merged, engine: str, state:
         excluded_files=plan.excluded_files,
         shard_request=plan.shard_request,
         catalog=catalog_bytes,
-        metadata=plan.metadata,
+        metadata=_written_metadata(plan, run.skipped),
     )
     files = [sh["file"] for si in run.split_info.values() for sh in si["shards"]]
     files += [sh["index"] for si in run.split_info.values() for sh in si["shards"] if "index" in sh]
     files.append(CATALOG_NAME)
     fs.write_bytes(fs.join(ws.build, CATALOG_NAME), catalog_bytes)
     metadata = tfds_metadata.files(manifest) | {
-        LABELS_NAME: labels_text(run.classes),
+        **label_files(manifest),
         MANIFEST_NAME: manifest_text(manifest),  # last
     }
     publish(ws, files, metadata, plan.settings.fsync, state)
@@ -255,7 +264,18 @@ def _run_summary(
         "steady_seconds": round(steady, 3),
         "steady_images_per_second": round(steady_images / steady, 1),
         "steady_mb_per_second": round((converted_bytes - timing.bytes_before) / 1e6 / steady, 2),
+        **detection_summary(manifest.get("metadata")),
     }
+
+
+def detection_summary(metadata: dict[str, Any] | None) -> dict[str, Any]:
+    """A detection run's box counts and every box clipped or dropped (`detection`), as dataset.json
+    has them; nothing for other runs, whose summary stays as it was."""
+    found = (metadata or {}).get("detection")
+    if not found:
+        return {}
+    keys = ("format", "boxes", "clipped", "dropped", "empty_images", "skipped_empty", "box_problems")
+    return {"detection": {k: found[k] for k in keys}}
 
 
 def _plan_summary(plan: Plan, timing: Timing, refused: str | None = None) -> dict[str, Any]:
@@ -282,4 +302,5 @@ def _plan_summary(plan: Plan, timing: Timing, refused: str | None = None) -> dic
         "refused": refused,  # why the real run would stop (output not empty, ...), or None
         "options": plan.options,
         "elapsed_seconds": round(time.perf_counter() - timing.start, 3),
+        **detection_summary(plan.metadata),
     }

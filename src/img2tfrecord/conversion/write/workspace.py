@@ -17,7 +17,7 @@ from img2tfrecord.conversion.write.output_lock import WORKSPACE_LOCK
 from img2tfrecord.errors import UsageError, option
 from img2tfrecord.format.catalog import CATALOG_NAME
 from img2tfrecord.format.journal import JOURNAL_NAME, workspace_name
-from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME
+from img2tfrecord.format.manifest import LABEL_MAP_NAME, LABELS_NAME, MANIFEST_NAME
 from img2tfrecord.format.naming import LOCK_NAME, PUBLISHING_NAME, SHARD_RE, STAGING_DIR
 from img2tfrecord.format.tfds import FILE_NAMES as TFDS_NAMES
 
@@ -122,7 +122,7 @@ def is_ours(name: str) -> bool:
     base = name.removesuffix(".tmp")
     return (
         SHARD_RE.match(base.removesuffix(".idx")) is not None
-        or base in (MANIFEST_NAME, LABELS_NAME, CATALOG_NAME, *TFDS_NAMES)
+        or base in (MANIFEST_NAME, LABELS_NAME, LABEL_MAP_NAME, CATALOG_NAME, *TFDS_NAMES)
         or name in (STAGING_DIR, LOCK_NAME)
     )
 

@@ -45,7 +45,7 @@ from img2tfrecord.conversion.plan.job import PlannedShard, Task
 from img2tfrecord.conversion.plan.options import (
     ShardSettings,
 )
-from img2tfrecord.conversion.plan.table import first_local_path
+from img2tfrecord.conversion.plan.table import Objects, first_local_path
 from img2tfrecord.conversion.write import shards as writer
 from img2tfrecord.conversion.write.shards import ShardOutcome
 from img2tfrecord.errors import DataError, UsageError, option
@@ -360,7 +360,9 @@ def _task(t: list[Any]) -> Task:
     """A Task from its JSON list: the metadata features back to the tuples the local engine encodes."""
     meta = tuple(MetaValue(key, kind, tuple(values)) for key, kind, values in (t[7] if len(t) > 7 else ()))
     path, rel, filename, label, text, size, mtime_ns = t[:7]
-    return Task(path, rel, filename, label, text, size, mtime_ns, meta)
+    objects = t[8] if len(t) > 8 else None  # an annotated image's boxes: their lists back to tuples
+    boxes = Objects._make(tuple(v) if isinstance(v, list) else v for v in objects) if objects is not None else None
+    return Task(path, rel, filename, label, text, size, mtime_ns, meta, boxes)
 
 
 def write_plan(plan: list[PlannedShard], path: str) -> list[tuple[int, int, int]]:

@@ -1,0 +1,66 @@
+"""An annotated image's boxes as its record stores them (`convert --annotations`).
+
+The plan clipped and normalised the boxes in the pixels as stored in the file
+(conversion.plan.detection). Here, per image, after the encoder has read it: an image whose
+annotation recorded another size than the file stores is skipped (a tool that applied the EXIF
+orientation, or another file of the same name), and when the encoder turned the pixels upright
+(EXIF orientation, in the modes that re-encode), the boxes turn with them. Normalised boxes need
+nothing for `--resize`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from img2tfrecord.conversion.plan.table import Objects
+from img2tfrecord.format.schema import MetaValue
+
+_Box = tuple[float, float, float, float]  # xmin, ymin, xmax, ymax, normalised
+
+
+def size_problem(objects: Objects, width: int, height: int) -> str | None:
+    """Why the boxes do not fit an image that stores `width` x `height` pixels, or None."""
+    if objects.width <= 0 or (objects.width, objects.height) == (width, height):
+        return None
+    turned = " (its width and height swapped: a tool that applied the EXIF orientation?)"
+    return (
+        f"the annotation is of a {objects.width}x{objects.height} image, the file stores {width}x{height} pixels"
+        + (turned if (objects.height, objects.width) == (width, height) else "")
+        + "; boxes follow the pixels as stored"
+    )
+
+
+def turn(box: _Box, orientation: int) -> _Box:
+    """A normalised box after the pixels were turned upright from EXIF `orientation` (2-8), as Pillow's
+    transposes do (ImageOps.exif_transpose)."""
+    x0, y0, x1, y1 = box
+    return {
+        2: (1 - x1, y0, 1 - x0, y1),  # mirrored left-right
+        3: (1 - x1, 1 - y1, 1 - x0, 1 - y0),  # 180
+        4: (x0, 1 - y1, x1, 1 - y0),  # mirrored top-bottom
+        5: (y0, x0, y1, x1),  # transposed
+        6: (1 - y1, x0, 1 - y0, x1),  # turned 90 clockwise
+        7: (1 - y1, 1 - x1, 1 - y0, 1 - x0),  # transversed
+        8: (y0, 1 - x1, y1, 1 - x0),  # turned 90 counter-clockwise
+    }.get(orientation, box)
+
+
+def features(objects: Objects, payload: bytes, width: int, height: int, orientation: int) -> tuple[MetaValue, ...]:
+    """The Object Detection API's features of one record; `width` x `height` the pixels as stored
+    in the source file, `orientation` the EXIF turn the encoder applied (1: none)."""
+    boxes = [turn(b, orientation) for b in zip(objects.xmin, objects.ymin, objects.xmax, objects.ymax)]
+    scale = width * height if objects.width <= 0 else 1  # YOLO's areas are fractions of the image
+    return (
+        MetaValue("image/key/sha256", "bytes", (hashlib.sha256(payload).hexdigest(),)),
+        MetaValue("image/object/area", "float", tuple(a * scale for a in objects.area)),
+        MetaValue("image/object/bbox/xmax", "float", tuple(b[2] for b in boxes)),
+        MetaValue("image/object/bbox/xmin", "float", tuple(b[0] for b in boxes)),
+        MetaValue("image/object/bbox/ymax", "float", tuple(b[3] for b in boxes)),
+        MetaValue("image/object/bbox/ymin", "float", tuple(b[1] for b in boxes)),
+        MetaValue("image/object/class/label", "int64", objects.label),
+        MetaValue("image/object/class/text", "bytes", objects.text),
+        MetaValue("image/object/difficult", "int64", objects.difficult),
+        MetaValue("image/object/is_crowd", "int64", objects.is_crowd),
+        MetaValue("image/object/truncated", "int64", objects.truncated),
+        MetaValue("image/source_id", "bytes", (objects.source_id,)),
+    )

@@ -1,0 +1,191 @@
+"""The walk of a detection input (`convert --annotations`): images anywhere below INPUT, each with
+the boxes its annotation gives (conversion.plan.annotations), clipped to the image here, once.
+
+Boxes are in the pixels as stored in the file (the rule: annotation tools differ in whether they
+applied EXIF orientation, so we take the file's own pixels; the encoder skips an image whose
+annotation records another size). A box partly outside the image is clipped; one wholly outside,
+or of no area once clipped, is dropped; each is named (image and reason) in `Boxed.problems`,
+which the summary and dataset.json (`metadata.detection`) list and `--strict` refuses. Class ids
+start at 1, as the Object Detection API's label maps require (`label_map.pbtxt`). For the split
+shares and per-class counts an image counts as the class of its smallest id, one without boxes as
+the first class. Images with no annotation are kept with no boxes, unless `--skip-empty`.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any, NamedTuple
+
+from img2tfrecord.conversion.plan.annotations import Annotations, ImageBoxes, RawBox
+from img2tfrecord.conversion.plan.labels import check_class_names, class_list
+from img2tfrecord.conversion.plan.splits import EXACT, Discovery, SplitRule, assemble
+from img2tfrecord.conversion.plan.table import ImageTable, Objects, decode_name
+from img2tfrecord.conversion.plan.walk import check_input, walk_classes
+from img2tfrecord.conversion.plan.walk_text import junk_note
+from img2tfrecord.errors import DataError, UsageError, option
+from img2tfrecord.format.schema import MetaValue, utf8_text
+
+
+class Clipped(NamedTuple):
+    """One image's boxes after clipping: the objects kept and what happened to the others."""
+
+    objects: Objects
+    problems: list[dict[str, str]]  # path, box (its index in the annotation), reason
+
+
+def clip(rel: str, ann: ImageBoxes, ids: dict[str, int]) -> Clipped:
+    """Clip and normalise one image's boxes; the dropped and clipped ones named."""
+    w, h = (ann.width, ann.height) if ann.width > 0 and ann.height > 0 else (1, 1)
+    cols: dict[str, list[Any]] = {k: [] for k in Objects._fields[3:]}
+    problems = []
+    for i, b in enumerate(ann.boxes):
+        why, box = _clipped(b, w, h)
+        if why:
+            problems.append({"path": rel, "box": str(i), "class": b.name, "reason": why})
+        if box is None:
+            continue
+        x0, y0, x1, y1 = box
+        area = b.area if b.area >= 0 and not why else (x1 - x0) * (y1 - y0)
+        values = (x0 / w, y0 / h, x1 / w, y1 / h, ids[b.name], b.name, b.is_crowd, area, b.difficult, b.truncated)
+        for k, v in zip(cols, values):
+            cols[k].append(v)
+    source = Objects(ann.width, ann.height, ann.source_id, *(tuple(v) for v in cols.values()))
+    return Clipped(source, problems)
+
+
+def _clipped(b: RawBox, w: float, h: float) -> tuple[str, tuple[float, float, float, float] | None]:
+    """(why, box): ("", box) inside; ("clipped ...", box) partly outside; ("...", None) dropped."""
+    if not b.xmax > b.xmin or not b.ymax > b.ymin:
+        return "zero area: dropped", None
+    x0, y0, x1, y1 = max(b.xmin, 0.0), max(b.ymin, 0.0), min(b.xmax, w), min(b.ymax, h)
+    if not (x1 > x0 and y1 > y0):
+        return "wholly outside the image: dropped", None
+    if (x0, y0, x1, y1) != (b.xmin, b.ymin, b.xmax, b.ymax):
+        return "partly outside the image: clipped", (x0, y0, x1, y1)
+    return "", (x0, y0, x1, y1)
+
+
+class Boxed(NamedTuple):
+    """A detection walk: the Discovery, and the facts dataset.json's `metadata.detection` keeps."""
+
+    found: Discovery
+    problems: list[dict[str, str]]
+    boxes: int
+    empty: int  # images kept with no box
+    skipped_empty: int  # images left out by --skip-empty
+
+
+def discover_detection(
+    input_dir: str,
+    ann: Annotations,
+    *,
+    skip_empty: bool = False,
+    split: dict[str, float] | None = None,
+    seed: int = 0,
+    label_offset: int = 0,
+    labels: list[str] | None = None,
+    known_classes: list[str] | None = None,
+    rule: SplitRule = EXACT,
+) -> Boxed:
+    """`walk.discover` for `--annotations`: every image below INPUT, with its boxes."""
+    remote = check_input(input_dir)
+    (found,) = walk_classes([("", "", input_dir)], remote)
+    if found.report.error is not None:
+        raise DataError(f"cannot list input {input_dir}: {found.report.error}")
+    named = set(ann.classes)
+    check_class_names(sorted(named), "the class name", "rename it in the annotations")
+    if labels is None and known_classes is None:  # the annotations' own order (COCO's ids, YOLO's numbers)
+        if not ann.classes:
+            raise UsageError(f"{option('annotations', ann.path)}: the annotations name no class")
+        classes = list(ann.classes)
+    else:
+        classes = class_list(named, labels, "the annotations name no class", known_classes)
+    ids = {c: i + 1 for i, c in enumerate(classes)}
+    table = ImageTable(input_dir, remote, classes, [i + label_offset for i in range(len(classes))], split_rel=True)
+    groups = [table.new_group("", k) for k in range(len(classes))]
+    per_class: dict[str, dict[str, array]] = {}
+    problems: list[dict[str, str]] = []
+    count = empty = skipped_empty = 0
+    for i, name in enumerate(found.names):
+        rel = decode_name(name)
+        got = ann.lookup(rel)
+        unknown = sorted({b.name for b in got.boxes} - set(ids)) if got else []
+        if unknown:
+            raise UsageError(f"{option('annotations')}: {rel}: class {unknown[0]} is not in the class list")
+        cut = clip(utf8_text(rel), got or ImageBoxes(0, 0, rel, ()), ids)
+        if not cut.objects.label and skip_empty:
+            skipped_empty += 1
+            continue
+        problems += cut.problems
+        count += len(cut.objects.label)
+        empty += not cut.objects.label
+        k = min(cut.objects.label, default=1) - 1
+        (n,) = table.extend([groups[k]], [name], array("q", [found.sizes[i]]), array("q", [found.mtimes[i]]))
+        table.objects[n] = cut.objects._replace(source_id=cut.objects.source_id or rel)
+        table.meta[n] = _class_lists(cut.objects, label_offset)
+        per_class.setdefault(classes[k], {}).setdefault("", array("q")).append(n)
+    out = assemble(
+        table,
+        per_class,  # type: ignore[arg-type]
+        {},
+        list(split) if split else ["train"],
+        presplit=False,
+        split=split,
+        seed=seed,
+        ignored=found.ignored,
+        warnings=[],
+        what="class",
+        whats="classes",
+        no_images=f"no images found in {input_dir}",
+        rule=rule,
+    )
+    out.skipped = sorted(
+        [{"path": utf8_text(r), "split": "", "reason": why} for r, why in found.report.skipped]
+        + [{"path": p["path"], "split": "", "reason": p["reason"]} for p in ann.problems],
+        key=lambda s: s["path"],
+    )
+    if note := junk_note(found.report.junk_dirs):
+        out.notes.append(note)
+    return Boxed(out, problems, count, empty, skipped_empty)
+
+
+def _class_lists(objects: Objects, label_offset: int) -> tuple[MetaValue, ...]:
+    """image/class/label and image/class/text: the image's classes (each once, by id), as a multi-label record's."""
+    ids = sorted(set(zip(objects.label, objects.text)))
+    return (
+        MetaValue("image/class/label", "int64", tuple(i - 1 + label_offset for i, _ in ids)),
+        MetaValue("image/class/text", "bytes", tuple(t for _, t in ids)),
+    )
+
+
+def entry(ann: Annotations, boxed: Boxed) -> dict[str, Any]:
+    """dataset.json's `metadata` entry of a detection dataset: lists of classes per image, and `detection`."""
+    problems = boxed.problems
+    return {
+        "file": ann.path,
+        "xxh3_128": ann.digest,
+        "columns": {},
+        "multi_label": True,
+        "detection": ann.entry()
+        | {
+            "boxes": boxed.boxes,
+            "clipped": sum(p["reason"].endswith("clipped") for p in problems),
+            "dropped": sum(p["reason"].endswith("dropped") for p in problems),
+            "empty_images": boxed.empty,
+            "skipped_empty": boxed.skipped_empty,
+            "box_problems": problems,
+        },
+    }
+
+
+def written(metadata: dict[str, Any], skipped: list[dict[str, str]], lost: list[Objects]) -> dict[str, Any]:
+    """A detection dataset's `metadata` entry over the images written: the boxes of the images the
+    encoder skipped (`lost`; their paths in `skipped`) are neither counted nor named."""
+    gone = {s["path"] for s in skipped}
+    d = dict(metadata["detection"])
+    d["box_problems"] = [p for p in d["box_problems"] if p["path"] not in gone]
+    d["boxes"] -= sum(len(o.label) for o in lost)
+    d["empty_images"] -= sum(not o.label for o in lost)
+    d["clipped"] = sum(p["reason"].endswith("clipped") for p in d["box_problems"])
+    d["dropped"] = sum(p["reason"].endswith("dropped") for p in d["box_problems"])
+    return metadata | {"detection": d}
