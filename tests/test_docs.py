@@ -79,3 +79,30 @@ def test_no_words_about_how_the_project_was_built() -> None:
     for path in [p for p in documents()] + [ROOT / "ARCHITECTURE.md", ROOT / "CHANGELOG.md"]:
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             assert not HISTORY.search(line), f"{path.relative_to(ROOT)}:{n}: {line}"
+
+
+def test_make_demo_runs_as_the_makefile_says(tmp_path: Path, cli) -> None:
+    """`make demo`'s img2tfrecord commands (the README's first command), run as written in a copy of
+    sample_data: both steps succeed, and the second writes the sample's boxes."""
+    import json
+    import shlex
+    import shutil
+
+    recipe = ROOT.joinpath("Makefile").read_text().split("\ndemo:", 1)[1].split("\n\n", 1)[0]
+    steps = [
+        shlex.split(line.split("/img2tfrecord ", 1)[1]) for line in recipe.splitlines() if "/img2tfrecord " in line
+    ]
+    assert [s[:2] for s in steps] == [["convert", "sample_data"], ["inspect", "out"]] + [
+        ["convert", "sample_data"],
+        ["inspect", "out-detection"],
+    ]
+    shutil.copytree(ROOT / "sample_data", tmp_path / "sample_data")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path)
+        for step in steps:
+            res = cli(*step)
+            assert res.exit_code == 0, (step, res.output)
+        assert "no problems" in res.output
+    detection = json.loads((tmp_path / "out-detection/dataset.json").read_text())["metadata"]["detection"]
+    assert (detection["format"], detection["boxes"], detection["clipped"], detection["dropped"]) == ("coco", 30, 0, 0)
+    assert (tmp_path / "out/contact-sheet.png").is_file()

@@ -16,7 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+
+from test_detection import coco_corpus, expected_coco
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_GARDEN = os.environ.get("MODEL_GARDEN_PATH", "")
@@ -64,7 +67,8 @@ def shards_of(out: Path) -> list[Path]:
 
 
 def coco_truth(coco: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per image file name: its boxes as [ymin, xmin, ymax, xmax] normalised, and class ids, from a COCO set."""
+    """Per image file name: its boxes as [ymin, xmin, ymax, xmax] normalised, and class ids, from a COCO
+    set whose boxes all lie inside their images and whose category ids are 1, 2, 3... (sample_data's)."""
     images = {im["id"]: im for im in coco["images"]}
     truth: dict[str, dict[str, Any]] = {im["file_name"]: {"boxes": [], "classes": []} for im in coco["images"]}
     for a in coco["annotations"]:
@@ -74,6 +78,11 @@ def coco_truth(coco: dict[str, Any]) -> dict[str, dict[str, Any]]:
         truth[im["file_name"]]["boxes"].append([y / H, x / W, (y + h) / H, (x + w) / W])
         truth[im["file_name"]]["classes"].append(a["category_id"])
     return truth
+
+
+def same_image(rec: dict[str, Any]) -> None:
+    """The decoder's image has the height and width the record declares, in 3 channels."""
+    assert rec["shape"] == [rec["height"], rec["width"], 3]
 
 
 def test_model_garden_decoder_reads_the_sample_detection_set(tmp_path, cli):
@@ -86,7 +95,33 @@ def test_model_garden_decoder_reads_the_sample_detection_set(tmp_path, cli):
     assert sorted(got) == sorted(truth)  # the broken JPEG has no annotation and no record
     for name, want in truth.items():
         rec = got[name]
-        assert rec["shape"][:2] == [rec["height"], rec["width"]] and rec["shape"][2] == 3
-        assert rec["classes"] == want["classes"]
-        assert rec["boxes"] == pytest.approx(want["boxes"], abs=1e-6)
-        assert rec["is_crowd"] == [False] * len(want["classes"])
+        same_image(rec)
+        assert rec["classes"] == want["classes"] and rec["is_crowd"] == [False] * len(want["classes"])
+        assert np.allclose(rec["boxes"], want["boxes"], rtol=0, atol=1e-6), name
+
+
+@pytest.mark.parametrize("encoding", ["keep", "png"])
+def test_model_garden_decoder_reads_the_hard_cases(tmp_path, cli, encoding):
+    """The generated COCO corpus of tests/plan/test_detection.py: clipped and dropped boxes, crowds,
+    an EXIF-rotated JPEG, PNG, WebP and GIF inputs, an image without boxes. Kept as stored, every
+    box is the annotation's to 1e-6; turned upright (--encoding png), the rotated photo's image
+    and boxes turn together (the decoder's shape is the record's height and width)."""
+    ann = coco_corpus(tmp_path)
+    out = tmp_path / "out"
+    res = cli("convert", tmp_path / "images", out, "--annotations", ann, "--encoding", encoding, "--quiet")
+    assert res.exit_code == 0, res.output
+    got = model_garden_decode(shards_of(out))
+    assert sorted(got) == ["empty.png", "outside.png", "photo.webp", "plain.jpg", "rotated.jpg", "sub/anim.gif"]
+    for name, rec in got.items():
+        same_image(rec)
+        want = [] if name == "empty.png" else expected_coco(name)
+        assert rec["classes"] == [w[4] for w in want] and rec["is_crowd"] == [bool(w[5]) for w in want], name
+        if name == "rotated.jpg" and encoding == "png":
+            # EXIF orientation 6 turns the stored 64x48 pixels 90 degrees clockwise to 48x64: the box
+            # x 2..26, y 4..16 of the stored pixels lands at x 48-16..48-4, y 2..26
+            assert (rec["height"], rec["width"]) == (64, 48)
+            assert np.allclose(rec["boxes"], [[2 / 64, 32 / 48, 26 / 64, 44 / 48]], rtol=0, atol=1e-6)
+            continue
+        boxes = [[w[1], w[0], w[3], w[2]] for w in want]  # the decoder's order: ymin, xmin, ymax, xmax
+        assert np.allclose(np.reshape(rec["boxes"], (-1, 4)), np.reshape(boxes, (-1, 4)), rtol=0, atol=1e-6), name
+    assert got["plain.jpg"]["area"] == pytest.approx([200.0, 123.5])  # the box's, then COCO's own
