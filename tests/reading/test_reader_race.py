@@ -169,3 +169,45 @@ def test_a_shard_replaced_in_the_folder_a_reader_holds_names_the_newer_version(b
     assert e is not None
     line = f"{out}: version 2 replaced version 1 while load() read it, and {last.name} of version 1 is gone: call load() again to read version 2"
     assert line in str(e), str(e)
+
+
+# Takes one element and lets go of dataset and iterator in one statement, again and again, as the
+# docs' `next(iter(load(...)))` does: TensorFlow's prefetch threads are then often opening the next
+# shard through the folder load() holds open while the iterator is torn down.
+LET_GO = """
+import os, sys
+import img2tfrecord
+from img2tfrecord.format import readers
+out = sys.argv[1]
+def fds():
+    readers.in_use(out)  # closes what was let go, as any command in this process would first
+    return len(os.listdir("/proc/self/fd"))
+next(iter(img2tfrecord.load(out, cycle_length=2)))
+before = fds()
+for cycle in (1, 2, 4) * 10:
+    image, label = next(iter(img2tfrecord.load(out, cycle_length=cycle)))
+    for batch in img2tfrecord.load(out, image_size=8).batch(2):
+        break
+print(fds() - before, readers.in_use(out))
+"""
+
+
+def test_letting_go_of_a_dataset_mid_read_never_hangs_and_frees_its_folder(base):
+    """The folder is closed once the statement that let it go (the iterator's teardown with it) has
+    finished, never while TensorFlow may still open a shard through it (a closed one made the
+    teardown retry that open forever); and closed then: no descriptor is left open, the folder is
+    free for a publisher to remove."""
+    import subprocess
+    import sys
+
+    root, _ = base
+    out = root / "v1"
+    env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"}
+    try:
+        res = subprocess.run(
+            [sys.executable, "-c", LET_GO, str(out)], capture_output=True, text=True, timeout=WAIT * 3, env=env
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"letting go of a dataset mid-read hung for {WAIT * 3} s")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.split() == ["0", "False"] and res.stderr == ""

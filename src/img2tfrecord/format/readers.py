@@ -10,6 +10,16 @@ The publisher, in turn, removes an old version only when it can take the exclusi
 folder (`in_use`: no reader left); otherwise the folder is kept beside OUTPUT and removed by a
 later command that finds it free. Without flock (not POSIX) or /proc, readers fall back to plain
 paths, and a shard replaced under one is refused (`loader`), never read as a mix.
+
+The open folder is closed only once nothing can read through it, which is later than when the
+last Python object holding it goes: `next(iter(load(...)))` drops the dataset and its iterator in
+one statement, the dataset first, and TensorFlow tears the iterator down after, waiting for its
+prefetch threads, one of which may be opening the next shard as `/proc/self/fd/N/NAME` just
+then. Closed at that moment, the open fails and `ignore_errors` retries it forever: the teardown
+never ends (a hang, seen in the docs' own example). So a folder let go is retired, not closed
+(`_retire`), and closed (`_reap`) once the Python frame whose statement let it go has moved on:
+that statement, teardown included, has then finished. A reaper thread does this within ~20 ms,
+and `pin` and `in_use` do it first, so a command in the same process sees the folder free.
 """
 
 from __future__ import annotations
@@ -17,6 +27,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
+import threading
+import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,16 +63,87 @@ class Pin:
 
 
 class Holder:
-    """Keeps a `Pin`'s folder open while anything that reads through it lives (closed when collected)."""
+    """Keeps a `Pin`'s folder open while anything that reads through it lives (retired when collected)."""
 
     def __init__(self, pin: Pin) -> None:
         self.pin = pin
-        weakref.finalize(self, _close, pin.fd)
+        weakref.finalize(self, _retire, pin.fd)
 
 
 def _close(fd: int) -> None:
     with contextlib.suppress(OSError):
         os.close(fd)
+
+
+class _Retired(NamedTuple):
+    """A folder let go, and where: the thread, and the id and position of the Python frame whose
+    statement let it go (the statement that may still be tearing down an iterator)."""
+
+    fd: int
+    thread: int
+    frame: int
+    lasti: int
+
+
+_retired: list[_Retired] = []
+_retired_lock = threading.Lock()
+_reaper: list[threading.Thread] = []  # the reaper thread while one runs
+_OURS = (os.path.normcase(weakref.__file__), os.path.normcase(__file__))
+
+
+def _retire(fd: int) -> None:
+    """A Holder's finalizer: note the folder and the frame that let it go; the reaper closes it."""
+    frame: Any = sys._getframe(1)
+    while frame is not None and os.path.normcase(frame.f_code.co_filename) in _OURS:
+        frame = frame.f_back
+    if frame is None:  # no Python frame to watch (interpreter shutdown, a bare C thread): nothing reads on
+        _close(fd)
+        return
+    with _retired_lock:
+        _retired.append(_Retired(fd, threading.get_ident(), id(frame), frame.f_lasti))
+        if _reaper:
+            return
+        try:
+            thread = threading.Thread(target=_reap_until_done, name="img2tfrecord-close", daemon=True)
+            thread.start()
+        except RuntimeError:  # no new threads at interpreter shutdown: the process closes it
+            return
+        _reaper.append(thread)
+
+
+def _moved_on(r: _Retired, frames: dict[int, Any]) -> bool:
+    """Whether the statement that let `r` go has finished: its frame is gone or past it."""
+    frame = frames.get(r.thread)
+    while frame is not None:
+        if id(frame) == r.frame:
+            return frame.f_lasti != r.lasti
+        frame = frame.f_back
+    return True
+
+
+def _reap() -> bool:
+    """Close the retired folders whose statement has finished; whether any is left."""
+    with _retired_lock:
+        frames = sys._current_frames()
+        keep = []
+        for r in _retired:
+            if _moved_on(r, frames):
+                _close(r.fd)
+            else:
+                keep.append(r)
+        _retired[:] = keep
+        del frames  # frames hold their locals: not a moment longer
+        return bool(keep)
+
+
+def _reap_until_done() -> None:
+    while True:
+        time.sleep(0.02)
+        if not _reap():
+            with _retired_lock:
+                if not _retired:
+                    _reaper.clear()
+                    return
 
 
 def pin(folder: str) -> Pin | None:
@@ -72,6 +156,7 @@ def pin(folder: str) -> Pin | None:
         import fcntl
     except ImportError:  # not POSIX
         return None
+    _reap()
     flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
     for _ in range(10):
         try:
@@ -100,6 +185,7 @@ def in_use(folder: str) -> bool:
         import fcntl
     except ImportError:
         return False
+    _reap()
     try:
         fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except OSError:
