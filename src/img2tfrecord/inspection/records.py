@@ -142,7 +142,8 @@ def parse_record(rec: RawRecord) -> RecordInfo:
     info.text = text("text")
     info.filename = text("filename")
     if CLASS_TEXT in fm and fm[CLASS_TEXT].kind in ("bytes", None):  # a detection record: its boxes' classes
-        info.boxes = tuple(bytes(v).decode("utf-8", "replace") for v in fm[CLASS_TEXT].values or ())
+        values = fm[CLASS_TEXT].values or ()
+        info.boxes = tuple(bytes(v).decode("utf-8", "replace") for v in values if isinstance(v, memoryview))
     info.objects = boxes_of(fm)
     if info.image is not None and info.format != FORMAT_RAW and None in (info.height, info.width, info.channels):
         _fill_size_from_header(info)
