@@ -329,3 +329,36 @@ def test_collected_values_are_capped_on_a_packed_list_of_a_million() -> None:
     xmin, label = w.features["image/object/bbox/xmin"], w.features["image/object/class/label"]
     assert (xmin.count, len(xmin.values or []), label.count, len(label.values or [])) == (10**6, 1000, 10**6, 1000)
     assert label.values == list(range(1000)) and set(xmin.values or []) == {0.25}
+
+
+def _ld(field: int, payload: bytes) -> bytes:
+    """A length-delimited field (its length in one byte: these messages are small)."""
+    assert len(payload) < 128
+    return bytes([field << 3 | 2, len(payload)]) + payload
+
+
+@pytest.mark.parametrize(
+    "entry_fields",
+    [
+        [("value", b"")],  # no key: the key ""
+        [("value", b""), ("key", b"a")],  # the value before its key
+        [("key", b"b"), ("value", b""), ("key", b"a")],  # a second key after the value: the last counts
+        [("key", b"a"), ("value", b""), ("key", b"b")],
+        [("key", b"a"), ("value", b""), ("value", b"more")],  # a repeated value merges
+    ],
+)
+def test_collected_values_follow_the_entry_key_protobuf_takes_in_any_field_order(entry_fields: list) -> None:
+    floats = struct.pack("<3f", 0.5, 1.5, 2.5)
+    fields = []
+    for what, text in entry_fields:
+        if what == "key":
+            fields.append(_ld(1, text))
+        else:
+            extra = struct.pack("<f", 9.0) if text else b""
+            fields.append(_ld(2, _ld(2, _ld(1, floats + extra))))
+    data = _ld(1, _ld(1, b"".join(fields)))
+    want = _all_values(data, 10)
+    w = parse_example(data, collect={"a"}, cap=10)
+    assert set(w.features) == set(want)
+    for key, f in w.features.items():
+        assert f.values == (want[key] if key == "a" else None), key

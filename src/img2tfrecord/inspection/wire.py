@@ -235,16 +235,42 @@ def _feature(buf: memoryview, a: int, b: int, prev: WireFeature | None, cap: int
     return f
 
 
-def _entry_key(buf: memoryview, a: int, b: int) -> str | None:
-    """The key of the map entry in buf[a:b] (its last key field, as protobuf takes it), if it is valid UTF-8."""
-    key = b""
-    for n, w, p, q in _fields(buf, a, b):
-        if n == 1 and w == 2:
-            key = bytes(buf[p:q])
-    try:
-        return key.decode("utf-8")
-    except UnicodeDecodeError:
+def _entry(buf: memoryview, a: int, b: int, collect: Container[str], cap: int) -> tuple[str, WireFeature | None] | None:
+    """(key, feature) of the map entry in buf[a:b]; None when it has an unknown field (protobuf then
+    leaves it out of the map). Values are collected when the key is in `collect`: decided at the
+    value with the key seen so far (a serializer writes the key first), walked again in the rare
+    entry whose final key says otherwise."""
+    key_span: tuple[int, int] | None = None
+    value: WireFeature | None = None
+    unknown = False
+    collected: bool | None = None
+    for n3, w3, p, q in _fields(buf, a, b):
+        if w3 != 2 or n3 not in (1, 2):
+            unknown = True
+        elif n3 == 1:
+            key_span = (p, q)
+            try:
+                bytes(buf[p:q]).decode("utf-8")
+            except UnicodeDecodeError:
+                raise WireError(f"a feature key that is not UTF-8 at byte {p}") from None
+        elif n3 == 2:
+            if collected is None:
+                collected = bool(collect) and _text(buf, key_span) in collect
+            value = _feature(buf, p, q, value, cap if collected else -1)
+    if unknown:
         return None
+    key = _text(buf, key_span)
+    if collected is not None and collected != (key in collect):
+        value = None
+        for n3, w3, p, q in _fields(buf, a, b):
+            if n3 == 2 and w3 == 2:
+                value = _feature(buf, p, q, value, cap if key in collect else -1)
+    return key, value
+
+
+def _text(buf: memoryview, span: tuple[int, int] | None) -> str:
+    """A key's text (checked as UTF-8 when its field was read); "" when the entry has none."""
+    return bytes(buf[span[0] : span[1]]).decode("utf-8") if span else ""
 
 
 def parse_example(
@@ -270,26 +296,10 @@ def parse_example(
         for n2, w2, x, y in _fields(buf, a, b):
             if n2 != 1 or w2 != 2:
                 continue
-            key_span: tuple[int, int] | None = None
-            value: WireFeature | None = None
-            unknown = False
-            wanted = -1
-            if collect and (k := _entry_key(buf, x, y)) is not None and k in collect:
-                wanted = cap
-            for n3, w3, p, q in _fields(buf, x, y):
-                if w3 != 2 or n3 not in (1, 2):
-                    unknown = True
-                elif n3 == 1:
-                    key_span = (p, q)
-                    try:
-                        bytes(buf[p:q]).decode("utf-8")
-                    except UnicodeDecodeError:
-                        raise WireError(f"a feature key that is not UTF-8 at byte {p}") from None
-                elif n3 == 2:
-                    value = _feature(buf, p, q, value, wanted)
-            if unknown:  # protobuf keeps such an entry among the unknown fields, not in the map
+            entry = _entry(buf, x, y, collect, cap)
+            if entry is None:  # protobuf keeps such an entry among the unknown fields, not in the map
                 continue
-            key = bytes(buf[key_span[0] : key_span[1]]).decode("utf-8") if key_span else ""
+            key, value = entry
             if key in features or key in keep:
                 features[key] = value or WireFeature()
             elif others < limit:
