@@ -65,15 +65,15 @@ def _sheet(out: Path, path: Path, n: int = 4) -> dict[str, Any]:
 
 
 def _cells(out: Path) -> dict[str, tuple[int, int]]:
-    """file name -> (row, column) on the sheet: rows by image label (cat, dog, then "no label": an
-    image without boxes has no class list), cells in record order."""
+    """file name -> (row, column) on the sheet: rows by image label (an image without boxes has no
+    class list: in the first class's row, cat's, as dataset.json counts it), cells in record order."""
     where: dict[str, tuple[int, int]] = {}
     per_row: dict[int, int] = {}
     for shard in sorted(out.glob("train-*")):
         for rec in TFRecordFile(shard):
             info = parse_record(rec)
             assert info.filename is not None
-            row = 2 if info.label is None else info.label
+            row = 0 if info.label is None else info.label
             where[info.filename] = (row, per_row.get(row, 0))
             per_row[row] = per_row.get(row, 0) + 1
     return where
@@ -81,6 +81,7 @@ def _cells(out: Path) -> dict[str, tuple[int, int]]:
 
 def test_sheet_outlines_each_box_on_its_thumbnail_in_its_class_colour(detection: Path, tmp_path: Path) -> None:
     sheet = _sheet(detection, tmp_path / "s.png")
+    assert sheet["row_names"] == ["0  cat", "1  dog"]  # no "no label" row
     im = Image.open(tmp_path / "s.png").convert("RGB")
     cells = _cells(detection)
     for name, ((w, h), boxes) in IMAGES.items():
