@@ -276,3 +276,89 @@ def test_walker_agrees_with_protobuf_on_random_and_damaged_examples(
     if want != "error" and got != "error":
         want, got = (sorted(want[0].items()), want[1]), (sorted(got[0].items()), got[1])
     assert repr(got) == repr(want)  # repr: a NaN float equals itself
+
+
+def _all_values(data: bytes, cap: int) -> dict[str, list]:
+    ex = Example()
+    ex.ParseFromString(data)
+    out = {}
+    for key, feat in ex.features.feature.items():
+        kind = feat.WhichOneof("kind")
+        out[key] = list(getattr(feat, kind).value)[:cap] if kind else []
+    return out
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    parts=st.lists(_examples, min_size=1, max_size=3),
+    edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=2),
+    cap=st.integers(0, 4),
+)
+def test_walker_collects_the_values_protobuf_parses_up_to_its_cap(
+    parts: list[dict[str, Any]], edits: list[tuple[int, int]], cap: int
+) -> None:
+    """`collect`: every value of the keys asked for (a detection record's boxes), the first `cap` of them;
+    the other keys keep only their first value."""
+    data = bytearray(b"".join(_serialize(p) for p in parts))
+    for at, value in edits:
+        if data:
+            data[at % len(data)] = value
+    try:
+        want: Any = _all_values(bytes(data), cap)
+    except DecodeError:
+        want = "error"
+    try:
+        w = parse_example(bytes(data), collect={"a", "ü"}, cap=cap)
+        got: Any = {
+            k: [bytes(v) if isinstance(v, memoryview) else v for v in f.values or []] for k, f in w.features.items()
+        }
+        assert all((f.values is not None) == (k in ("a", "ü")) for k, f in w.features.items())
+    except WireError:
+        got = "error"
+    if want != "error" and got != "error":
+        want = sorted((k, v) for k, v in want.items() if k in ("a", "ü"))
+        got = sorted((k, v) for k, v in got.items() if k in ("a", "ü"))
+    assert repr(got) == repr(want)  # repr: a NaN float equals itself
+
+
+def test_collected_values_are_capped_on_a_packed_list_of_a_million() -> None:
+    ex = Example()
+    ex.features.feature["image/object/bbox/xmin"].float_list.value.extend([0.25] * 1_000_000)
+    ex.features.feature["image/object/class/label"].int64_list.value.extend(range(1_000_000))
+    w = parse_example(ex.SerializeToString(), collect={"image/object/bbox/xmin", "image/object/class/label"})
+    xmin, label = w.features["image/object/bbox/xmin"], w.features["image/object/class/label"]
+    assert (xmin.count, len(xmin.values or []), label.count, len(label.values or [])) == (10**6, 1000, 10**6, 1000)
+    assert label.values == list(range(1000)) and set(xmin.values or []) == {0.25}
+
+
+def _ld(field: int, payload: bytes) -> bytes:
+    """A length-delimited field (its length in one byte: these messages are small)."""
+    assert len(payload) < 128
+    return bytes([field << 3 | 2, len(payload)]) + payload
+
+
+@pytest.mark.parametrize(
+    "entry_fields",
+    [
+        [("value", b"")],  # no key: the key ""
+        [("value", b""), ("key", b"a")],  # the value before its key
+        [("key", b"b"), ("value", b""), ("key", b"a")],  # a second key after the value: the last counts
+        [("key", b"a"), ("value", b""), ("key", b"b")],
+        [("key", b"a"), ("value", b""), ("value", b"more")],  # a repeated value merges
+    ],
+)
+def test_collected_values_follow_the_entry_key_protobuf_takes_in_any_field_order(entry_fields: list) -> None:
+    floats = struct.pack("<3f", 0.5, 1.5, 2.5)
+    fields = []
+    for what, text in entry_fields:
+        if what == "key":
+            fields.append(_ld(1, text))
+        else:
+            extra = struct.pack("<f", 9.0) if text else b""
+            fields.append(_ld(2, _ld(2, _ld(1, floats + extra))))
+    data = _ld(1, _ld(1, b"".join(fields)))
+    want = _all_values(data, 10)
+    w = parse_example(data, collect={"a"}, cap=10)
+    assert set(w.features) == set(want)
+    for key, f in w.features.items():
+        assert f.values == (want[key] if key == "a" else None), key

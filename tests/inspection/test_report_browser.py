@@ -121,3 +121,46 @@ def test_numbers_read_without_javascript(page_file: tuple[Path, Path]) -> None:
         assert s in table
         for c, n in sp["class_counts"].items():
             assert c in table and f"{n:,}" in table
+
+
+def test_boxes_render_over_their_objects_on_the_thumbnails(tmp_path: Path) -> None:
+    """sample_data's COCO set: each box element's bounding rectangle, as Chromium lays it out, is the
+    annotation's box scaled to its thumbnail's rectangle (within a pixel)."""
+    from playwright.sync_api import sync_playwright
+
+    from img2tfrecord.conversion.convert import convert
+    from img2tfrecord.inspection.report import report
+
+    sample = Path(__file__).resolve().parents[2] / "sample_data"
+    coco = json.loads((sample / "annotations.json").read_text())
+    images = {im["id"]: im for im in coco["images"]}
+    truth = {images[a["image_id"]]["file_name"]: (a["bbox"], images[a["image_id"]]) for a in coco["annotations"]}
+    convert(str(sample), str(tmp_path / "out"), annotations=str(sample / "annotations.json"))
+    html = tmp_path / "r.html"
+    report(tmp_path / "out", html, per_class=4)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(html.as_uri())
+            shown = page.eval_on_selector_all(
+                "#samples .frame",
+                """els => els.map(f => {
+                    const img = f.querySelector('img').getBoundingClientRect();
+                    return [f.querySelector('img').alt, [img.x, img.y, img.width, img.height],
+                            [...f.querySelectorAll('.box')].map(b => {
+                                const r = b.getBoundingClientRect(); return [r.x, r.y, r.width, r.height, b.title];
+                            })];
+                })""",
+            )
+        finally:
+            browser.close()
+    assert len(shown) == 12  # 4 of each of the 3 classes, one box each
+    names = {c["id"]: c["name"] for c in coco["categories"]}
+    for name, (ix, iy, iw, ih), boxes in shown:
+        (x, y, w, h), im = truth[name]
+        sx, sy = iw / im["width"], ih / im["height"]
+        ((bx, by, bw, bh, title),) = boxes
+        assert title == names[next(a["category_id"] for a in coco["annotations"] if images[a["image_id"]] is im)]
+        assert abs(bx - (ix + x * sx)) <= 1 and abs(by - (iy + y * sy)) <= 1, name
+        assert abs(bw - w * sx) <= 1 and abs(bh - h * sy) <= 1, name

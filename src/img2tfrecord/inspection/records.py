@@ -10,6 +10,7 @@ from typing import Any
 from img2tfrecord.format.framing import RawRecord
 from img2tfrecord.format.images import MODE_CHANNELS, sniff_image_format
 from img2tfrecord.format.schema import FORMAT_RAW
+from img2tfrecord.inspection.boxes import BOX_KEYS, CLASS_TEXT, Box, boxes_of
 from img2tfrecord.inspection.wire import WireError, parse_example
 
 OUR_FORMATS = ("JPEG", "PNG", "BMP", FORMAT_RAW)
@@ -52,6 +53,7 @@ class RecordInfo:
     filename: str | None = None
     more_keys: int = 0  # feature keys past MAX_RECORD_KEYS, not in `features`
     boxes: tuple[str, ...] | None = None  # a detection record's box classes (image/object/class/text); None: none
+    objects: tuple[Box, ...] = ()  # its boxes that can be drawn (`boxes.boxes_of`)
 
     def row(self) -> dict[str, Any]:
         """The record's line of the report's table."""
@@ -87,10 +89,11 @@ def parse_record(rec: RawRecord) -> RecordInfo:
     """Parse a record as a tf.train.Example and pick out the image facts; raises NotExample.
 
     The walk is `wire.parse_example`'s: memory is the record plus its kept keys, whatever
-    values it holds.
+    values it holds; of a detection record's box keys the first `wire.MAX_COLLECTED` values each
+    (so `boxes` and the counts of boxes per class cover a record's first 1,000 boxes).
     """
     try:
-        ex = parse_example(rec.data, ALL_ROLE_KEYS, MAX_RECORD_KEYS)
+        ex = parse_example(rec.data, ALL_ROLE_KEYS | BOX_KEYS, MAX_RECORD_KEYS, collect=BOX_KEYS)
     except WireError as e:
         raise NotExample(f"not a tf.train.Example ({e})") from None
     if rec.data and not ex.has_features:
@@ -138,25 +141,13 @@ def parse_record(rec: RawRecord) -> RecordInfo:
     info.label = first("label", "int64")
     info.text = text("text")
     info.filename = text("filename")
-    if BOX_CLASSES in fm and fm[BOX_CLASSES].kind in ("bytes", None):  # a detection record: its boxes' classes
-        info.boxes = _box_classes(rec.data)
+    if CLASS_TEXT in fm and fm[CLASS_TEXT].kind in ("bytes", None):  # a detection record: its boxes' classes
+        values = fm[CLASS_TEXT].values or ()
+        info.boxes = tuple(bytes(v).decode("utf-8", "replace") for v in values if isinstance(v, memoryview))
+    info.objects = boxes_of(fm)
     if info.image is not None and info.format != FORMAT_RAW and None in (info.height, info.width, info.channels):
         _fill_size_from_header(info)
     return info
-
-
-BOX_CLASSES = "image/object/class/text"  # the Object Detection API's key (convert --annotations)
-
-
-def _box_classes(data: bytes) -> tuple[str, ...]:
-    """The class of each box of a detection record (a whole parse, for these records only)."""
-    from img2tfrecord.format.schema import parse_example as parse_all
-
-    try:
-        values = parse_all(data).get(BOX_CLASSES) or []
-    except Exception:  # the wire walk read it; protobuf's parser agrees (inspection.wire), so not expected
-        return ()
-    return tuple(bytes(v).decode("utf-8", "replace") for v in values)
 
 
 def _fill_size_from_header(info: RecordInfo) -> None:

@@ -17,7 +17,7 @@ import os
 import sys
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from img2tfrecord import cstderr
@@ -363,6 +363,15 @@ def _class_name(info: RecordInfo, man: Manifest | None) -> str | None:
     return info.text
 
 
+def _unboxed_as_first_class(info: RecordInfo, man: Manifest | None) -> RecordInfo:
+    """A detection image without boxes (no class list) in the first class's row of the contact sheet,
+    where dataset.json's class_counts and the report put it, not in a row of its own."""
+    if info.boxes == () and info.label is None and man is not None and man.classes:
+        if (man.data.get("metadata") or {}).get("detection"):
+            return replace(info, label=man.label_offset)
+    return info
+
+
 def _scan_file(
     ref: ShardRef,
     feeds: _Feeds,
@@ -469,7 +478,7 @@ def _scan_records(
             if extractor is not None:
                 extractor.add(info, name, ref.split)
             if sheet is not None:
-                sheet.add(info, name, max_pixels)
+                sheet.add(_unboxed_as_first_class(info, man), name, max_pixels)
     except FramingError as e:
         probs.add(e.index, e.offset, e.message)
     if first_non_example is not None:

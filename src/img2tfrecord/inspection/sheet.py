@@ -2,7 +2,9 @@
 
 Written in the format its file name's extension names (PNG, JPEG, WebP, BMP, TIFF); any other
 extension is a usage error before anything is read. Class names are drawn with a font that has
-their characters (`fonts.label`), in a column as wide as the longest name (within bounds).
+their characters (`fonts.label`), in a column as wide as the longest name (within bounds). A
+detection record's boxes are outlined on its thumbnail in its classes' colours (`boxes`); a
+record without them is drawn as before, byte for byte.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from img2tfrecord.format.images import MAX_PIXELS, image_problem
 from img2tfrecord.format.layout import Manifest
 from img2tfrecord.format.schema import FORMAT_RAW
 from img2tfrecord.inspection import fonts
+from img2tfrecord.inspection.boxes import MAX_DRAWN, draw_boxes
 from img2tfrecord.inspection.extract import _raw_to_png
 from img2tfrecord.inspection.records import RecordInfo
 
@@ -126,7 +129,8 @@ class ContactSheet:
         self.format: str = fmt
         self.per_class = min(per_class, MAX_SHEET_CELLS)
         self.max_rows = max(1, min(MAX_SHEET_ROWS, MAX_SHEET_CELLS // self.per_class))
-        self.rows: dict[int | None, list[Any]] = {}
+        self.rows: dict[int | None, list[Any]] = {}  # label -> thumbnails (None: not decodable)
+        self.drawn: dict[tuple[int | None, int], Any] = {}  # (label, cell) -> the record's boxes, if any
         self.names: dict[int | None, str | None] = {}
         self.broken = 0
         self.omitted = 0  # images whose label did not get a row
@@ -159,6 +163,8 @@ class ContactSheet:
             thumb = None
         if thumb is None:
             self.broken += 1
+        elif info.objects:
+            self.drawn[info.label, len(cells)] = info.objects[:MAX_DRAWN]
         cells.append(thumb)
 
     def row_labels(self) -> list[tuple[int | None, str]]:
@@ -197,7 +203,10 @@ class ContactSheet:
                     draw.line([x, y, x + THUMB - 1, y + THUMB - 1], fill=(200, 0, 0), width=3)
                     draw.line([x, y + THUMB - 1, x + THUMB - 1, y], fill=(200, 0, 0), width=3)
                     continue
-                sheet.paste(thumb, (x + (THUMB - thumb.width) // 2, y + (THUMB - thumb.height) // 2))
+                left, top = x + (THUMB - thumb.width) // 2, y + (THUMB - thumb.height) // 2
+                sheet.paste(thumb, (left, top))
+                if (key, i) in self.drawn:
+                    draw_boxes(draw, self.drawn[key, i], left, top, thumb.width, thumb.height)
         sheet.save(self.path, self.format, **_SAVE_OPTIONS.get(self.format, {}))
         return {
             "file": str(self.path),

@@ -7,8 +7,9 @@ a million entries before the first is looked at. Here the bytes are walked over 
 each feature's kind and value count are counted, not made (a packed int64 list by counting its
 last-byte-of-varint bytes, a megabyte at a time), only each feature's first value is kept (a
 slice for bytes), and at most `limit` keys per record, plus the keys the caller always wants
-(`keep`), are kept at all; the rest are counted in `more_keys`. Memory: the record, plus its kept
-keys.
+(`keep`), are kept at all; the rest are counted in `more_keys`. For a few keys the caller needs whole
+(`collect`: a detection record's boxes) every value is kept too, up to `cap` per key, so a record
+of a million boxes costs `cap` values. Memory: the record, plus its kept keys and collected values.
 
 What it accepts is what protobuf's proto3 parser accepts for `tensorflow.Example`
 (tests/inspection/test_inspect_bounds.py compares the two on random and damaged messages): unknown fields
@@ -30,6 +31,7 @@ _LOW = bytes(range(128))  # deleting these leaves a varint's continuation bytes
 _TOO_LONG = re.compile(rb"[\x80-\xff]{10}")  # a varint is at most 10 bytes
 _KINDS = {1: "bytes", 2: "float", 3: "int64"}
 _MAX_FIELD = (1 << 29) - 1
+MAX_COLLECTED = 1000  # values kept per collected key (`parse_example(collect=...)`); `count` counts them all
 
 
 class WireError(ValueError):
@@ -39,11 +41,13 @@ class WireError(ValueError):
 @dataclass(slots=True)
 class WireFeature:
     """One feature: its kind ("bytes", "float", "int64" or None: no list set), how many values,
-    and the first value (an int, a float, or a memoryview of the bytes)."""
+    and the first value (an int, a float, or a memoryview of the bytes); `values`: the first
+    `cap` values when the key was collected, else None."""
 
     kind: str | None = None
     count: int = 0
     first: int | float | memoryview | None = None
+    values: list[int | float | memoryview] | None = None
 
 
 @dataclass(slots=True)
@@ -156,8 +160,11 @@ def _packed_varints(buf: memoryview, a: int, b: int) -> int:
     return (b - a) - cont
 
 
-def _value_list(buf: memoryview, kind: str, a: int, b: int) -> tuple[int, int | float | memoryview | None]:
-    """(number of values, first value) of a BytesList/FloatList/Int64List message in buf[a:b]."""
+def _value_list(
+    buf: memoryview, kind: str, a: int, b: int, into: list[int | float | memoryview] | None, cap: int
+) -> tuple[int, int | float | memoryview | None]:
+    """(number of values, first value) of a BytesList/FloatList/Int64List message in buf[a:b];
+    its values appended to `into` too (when not None) until it holds `cap`."""
     count = 0
     first: int | float | memoryview | None = None
     for num, wt, x, y in _fields(buf, a, b):
@@ -168,50 +175,115 @@ def _value_list(buf: memoryview, kind: str, a: int, b: int) -> tuple[int, int | 
                 count += 1
                 if first is None:
                     first = buf[x:y]
+                if into is not None and len(into) < cap:
+                    into.append(buf[x:y])
         elif kind == "int64":
             if wt == 0:
                 count += 1
                 if first is None:
                     first = _signed(x)
+                if into is not None and len(into) < cap:
+                    into.append(_signed(x))
             elif wt == 2:
                 n = _packed_varints(buf, x, y)
                 if n and first is None:
                     first = _signed(_varint(buf, x, y)[0])
                 count += n
+                if into is not None:
+                    _take_varints(buf, x, y, into, cap)
         elif wt == 5:
             count += 1
             if first is None:
                 first = struct.unpack_from("<f", buf, x)[0]
+            if into is not None and len(into) < cap:
+                into.append(struct.unpack_from("<f", buf, x)[0])
         elif wt == 2:
             if (y - x) % 4:
                 raise WireError(f"packed floats of {y - x} bytes at byte {x}, not a multiple of 4")
             if y > x and first is None:
                 first = struct.unpack_from("<f", buf, x)[0]
             count += (y - x) // 4
+            if into is not None:
+                n = min((y - x) // 4, max(0, cap - len(into)))
+                into.extend(struct.unpack_from(f"<{n}f", buf, x))
     return count, first
 
 
-def _feature(buf: memoryview, a: int, b: int, prev: WireFeature | None) -> WireFeature:
-    """A Feature message merged into `prev` (a repeated message field merges, as protobuf does)."""
+def _take_varints(buf: memoryview, a: int, b: int, into: list[int | float | memoryview], cap: int) -> None:
+    """Append the packed int64s of buf[a:b] (already checked whole) to `into` until it holds `cap`."""
+    while a < b and len(into) < cap:
+        v, a = _varint(buf, a, b)
+        into.append(_signed(v))
+
+
+def _feature(buf: memoryview, a: int, b: int, prev: WireFeature | None, cap: int = -1) -> WireFeature:
+    """A Feature message merged into `prev` (a repeated message field merges, as protobuf does);
+    with `cap` >= 0 its values are collected, up to `cap`."""
     f = prev if prev is not None else WireFeature()
+    if cap >= 0 and f.values is None:
+        f.values = []
     for num, wt, x, y in _fields(buf, a, b):
         kind = _KINDS.get(num)
         if kind is None or wt != 2:
             continue
-        count, first = _value_list(buf, kind, x, y)
-        if f.kind == kind:
-            f.count += count
-            if f.first is None:
-                f.first = first
-        else:  # a oneof: another kind replaces what was set
-            f = WireFeature(kind, count, first)
+        if f.kind != kind:  # a oneof: another kind replaces what was set
+            f = WireFeature(kind, 0, None, [] if cap >= 0 else None)
+        count, first = _value_list(buf, kind, x, y, f.values, cap)
+        f.count += count
+        if f.first is None:
+            f.first = first
     return f
 
 
-def parse_example(data: bytes, keep: Container[str] = (), limit: int = 1 << 62) -> WireExample:
+def _entry(buf: memoryview, a: int, b: int, collect: Container[str], cap: int) -> tuple[str, WireFeature | None] | None:
+    """(key, feature) of the map entry in buf[a:b]; None when it has an unknown field (protobuf then
+    leaves it out of the map). Values are collected when the key is in `collect`: decided at the
+    value with the key seen so far (a serializer writes the key first), walked again in the rare
+    entry whose final key says otherwise."""
+    key_span: tuple[int, int] | None = None
+    value: WireFeature | None = None
+    unknown = False
+    collected: bool | None = None
+    for n3, w3, p, q in _fields(buf, a, b):
+        if w3 != 2 or n3 not in (1, 2):
+            unknown = True
+        elif n3 == 1:
+            key_span = (p, q)
+            try:
+                bytes(buf[p:q]).decode("utf-8")
+            except UnicodeDecodeError:
+                raise WireError(f"a feature key that is not UTF-8 at byte {p}") from None
+        elif n3 == 2:
+            if collected is None:
+                collected = bool(collect) and _text(buf, key_span) in collect
+            value = _feature(buf, p, q, value, cap if collected else -1)
+    if unknown:
+        return None
+    key = _text(buf, key_span)
+    if collected is not None and collected != (key in collect):
+        value = None
+        for n3, w3, p, q in _fields(buf, a, b):
+            if n3 == 2 and w3 == 2:
+                value = _feature(buf, p, q, value, cap if key in collect else -1)
+    return key, value
+
+
+def _text(buf: memoryview, span: tuple[int, int] | None) -> str:
+    """A key's text (checked as UTF-8 when its field was read); "" when the entry has none."""
+    return bytes(buf[span[0] : span[1]]).decode("utf-8") if span else ""
+
+
+def parse_example(
+    data: bytes,
+    keep: Container[str] = (),
+    limit: int = 1 << 62,
+    collect: Container[str] = (),
+    cap: int = MAX_COLLECTED,
+) -> WireExample:
     """Walk a serialized Example; raises WireError where protobuf's parser raises DecodeError.
 
-    Keeps the features whose key is in `keep` and the first `limit` other keys (in wire order).
+    Keeps the features whose key is in `keep` and the first `limit` other keys (in wire order);
+    the values of keys in `collect` (which should be in `keep`) up to `cap` each, in `values`.
     """
     buf = memoryview(data)
     features: dict[str, WireFeature] = {}
@@ -224,23 +296,10 @@ def parse_example(data: bytes, keep: Container[str] = (), limit: int = 1 << 62) 
         for n2, w2, x, y in _fields(buf, a, b):
             if n2 != 1 or w2 != 2:
                 continue
-            key_span: tuple[int, int] | None = None
-            value: WireFeature | None = None
-            unknown = False
-            for n3, w3, p, q in _fields(buf, x, y):
-                if w3 != 2 or n3 not in (1, 2):
-                    unknown = True
-                elif n3 == 1:
-                    key_span = (p, q)
-                    try:
-                        bytes(buf[p:q]).decode("utf-8")
-                    except UnicodeDecodeError:
-                        raise WireError(f"a feature key that is not UTF-8 at byte {p}") from None
-                elif n3 == 2:
-                    value = _feature(buf, p, q, value)
-            if unknown:  # protobuf keeps such an entry among the unknown fields, not in the map
+            entry = _entry(buf, x, y, collect, cap)
+            if entry is None:  # protobuf keeps such an entry among the unknown fields, not in the map
                 continue
-            key = bytes(buf[key_span[0] : key_span[1]]).decode("utf-8") if key_span else ""
+            key, value = entry
             if key in features or key in keep:
                 features[key] = value or WireFeature()
             elif others < limit:

@@ -72,6 +72,7 @@ class Facts:
     duplicates: dict[str, Any]
     lineage: dict[str, Any]
     history: list[dict[str, Any]] = field(default_factory=list)
+    detection: dict[str, Any] = field(default_factory=dict)  # dataset.json's metadata.detection; {}: no boxes
 
     @property
     def flagged(self) -> int:
@@ -126,7 +127,27 @@ def gather(man: Manifest, cat: Catalog | None) -> Facts:
         duplicates=dict(data.get("duplicates") or {}),
         lineage={k: data.get(k) for k in ("version", "parent", "created")},
         history=list(data.get("history") or []),
+        detection=_detection(data),
     )
+
+
+def _detection(data: dict[str, Any]) -> dict[str, Any]:
+    """dataset.json's `metadata.detection` (convert --annotations): the boxes written, clipped, dropped;
+    {} for a dataset without boxes, or an entry not shaped as one."""
+    meta = data.get("metadata")
+    found = meta.get("detection") if isinstance(meta, dict) else None
+    if not isinstance(found, dict):
+        return {}
+
+    def count(key: str) -> int:
+        v = found.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
+
+    return {
+        "annotations": str(found.get("annotations") or ""),
+        "format": str(found.get("format") or ""),
+        **{k: count(k) for k in ("boxes", "clipped", "dropped", "empty_images", "skipped_empty")},
+    }
 
 
 def _cells(man: Manifest, classes: list[str], totals: Counter[str], records: int) -> dict[str, dict[str, Cell]]:

@@ -4,7 +4,8 @@ Only the sampled records are read: an uncompressed shard at the records' offsets
 the earlier records' lengths, `Catalog.offsets`), a compressed one streamed up to its last
 sampled record. Thumbnails are `sheet._thumbnail`'s (the pixels as TensorFlow decodes them),
 stored in the page as JPEG data URIs, within a byte budget so the page stays small whatever
-the number of classes.
+the number of classes. A detection record's boxes (`inspection.boxes`, at most `MAX_DRAWN` a
+thumbnail) go with its thumbnail, drawn over it by the template, and count in the budget.
 """
 
 from __future__ import annotations
@@ -12,13 +13,15 @@ from __future__ import annotations
 import base64
 import io
 import random
+from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from img2tfrecord.format import framing
 from img2tfrecord.format.catalog import Catalog
 from img2tfrecord.format.layout import Manifest, pixel_limit
 from img2tfrecord.format.schema import utf8_text
+from img2tfrecord.inspection.boxes import MAX_DRAWN, Box
 from img2tfrecord.inspection.records import NotExample, parse_record
 from img2tfrecord.inspection.sheet import _thumbnail
 
@@ -26,6 +29,7 @@ SIDE = 128  # thumbnail, pixels square at most
 QUALITY = 75
 BUDGET = 7 << 20  # bytes of thumbnails (base64) a page holds at most: the page stays under 10 MB
 MAX_THUMBS = 2000  # records sampled at most (classes past it are shown without thumbnails): bounded time
+BOX_BYTES = 200  # what one box's overlay element costs the page, at most (its class name is cut to fit)
 
 
 @dataclass
@@ -45,6 +49,13 @@ class Thumb:
     width: int = 0
     height: int = 0
     scale: float = 0.0
+    boxes: tuple[Box, ...] = ()  # a detection record's boxes, drawn over the thumbnail
+    more_boxes: int = 0  # its boxes past MAX_DRAWN, not drawn
+
+    @property
+    def cost(self) -> int:
+        """Bytes of the page this thumbnail takes at most: its data URI and its boxes."""
+        return len(self.uri or "") + BOX_BYTES * len(self.boxes)
 
 
 @dataclass
@@ -64,6 +75,11 @@ class Sample:
     by_class: dict[str, list[Thumb]]
     classes_left_out: int  # classes past the budget, shown without thumbnails
     unreadable: int  # sampled records whose image could not be shown
+    box_classes: Counter[str] = field(default_factory=Counter)  # boxes per class name on the shown thumbnails
+
+    @property
+    def boxes(self) -> int:
+        return sum(self.box_classes.values())
 
 
 def pick(cat: Catalog, classes: list[str], per_class: int, seed: int) -> dict[str, list[int]]:
@@ -158,6 +174,7 @@ def _thumb(cat: Catalog, r: int, rec: framing.RawRecord, max_pixels: int) -> Thu
     t.uri = "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
     t.width, t.height = img.size
     t.scale = img.width / info.width if info.width else 0.0
+    t.boxes, t.more_boxes = info.objects[:MAX_DRAWN], max(0, len(info.objects) - MAX_DRAWN)
     return t
 
 
@@ -173,10 +190,11 @@ def sample(man: Manifest, cat: Catalog, classes: list[str], per_class: int, seed
     by_class: dict[str, list[Thumb]] = {}
     spent = 0
     for c, rs in picked.items():
-        cost = sum(len(thumbs[r].uri or "") for r in rs)
+        cost = sum(thumbs[r].cost for r in rs)
         if spent + cost > BUDGET:
             left_out += 1
             continue
         spent += cost
         by_class[c] = [thumbs[r] for r in rs]
-    return Sample(by_class, left_out, bad)
+    drawn = Counter(b.text or "(no name)" for ts in by_class.values() for t in ts if t.uri for b in t.boxes)
+    return Sample(by_class, left_out, bad, drawn)
