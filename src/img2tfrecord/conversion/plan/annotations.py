@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import xxhash
 
@@ -42,21 +42,53 @@ class Annotations:
     by_name: Mapping[str, ImageBoxes]  # an image's path as the annotation names it (COCO file_name, VOC filename)
     by_stem: dict[str, ImageBoxes] = field(default_factory=dict)  # path without extension (YOLO txt, VOC xml)
     problems: list[dict[str, str]] = field(default_factory=list)  # entries it could not read: skipped
+    stem_of: dict[str, str] = field(default_factory=dict)  # VOC: a by_name key -> its XML's by_stem key
+    origin: dict[str, str] = field(default_factory=dict)  # VOC, YOLO: a by_stem key -> its file, as named
 
     def entry(self) -> dict[str, Any]:
         """The part of dataset.json's `metadata.detection` that names the annotations."""
         return {"annotations": self.path, "format": self.format, "xxh3_128": self.digest}
 
-    def lookup(self, rel: str) -> ImageBoxes | None:
+    def lookup(self, rel: str) -> Match | None:
         """The annotation of the image at `rel` (below INPUT): by its path, its base name, or their stems."""
         base = rel.rsplit("/", 1)[-1]
         for key in (rel, base):
             if key in self.by_name:
-                return self.by_name[key]
+                return Match(self.stem_of.get(key, key), self.by_name[key])
         for key in (rel, base):
-            if (got := self.by_stem.get(os.path.splitext(key)[0])) is not None:
-                return got
+            stem = os.path.splitext(key)[0]
+            if (got := self.by_stem.get(stem)) is not None:
+                return Match(stem, got)
         return None
+
+    def named(self, entry: str) -> str:
+        """An annotation entry (`Match.entry`) as a message names it."""
+        if self.format == "coco":
+            return f"file_name {entry} in {os.path.basename(self.path)}"
+        return f"the annotation {self.origin.get(entry, entry)}"
+
+    def not_found(self, matched: Collection[str]) -> list[dict[str, str]]:
+        """The skips of the annotation entries no image found below INPUT matched (`Match.entry`s not in
+        `matched`), as a metadata file's rows that name no image are skipped."""
+        if self.format == "coco":
+            where = os.path.basename(self.path)
+            return [
+                {"path": k, "reason": f"named in {where} but not found below the input folder (or not an image)"}
+                for k in self.by_name
+                if k not in matched
+            ]
+        return [
+            {"path": self.origin.get(k, k), "reason": "its image is not found below the input folder (or not an image)"}
+            for k in self.by_stem
+            if k not in matched
+        ]
+
+
+class Match(NamedTuple):
+    """An image's annotation: the entry it is (COCO: the file_name; VOC, YOLO: the file's stem), and its boxes."""
+
+    entry: str
+    boxes: ImageBoxes
 
 
 def read_annotations(path: str) -> Annotations:
@@ -126,6 +158,8 @@ def _voc(top: str, xmls: list[str], files: list[str]) -> Annotations:
     by_stem: dict[str, ImageBoxes] = {}
     problems: list[dict[str, str]] = []
     names: set[str] = set()
+    stem_of: dict[str, str] = {}
+    origin: dict[str, str] = {}
     for rel in xmls:
         try:
             root = ET.parse(os.path.join(top, rel)).getroot()
@@ -139,10 +173,13 @@ def _voc(top: str, xmls: list[str], files: list[str]) -> Annotations:
         names.update(b.name for b in objects)
         filename = (root.findtext("filename") or "").strip()
         got = ImageBoxes(width, height, filename or rel, objects)
+        stem = os.path.splitext(rel)[0]
         if filename:
             by_name[filename] = got
-        by_stem[os.path.splitext(rel)[0]] = got
-    return Annotations(top, "voc", _digest(top, xmls), sorted(names), by_name, by_stem, problems)
+            stem_of[filename] = stem
+        by_stem[stem] = got
+        origin[stem] = rel
+    return Annotations(top, "voc", _digest(top, xmls), sorted(names), by_name, by_stem, problems, stem_of, origin)
 
 
 def _voc_object(o: ET.Element) -> RawBox:
@@ -172,7 +209,8 @@ def _yolo(top: str, files: list[str]) -> Annotations:
             x, y, bw, bh = float(cx), float(cy), float(w), float(h)
             objects.append(RawBox(classes[int(k)], x - bw / 2, y - bh / 2, x + bw / 2, y + bh / 2))
         by_stem[os.path.splitext(rel)[0]] = ImageBoxes(0, 0, rel, tuple(objects))
-    return Annotations(top, "yolo", _digest(top, [names_file, *txts]), classes, {}, by_stem, problems)
+    origin = {os.path.splitext(rel)[0]: rel for rel in txts}
+    return Annotations(top, "yolo", _digest(top, [names_file, *txts]), classes, {}, by_stem, problems, {}, origin)
 
 
 def _yolo_names(path: str) -> list[str]:

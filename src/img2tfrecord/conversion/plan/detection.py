@@ -106,12 +106,10 @@ def discover_detection(
     per_class: dict[str, dict[str, array]] = {}
     problems: list[dict[str, str]] = []
     count = empty = skipped_empty = 0
+    matched: dict[str, str] = {}  # annotation entry -> the image it is of
     for i, name in enumerate(found.names):
         rel = decode_name(name)
-        got = ann.lookup(rel)
-        unknown = sorted({b.name for b in got.boxes} - set(ids)) if got else []
-        if unknown:
-            raise UsageError(f"{option('annotations')}: {rel}: class {unknown[0]} is not in the class list")
+        got = _match(ann, rel, matched, ids)
         cut = clip(utf8_text(rel), got or ImageBoxes(0, 0, rel, ()), ids)
         if not cut.objects.label and skip_empty:
             skipped_empty += 1
@@ -141,12 +139,30 @@ def discover_detection(
     )
     out.skipped = sorted(
         [{"path": utf8_text(r), "split": "", "reason": why} for r, why in found.report.skipped]
-        + [{"path": p["path"], "split": "", "reason": p["reason"]} for p in ann.problems],
+        + [{"path": p["path"], "split": "", "reason": p["reason"]} for p in ann.problems + ann.not_found(matched)],
         key=lambda s: s["path"],
     )
     if note := junk_note(found.report.junk_dirs):
         out.notes.append(note)
     return Boxed(out, problems, count, empty, skipped_empty)
+
+
+def _match(ann: Annotations, rel: str, matched: dict[str, str], ids: dict[str, int]) -> ImageBoxes | None:
+    """The boxes of the image at `rel`, its annotation entry noted in `matched`; UsageError when
+    that entry is already another image's (two files of one name: which one it describes is a
+    guess) or names a class outside the class list."""
+    got = ann.lookup(rel)
+    if got is None:
+        return None
+    if (other := matched.setdefault(got.entry, rel)) != rel:
+        raise UsageError(
+            f"{option('annotations')}: {ann.named(got.entry)} matches two images below the input folder, "
+            f"{utf8_text(other)} and {utf8_text(rel)}: which one it describes is ambiguous; name the image by "
+            "its path below the input folder in the annotations, or move one of them out"
+        )
+    if unknown := sorted({b.name for b in got.boxes.boxes} - set(ids)):
+        raise UsageError(f"{option('annotations')}: {rel}: class {unknown[0]} is not in the class list")
+    return got.boxes
 
 
 def _class_lists(objects: Objects, label_offset: int) -> tuple[MetaValue, ...]:

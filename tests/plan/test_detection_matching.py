@@ -1,0 +1,89 @@
+"""Annotations meet the images (conversion.plan.detection): an annotation of no image found is
+skipped as a metadata row of no image is (`--strict` fails), and one that two images could be of
+is refused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from test_detection import _image, _voc, coco_corpus
+
+
+def _with_ghost(ann: Path) -> None:
+    """Add to a COCO file an image no folder holds, with a box."""
+    data = json.loads(ann.read_text())
+    data["images"].append({"id": 99, "file_name": "gone/ghost.jpg", "width": 10, "height": 10})
+    data["annotations"].append({"id": 99, "image_id": 99, "bbox": [1, 1, 2, 2], "category_id": 3})
+    ann.write_text(json.dumps(data))
+
+
+def test_coco_images_not_found_are_skips_and_strict_fails(tmp_path: Path, cli: Any) -> None:
+    ann = coco_corpus(tmp_path)
+    _with_ghost(ann)
+    res = cli("convert", tmp_path / "images", tmp_path / "out", "--annotations", ann, "--json")
+    assert res.exit_code == 0, res.output
+    reason = "named in instances.json but not found below the input folder (or not an image)"
+    skipped = {s["path"]: s["reason"] for s in json.loads(res.stdout)["skipped"]}
+    assert skipped["gone/ghost.jpg"] == reason
+    manifest = json.loads((tmp_path / "out" / "dataset.json").read_text())
+    assert {"path": "gone/ghost.jpg", "split": "", "reason": reason} in manifest["skipped"]
+    shutil.rmtree(tmp_path / "out")
+    ann.write_text(ann.read_text().replace('"iscrowd": 1', '"iscrowd": 0'))
+    (tmp_path / "images" / "outside.png").unlink()  # no clipped box left to fail --strict first
+    data = json.loads(ann.read_text())
+    data["images"] = [im for im in data["images"] if im["file_name"] != "outside.png"]
+    ann.write_text(json.dumps(data))
+    res = cli("convert", tmp_path / "images", tmp_path / "out", "--annotations", ann, "--strict", "--json")
+    assert res.exit_code == 1
+    assert "gone/ghost.jpg: named in instances.json but not found" in json.loads(res.stdout)["error"]["message"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_voc_and_yolo_annotations_of_no_image_are_skips(tmp_path: Path, cli: Any) -> None:
+    _image(tmp_path / "images" / "a.jpg", (20, 20), [])
+    _voc(tmp_path / "voc", "a.jpg", (20, 20), [("cat", [1, 1, 5, 5], 0, 0)])
+    _voc(tmp_path / "voc", "b.jpg", (20, 20), [("cat", [1, 1, 5, 5], 0, 0)])
+    res = cli("convert", tmp_path / "images", tmp_path / "out", "--annotations", tmp_path / "voc", "--json")
+    assert res.exit_code == 0, res.output
+    assert [s["path"] for s in json.loads(res.stdout)["skipped"]] == ["b.xml"]
+    (tmp_path / "yolo").mkdir()
+    (tmp_path / "yolo" / "classes.txt").write_text("cat\n")
+    for stem in ("a", "sub/c"):
+        (tmp_path / "yolo" / stem).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "yolo" / f"{stem}.txt").write_text("0 0.5 0.5 0.2 0.2\n")
+    res = cli("convert", tmp_path / "images", tmp_path / "o2", "--annotations", tmp_path / "yolo", "--json")
+    assert res.exit_code == 0, res.output
+    (skip,) = json.loads(res.stdout)["skipped"]
+    assert skip["path"] == "sub/c.txt" and "its image is not found below the input folder" in skip["reason"]
+
+
+def test_two_images_one_annotation_is_refused(tmp_path: Path, cli: Any) -> None:
+    ann = coco_corpus(tmp_path)
+    (tmp_path / "images" / "copy").mkdir()
+    shutil.copy(tmp_path / "images" / "plain.jpg", tmp_path / "images" / "copy" / "plain.jpg")
+    res = cli("convert", tmp_path / "images", tmp_path / "out", "--annotations", ann, "--json")
+    assert res.exit_code == 2
+    message = json.loads(res.stdout)["error"]["message"]
+    assert "file_name plain.jpg in instances.json matches two images below the input folder" in message
+    assert "copy/plain.jpg" in message and "ambiguous" in message
+    assert not (tmp_path / "out").exists()
+    # by its path the annotation names one of them: no guess
+    data = json.loads(ann.read_text())
+    data["images"][0]["file_name"] = "copy/plain.jpg"
+    ann.write_text(json.dumps(data))
+    res = cli("convert", tmp_path / "images", tmp_path / "out", "--annotations", ann, "--json")
+    assert res.exit_code == 0, res.output
+
+
+def test_one_yolo_stem_two_images_is_refused(tmp_path: Path, cli: Any) -> None:
+    _image(tmp_path / "images" / "a.jpg", (20, 20), [])
+    _image(tmp_path / "images" / "a.png", (20, 20), [])
+    (tmp_path / "yolo").mkdir()
+    (tmp_path / "yolo" / "classes.txt").write_text("cat\n")
+    (tmp_path / "yolo" / "a.txt").write_text("0 0.5 0.5 0.2 0.2\n")
+    res = cli("convert", tmp_path / "images", tmp_path / "out", "--annotations", tmp_path / "yolo")
+    assert res.exit_code == 2
+    assert "the annotation a.txt matches two images below the input folder, a.jpg and a.png" in res.stderr
