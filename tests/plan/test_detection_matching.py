@@ -9,7 +9,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from test_detection import _image, _voc, coco_corpus
+import pytest
+
+from test_detection import _image, _voc, boxes_of, coco_corpus, od_records
 
 
 def _with_ghost(ann: Path) -> None:
@@ -87,3 +89,55 @@ def test_one_yolo_stem_two_images_is_refused(tmp_path: Path, cli: Any) -> None:
     res = cli("convert", tmp_path / "images", tmp_path / "out", "--annotations", tmp_path / "yolo")
     assert res.exit_code == 2
     assert "the annotation a.txt matches two images below the input folder, a.jpg and a.png" in res.stderr
+
+
+def _recorded(out: Path) -> tuple[str, str, str]:
+    man = json.loads((out / "dataset.json").read_text())
+    return man["options"]["annotations"], man["metadata"]["file"], man["metadata"]["detection"]["annotations"]
+
+
+@pytest.mark.parametrize("inside", [True, False], ids=["inside-input", "outside-input"])
+def test_a_relative_annotations_path_works_from_another_folder(
+    tmp_path: Path, cli: Any, monkeypatch: pytest.MonkeyPatch, inside: bool
+) -> None:
+    ann = coco_corpus(tmp_path)
+    if inside:
+        ann = ann.rename(tmp_path / "images" / "instances.json")
+    monkeypatch.chdir(tmp_path)
+    res = cli("convert", "images", "out", "--annotations", ann.relative_to(tmp_path))
+    assert res.exit_code == 0, res.output
+    want = "instances.json" if inside else str(tmp_path / "instances.json")
+    assert _recorded(tmp_path / "out") == (want, want, want)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    _image(tmp_path / "images" / "new.png", (16, 16), [])
+    res = cli("update", tmp_path / "images", tmp_path / "out", "--json")
+    assert res.exit_code == 0, res.output
+    res = cli("convert", tmp_path / "images", tmp_path / "again", "--like", tmp_path / "out", "--json")
+    assert res.exit_code == 0, res.output
+    assert _recorded(tmp_path / "again")[0] == want
+    recs, again = od_records(tmp_path / "out"), od_records(tmp_path / "again")
+    assert sorted(recs) == sorted(again) and "new.png" in recs
+    for name, rec in recs.items():
+        assert boxes_of(again[name]) == boxes_of(rec)
+
+
+def test_a_relative_metadata_path_works_from_another_folder(
+    tmp_path: Path, cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("a.png", "b.png"):
+        _image(tmp_path / "images" / "x" / name, (8, 8), [])
+    rows = [{"file_name": f"x/{n}", "caption": n} for n in ("a.png", "b.png")]
+    (tmp_path / "meta.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.chdir(tmp_path)
+    assert cli("convert", "images", "out", "--metadata", "meta.jsonl").exit_code == 0
+    man = json.loads((tmp_path / "out" / "dataset.json").read_text())
+    assert man["options"]["metadata"] == man["metadata"]["file"] == str(tmp_path / "meta.jsonl")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    _image(tmp_path / "images" / "x" / "c.png", (8, 8), [])
+    (tmp_path / "meta.jsonl").write_text((tmp_path / "meta.jsonl").read_text())  # same bytes
+    res = cli("update", tmp_path / "images", tmp_path / "out", "--json")
+    assert res.exit_code == 0, res.output  # c.png has no row: a skip, not a failure
+    res = cli("convert", tmp_path / "images", tmp_path / "again", "--like", tmp_path / "out")
+    assert res.exit_code == 0, res.output

@@ -174,16 +174,18 @@ def _class_lists(objects: Objects, label_offset: int) -> tuple[MetaValue, ...]:
     )
 
 
-def entry(ann: Annotations, boxed: Boxed) -> dict[str, Any]:
-    """dataset.json's `metadata` entry of a detection dataset: lists of classes per image, and `detection`."""
+def entry(ann: Annotations, boxed: Boxed, recorded: str) -> dict[str, Any]:
+    """dataset.json's `metadata` entry of a detection dataset: lists of classes per image, and `detection`;
+    `recorded`: the annotations' path as dataset.json records it (fs.recorded_path)."""
     problems = boxed.problems
     return {
-        "file": ann.path,
+        "file": recorded,
         "xxh3_128": ann.digest,
         "columns": {},
         "multi_label": True,
         "detection": ann.entry()
         | {
+            "annotations": recorded,
             "boxes": boxed.boxes,
             "clipped": sum(p["reason"].endswith("clipped") for p in problems),
             "dropped": sum(p["reason"].endswith("dropped") for p in problems),

@@ -371,6 +371,8 @@ def _plan(
     detect = detect or Detect(None, False)
     meta = None if file_list or detect.annotations else _metadata(input_dir, metadata_file)
     entry = meta.entry() if meta is not None else None
+    if entry is not None and metadata_file is not None:  # a path that resolves from any working folder
+        entry["file"] = fs.recorded_path(metadata_file, input_dir)
     if detect.annotations is not None:
         found, entry = _detect(input_dir, detect, fractions, seed, label_offset, rule, class_list, known_classes)
         refuse_box_problems(entry, strict)
@@ -402,9 +404,9 @@ def _plan(
         "checksum": checksum,
     }
     if metadata_file is not None:  # only when given: dataset.json as before for every other dataset
-        options["metadata"] = metadata_file
+        options["metadata"] = fs.recorded_path(metadata_file, input_dir)
     if detect.annotations is not None:  # likewise: only a detection dataset records these
-        options |= {"annotations": detect.annotations, "skip_empty": detect.skip_empty}
+        options |= {"annotations": fs.recorded_path(detect.annotations, input_dir), "skip_empty": detect.skip_empty}
     settings = ShardSettings(
         encode=opts, compression=compression, index=index, checksum=checksum, fsync=fsync, dedupe=dedupe, strict=strict
     )
@@ -460,7 +462,7 @@ def _detect(
         known_classes=known_classes,
         rule=rule,
     )
-    return boxed.found, detection_entry(ann, boxed)
+    return boxed.found, detection_entry(ann, boxed, fs.recorded_path(detect.annotations, input_dir))
 
 
 def refuse_box_problems(entry: dict[str, Any], strict: bool) -> None:
