@@ -141,3 +141,24 @@ def test_a_relative_metadata_path_works_from_another_folder(
     assert res.exit_code == 0, res.output  # c.png has no row: a skip, not a failure
     res = cli("convert", tmp_path / "images", tmp_path / "again", "--like", tmp_path / "out")
     assert res.exit_code == 0, res.output
+
+
+def test_after_an_update_the_box_counts_are_those_of_the_dataset_published(tmp_path: Path, cli: Any) -> None:
+    ann = coco_corpus(tmp_path)
+    data = json.loads(ann.read_text())
+    data["images"].append({"id": 50, "file_name": "later.png", "width": 30, "height": 30})
+    for k, bbox in enumerate([[2, 2, 10, 10], [25, 25, 10, 10]]):  # the second crosses the edge: clipped
+        data["annotations"].append({"id": 50 + k, "image_id": 50, "bbox": bbox, "category_id": 7})
+    ann.write_text(json.dumps(data))
+    src, out = tmp_path / "images", tmp_path / "out"
+    assert cli("convert", src, out, "--annotations", ann).exit_code == 0
+    first = json.loads((out / "dataset.json").read_text())["metadata"]["detection"]
+    _image(src / "later.png", (30, 30), [[2, 2, 10, 10]])  # now there: its two boxes published
+    (src / "plain.jpg").unlink()  # and its two boxes gone
+    res = cli("update", src, out)
+    assert res.exit_code == 0, res.output
+    now = json.loads((out / "dataset.json").read_text())["metadata"]["detection"]
+    assert now["clipped"] == first["clipped"] + 1 and now["boxes"] == first["boxes"]
+    assert any(p["path"] == "later.png" for p in now["box_problems"])
+    assert cli("convert", src, tmp_path / "fresh", "--annotations", ann).exit_code == 0
+    assert now == json.loads((tmp_path / "fresh" / "dataset.json").read_text())["metadata"]["detection"]

@@ -14,12 +14,13 @@ the first class. Images with no annotation are kept with no boxes, unless `--ski
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from img2tfrecord.conversion.plan.annotations import Annotations, ImageBoxes, RawBox
 from img2tfrecord.conversion.plan.labels import check_class_names, class_list
 from img2tfrecord.conversion.plan.splits import EXACT, Discovery, SplitRule, assemble
-from img2tfrecord.conversion.plan.table import ImageTable, Objects, decode_name
+from img2tfrecord.conversion.plan.table import BoxCounts, ImageTable, Objects, decode_name
 from img2tfrecord.conversion.plan.walk import check_input, walk_classes
 from img2tfrecord.conversion.plan.walk_text import junk_note
 from img2tfrecord.errors import DataError, UsageError, option
@@ -107,6 +108,7 @@ def discover_detection(
     problems: list[dict[str, str]] = []
     count = empty = skipped_empty = 0
     matched: dict[str, str] = {}  # annotation entry -> the image it is of
+    per_image: dict[str, int] = {}
     for i, name in enumerate(found.names):
         rel = decode_name(name)
         got = _match(ann, rel, matched, ids)
@@ -115,6 +117,7 @@ def discover_detection(
             skipped_empty += 1
             continue
         problems += cut.problems
+        per_image[utf8_text(rel)] = len(cut.objects.label)
         count += len(cut.objects.label)
         empty += not cut.objects.label
         k = min(cut.objects.label, default=1) - 1
@@ -144,6 +147,7 @@ def discover_detection(
     )
     if note := junk_note(found.report.junk_dirs):
         out.notes.append(note)
+    out.boxes = BoxCounts(per_image, problems, skipped_empty)
     return Boxed(out, problems, count, empty, skipped_empty)
 
 
@@ -204,6 +208,22 @@ def written(metadata: dict[str, Any], skipped: list[dict[str, str]], lost: list[
     d["box_problems"] = [p for p in d["box_problems"] if p["path"] not in gone]
     d["boxes"] -= sum(len(o.label) for o in lost)
     d["empty_images"] -= sum(not o.label for o in lost)
+    d["clipped"] = sum(p["reason"].endswith("clipped") for p in d["box_problems"])
+    d["dropped"] = sum(p["reason"].endswith("dropped") for p in d["box_problems"])
+    return metadata | {"detection": d}
+
+
+def published(metadata: dict[str, Any], counts: BoxCounts, rels: Iterable[str]) -> dict[str, Any]:
+    """A detection dataset's `metadata` entry over the images a new version publishes (`rels`:
+    an update's records), from the update's walk (`counts`): the boxes of the images kept, added
+    and gone alike, as a fresh conversion would count them."""
+    shown = set(rels)
+    d = dict(metadata["detection"])
+    kept = [counts.per_image[r] for r in shown if r in counts.per_image]
+    d["boxes"] = sum(kept)
+    d["empty_images"] = sum(not n for n in kept)
+    d["skipped_empty"] = counts.skipped_empty
+    d["box_problems"] = [p for p in counts.problems if p["path"] in shown]
     d["clipped"] = sum(p["reason"].endswith("clipped") for p in d["box_problems"])
     d["dropped"] = sum(p["reason"].endswith("dropped") for p in d["box_problems"])
     return metadata | {"detection": d}
