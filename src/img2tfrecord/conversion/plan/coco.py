@@ -15,14 +15,16 @@ from __future__ import annotations
 import os
 from array import array
 from collections.abc import Iterator, Mapping
-from typing import IO, Any, NamedTuple
+from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 import ijson
-import numpy as np
 import xxhash
 
 from img2tfrecord.conversion.plan.raw_boxes import ImageBoxes, RawBox
 from img2tfrecord.errors import UsageError, option
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ANN, IMG, CAT = "annotations.item", "images.item", "categories.item"
 _FIELDS = {
@@ -169,6 +171,8 @@ class CocoImages(Mapping[str, ImageBoxes]):
     cost ~250 bytes a box)."""
 
     def __init__(self, kept: _Kept, names: list[str | None], keep: np.ndarray) -> None:
+        import numpy as np  # deferred: its import starts OpenBLAS's threads, which a signal must not meet unready
+
         codes = np.frombuffer(kept.box_image, dtype=np.int64)
         order = np.flatnonzero(keep)
         order = order[np.argsort(codes[order], kind="stable")]
@@ -229,6 +233,8 @@ def read_coco(path: str, max_bytes: int) -> CocoRead:
         kept.keys.clear()
     if not kept.images_list or "annotations" not in kept.keys:
         raise UsageError(f"{where}: a JSON file but not COCO instances (images, annotations)")
+    import numpy as np  # deferred, as in CocoImages
+
     names = [kept.cats.get(k) for k in kept.cat_codes]  # category code -> class name (None: unknown)
     known = np.array([n is not None for n in names] or [False])
     cats = np.frombuffer(kept.box_cat, dtype=np.int64)
