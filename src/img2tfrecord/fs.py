@@ -40,6 +40,29 @@ TF_IO_SCHEMES = frozenset({"s3", "hdfs", "viewfs", "har", "az"})
 _tf_io: bool | None = None  # tensorflow-io imported in this process (None: not tried)
 
 
+def recorded_path(path: str, input_dir: str) -> str:
+    """`path` (an input file beside the images: --annotations, --metadata) as dataset.json records
+    it: relative to INPUT when it lies inside INPUT, else absolute, so `update` and `convert --like`
+    find it from any working folder (`resolve_recorded`); remote paths as they are."""
+    if is_remote(path):
+        return path
+    full = os.path.abspath(path)
+    if not is_remote(input_dir):
+        top = os.path.abspath(input_dir)
+        if os.path.commonpath([full, top]) == top and full != top:
+            return os.path.relpath(full, top).replace(os.sep, "/")
+    return full
+
+
+def resolve_recorded(recorded: str, input_dir: str) -> str:
+    """A path dataset.json records (`recorded_path`) to open: a relative one is INPUT's; one that
+    is not there but is from the working folder (datasets made before paths were recorded so) too."""
+    if is_remote(recorded) or os.path.isabs(recorded):
+        return recorded
+    beside = join(input_dir, recorded)
+    return recorded if not exists(beside) and os.path.exists(recorded) else beside
+
+
 def scheme(path: str) -> str:
     return path.split("://", 1)[0].lower() if "://" in path else ""
 

@@ -155,7 +155,7 @@ def _checked_request(
     if like is not None:  # read before any work: OUTPUT itself may be the dataset it is like (--overwrite)
         from img2tfrecord.conversion.plan.like import with_like
 
-        options = with_like(os.fspath(like), options)
+        options = with_like(os.fspath(like), options, input_dir)
     if engine == "beam":  # before a long listing: Beam installed, options parse, paths fit the runner
         from img2tfrecord.conversion.write.engines.beam import preflight
 

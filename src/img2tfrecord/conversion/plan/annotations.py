@@ -11,45 +11,24 @@ images found and clips them.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import xxhash
 
 from img2tfrecord import fs
+from img2tfrecord.conversion.plan.coco import read_coco
 from img2tfrecord.conversion.plan.labels import read_text_input
+from img2tfrecord.conversion.plan.raw_boxes import ImageBoxes, RawBox
 from img2tfrecord.errors import UsageError, option
 
 MAX_ANNOTATION_BYTES = 4_000_000_000
 YOLO_CLASS_FILES = ("classes.txt", "obj.names", "data.yaml", "data.yml")
 _YOLO_LINE = re.compile(r"^\s*\d+(\s+[-+0-9.eE]+){4}\s*$")
-
-
-class RawBox(NamedTuple):
-    """One object as the annotation gives it: corners in pixels (normalised for YOLO)."""
-
-    name: str  # class name
-    xmin: float
-    ymin: float
-    xmax: float
-    ymax: float
-    is_crowd: int = 0
-    area: float = -1.0  # COCO's own area (pixels); -1: the box's
-    difficult: int = 0
-    truncated: int = 0
-
-
-class ImageBoxes(NamedTuple):
-    """One image's annotation: the size the tool recorded (0, 0 for YOLO) and its objects."""
-
-    width: int
-    height: int
-    source_id: str  # COCO's image id, else the annotation's name for the image
-    boxes: tuple[RawBox, ...]
 
 
 @dataclass
@@ -60,24 +39,56 @@ class Annotations:
     format: str  # coco | voc | yolo
     digest: str  # xxh3_128 over its bytes (a folder: every file's name and bytes, sorted)
     classes: list[str]
-    by_name: dict[str, ImageBoxes]  # an image's path as the annotation names it (COCO file_name, VOC filename)
+    by_name: Mapping[str, ImageBoxes]  # an image's path as the annotation names it (COCO file_name, VOC filename)
     by_stem: dict[str, ImageBoxes] = field(default_factory=dict)  # path without extension (YOLO txt, VOC xml)
     problems: list[dict[str, str]] = field(default_factory=list)  # entries it could not read: skipped
+    stem_of: dict[str, str] = field(default_factory=dict)  # VOC: a by_name key -> its XML's by_stem key
+    origin: dict[str, str] = field(default_factory=dict)  # VOC, YOLO: a by_stem key -> its file, as named
 
     def entry(self) -> dict[str, Any]:
         """The part of dataset.json's `metadata.detection` that names the annotations."""
         return {"annotations": self.path, "format": self.format, "xxh3_128": self.digest}
 
-    def lookup(self, rel: str) -> ImageBoxes | None:
+    def lookup(self, rel: str) -> Match | None:
         """The annotation of the image at `rel` (below INPUT): by its path, its base name, or their stems."""
         base = rel.rsplit("/", 1)[-1]
         for key in (rel, base):
             if key in self.by_name:
-                return self.by_name[key]
+                return Match(self.stem_of.get(key, key), self.by_name[key])
         for key in (rel, base):
-            if (got := self.by_stem.get(os.path.splitext(key)[0])) is not None:
-                return got
+            stem = os.path.splitext(key)[0]
+            if (got := self.by_stem.get(stem)) is not None:
+                return Match(stem, got)
         return None
+
+    def named(self, entry: str) -> str:
+        """An annotation entry (`Match.entry`) as a message names it."""
+        if self.format == "coco":
+            return f"file_name {entry} in {os.path.basename(self.path)}"
+        return f"the annotation {self.origin.get(entry, entry)}"
+
+    def not_found(self, matched: Collection[str]) -> list[dict[str, str]]:
+        """The skips of the annotation entries no image found below INPUT matched (`Match.entry`s not in
+        `matched`), as a metadata file's rows that name no image are skipped."""
+        if self.format == "coco":
+            where = os.path.basename(self.path)
+            return [
+                {"path": k, "reason": f"named in {where} but not found below the input folder (or not an image)"}
+                for k in self.by_name
+                if k not in matched
+            ]
+        return [
+            {"path": self.origin.get(k, k), "reason": "its image is not found below the input folder (or not an image)"}
+            for k in self.by_stem
+            if k not in matched
+        ]
+
+
+class Match(NamedTuple):
+    """An image's annotation: the entry it is (COCO: the file_name; VOC, YOLO: the file's stem), and its boxes."""
+
+    entry: str
+    boxes: ImageBoxes
 
 
 def read_annotations(path: str) -> Annotations:
@@ -128,37 +139,10 @@ def _text(path: str) -> str:
 
 
 def _coco(path: str) -> Annotations:
-    """COCO instances JSON: images (id, file_name, width, height), annotations (bbox x, y, w, h), categories."""
-    try:
-        data = json.loads(_text(path))
-    except ValueError as e:
-        raise UsageError(f"{option('annotations', path)}: not JSON, Pascal VOC XML or a YOLO folder: {e}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("images"), list) or "annotations" not in data:
-        raise UsageError(f"{option('annotations', path)}: a JSON file but not COCO instances (images, annotations)")
-    cats = {c["id"]: str(c["name"]) for c in data.get("categories") or [] if isinstance(c, dict) and "id" in c}
-    problems: list[dict[str, str]] = []
-    boxes: dict[Any, list[RawBox]] = {}
-    for i, a in enumerate(data.get("annotations") or []):
-        try:
-            x, y, w, h = (float(v) for v in a["bbox"])
-            name = cats[a["category_id"]]
-        except (KeyError, TypeError, ValueError):
-            problems.append({"path": f"{os.path.basename(path)}:annotations[{i}]", "reason": "no bbox or category"})
-            continue
-        area = float(a["area"]) if isinstance(a.get("area"), (int, float)) else -1.0
-        box = RawBox(name, x, y, x + w, y + h, int(bool(a.get("iscrowd"))), area)
-        boxes.setdefault(a.get("image_id"), []).append(box)
-    by_name = {}
-    for im in data["images"]:
-        if not isinstance(im, dict) or not isinstance(im.get("file_name"), str):
-            continue
-        name = im["file_name"].removeprefix("./")
-        size = (int(im.get("width") or 0), int(im.get("height") or 0))
-        by_name[name] = ImageBoxes(*size, str(im.get("id", name)), tuple(boxes.get(im.get("id"), ())))
-    classes = [cats[k] for k in sorted(cats, key=lambda k: (str(type(k)), k))]
-    return Annotations(
-        path, "coco", _digest(os.path.dirname(path), [os.path.basename(path)]), classes, by_name, {}, problems
-    )
+    """COCO instances JSON: images (id, file_name, width, height), annotations (bbox x, y, w, h), categories;
+    streamed (conversion.plan.coco)."""
+    got = read_coco(path, MAX_ANNOTATION_BYTES)
+    return Annotations(path, "coco", got.digest, got.classes, got.images, {}, got.problems)
 
 
 def _is_voc(path: str) -> bool:
@@ -174,6 +158,8 @@ def _voc(top: str, xmls: list[str], files: list[str]) -> Annotations:
     by_stem: dict[str, ImageBoxes] = {}
     problems: list[dict[str, str]] = []
     names: set[str] = set()
+    stem_of: dict[str, str] = {}
+    origin: dict[str, str] = {}
     for rel in xmls:
         try:
             root = ET.parse(os.path.join(top, rel)).getroot()
@@ -187,10 +173,13 @@ def _voc(top: str, xmls: list[str], files: list[str]) -> Annotations:
         names.update(b.name for b in objects)
         filename = (root.findtext("filename") or "").strip()
         got = ImageBoxes(width, height, filename or rel, objects)
+        stem = os.path.splitext(rel)[0]
         if filename:
             by_name[filename] = got
-        by_stem[os.path.splitext(rel)[0]] = got
-    return Annotations(top, "voc", _digest(top, xmls), sorted(names), by_name, by_stem, problems)
+            stem_of[filename] = stem
+        by_stem[stem] = got
+        origin[stem] = rel
+    return Annotations(top, "voc", _digest(top, xmls), sorted(names), by_name, by_stem, problems, stem_of, origin)
 
 
 def _voc_object(o: ET.Element) -> RawBox:
@@ -220,7 +209,8 @@ def _yolo(top: str, files: list[str]) -> Annotations:
             x, y, bw, bh = float(cx), float(cy), float(w), float(h)
             objects.append(RawBox(classes[int(k)], x - bw / 2, y - bh / 2, x + bw / 2, y + bh / 2))
         by_stem[os.path.splitext(rel)[0]] = ImageBoxes(0, 0, rel, tuple(objects))
-    return Annotations(top, "yolo", _digest(top, [names_file, *txts]), classes, {}, by_stem, problems)
+    origin = {os.path.splitext(rel)[0]: rel for rel in txts}
+    return Annotations(top, "yolo", _digest(top, [names_file, *txts]), classes, {}, by_stem, problems, {}, origin)
 
 
 def _yolo_names(path: str) -> list[str]:

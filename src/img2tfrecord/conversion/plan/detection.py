@@ -14,12 +14,13 @@ the first class. Images with no annotation are kept with no boxes, unless `--ski
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from img2tfrecord.conversion.plan.annotations import Annotations, ImageBoxes, RawBox
 from img2tfrecord.conversion.plan.labels import check_class_names, class_list
 from img2tfrecord.conversion.plan.splits import EXACT, Discovery, SplitRule, assemble
-from img2tfrecord.conversion.plan.table import ImageTable, Objects, decode_name
+from img2tfrecord.conversion.plan.table import BoxCounts, ImageTable, Objects, decode_name
 from img2tfrecord.conversion.plan.walk import check_input, walk_classes
 from img2tfrecord.conversion.plan.walk_text import junk_note
 from img2tfrecord.errors import DataError, UsageError, option
@@ -106,17 +107,17 @@ def discover_detection(
     per_class: dict[str, dict[str, array]] = {}
     problems: list[dict[str, str]] = []
     count = empty = skipped_empty = 0
+    matched: dict[str, str] = {}  # annotation entry -> the image it is of
+    per_image: dict[str, int] = {}
     for i, name in enumerate(found.names):
         rel = decode_name(name)
-        got = ann.lookup(rel)
-        unknown = sorted({b.name for b in got.boxes} - set(ids)) if got else []
-        if unknown:
-            raise UsageError(f"{option('annotations')}: {rel}: class {unknown[0]} is not in the class list")
+        got = _match(ann, rel, matched, ids)
         cut = clip(utf8_text(rel), got or ImageBoxes(0, 0, rel, ()), ids)
         if not cut.objects.label and skip_empty:
             skipped_empty += 1
             continue
         problems += cut.problems
+        per_image[utf8_text(rel)] = len(cut.objects.label)
         count += len(cut.objects.label)
         empty += not cut.objects.label
         k = min(cut.objects.label, default=1) - 1
@@ -141,12 +142,31 @@ def discover_detection(
     )
     out.skipped = sorted(
         [{"path": utf8_text(r), "split": "", "reason": why} for r, why in found.report.skipped]
-        + [{"path": p["path"], "split": "", "reason": p["reason"]} for p in ann.problems],
+        + [{"path": p["path"], "split": "", "reason": p["reason"]} for p in ann.problems + ann.not_found(matched)],
         key=lambda s: s["path"],
     )
     if note := junk_note(found.report.junk_dirs):
         out.notes.append(note)
+    out.boxes = BoxCounts(per_image, problems, skipped_empty)
     return Boxed(out, problems, count, empty, skipped_empty)
+
+
+def _match(ann: Annotations, rel: str, matched: dict[str, str], ids: dict[str, int]) -> ImageBoxes | None:
+    """The boxes of the image at `rel`, its annotation entry noted in `matched`; UsageError when
+    that entry is already another image's (two files of one name: which one it describes is a
+    guess) or names a class outside the class list."""
+    got = ann.lookup(rel)
+    if got is None:
+        return None
+    if (other := matched.setdefault(got.entry, rel)) != rel:
+        raise UsageError(
+            f"{option('annotations')}: {ann.named(got.entry)} matches two images below the input folder, "
+            f"{utf8_text(other)} and {utf8_text(rel)}: which one it describes is ambiguous; name the image by "
+            "its path below the input folder in the annotations, or move one of them out"
+        )
+    if unknown := sorted({b.name for b in got.boxes.boxes} - set(ids)):
+        raise UsageError(f"{option('annotations')}: {rel}: class {unknown[0]} is not in the class list")
+    return got.boxes
 
 
 def _class_lists(objects: Objects, label_offset: int) -> tuple[MetaValue, ...]:
@@ -158,16 +178,18 @@ def _class_lists(objects: Objects, label_offset: int) -> tuple[MetaValue, ...]:
     )
 
 
-def entry(ann: Annotations, boxed: Boxed) -> dict[str, Any]:
-    """dataset.json's `metadata` entry of a detection dataset: lists of classes per image, and `detection`."""
+def entry(ann: Annotations, boxed: Boxed, recorded: str) -> dict[str, Any]:
+    """dataset.json's `metadata` entry of a detection dataset: lists of classes per image, and `detection`;
+    `recorded`: the annotations' path as dataset.json records it (fs.recorded_path)."""
     problems = boxed.problems
     return {
-        "file": ann.path,
+        "file": recorded,
         "xxh3_128": ann.digest,
         "columns": {},
         "multi_label": True,
         "detection": ann.entry()
         | {
+            "annotations": recorded,
             "boxes": boxed.boxes,
             "clipped": sum(p["reason"].endswith("clipped") for p in problems),
             "dropped": sum(p["reason"].endswith("dropped") for p in problems),
@@ -186,6 +208,22 @@ def written(metadata: dict[str, Any], skipped: list[dict[str, str]], lost: list[
     d["box_problems"] = [p for p in d["box_problems"] if p["path"] not in gone]
     d["boxes"] -= sum(len(o.label) for o in lost)
     d["empty_images"] -= sum(not o.label for o in lost)
+    d["clipped"] = sum(p["reason"].endswith("clipped") for p in d["box_problems"])
+    d["dropped"] = sum(p["reason"].endswith("dropped") for p in d["box_problems"])
+    return metadata | {"detection": d}
+
+
+def published(metadata: dict[str, Any], counts: BoxCounts, rels: Iterable[str]) -> dict[str, Any]:
+    """A detection dataset's `metadata` entry over the images a new version publishes (`rels`:
+    an update's records), from the update's walk (`counts`): the boxes of the images kept, added
+    and gone alike, as a fresh conversion would count them."""
+    shown = set(rels)
+    d = dict(metadata["detection"])
+    kept = [counts.per_image[r] for r in shown if r in counts.per_image]
+    d["boxes"] = sum(kept)
+    d["empty_images"] = sum(not n for n in kept)
+    d["skipped_empty"] = counts.skipped_empty
+    d["box_problems"] = [p for p in counts.problems if p["path"] in shown]
     d["clipped"] = sum(p["reason"].endswith("clipped") for p in d["box_problems"])
     d["dropped"] = sum(p["reason"].endswith("dropped") for p in d["box_problems"])
     return metadata | {"detection": d}

@@ -370,7 +370,7 @@ def _plan(
 ) -> Plan:
     detect = detect or Detect(None, False)
     meta = None if file_list or detect.annotations else _metadata(input_dir, metadata_file)
-    entry = meta.entry() if meta is not None else None
+    entry = _metadata_entry(meta, input_dir, metadata_file)
     if detect.annotations is not None:
         found, entry = _detect(input_dir, detect, fractions, seed, label_offset, rule, class_list, known_classes)
         refuse_box_problems(entry, strict)
@@ -401,10 +401,7 @@ def _plan(
         "dedupe": dedupe,
         "checksum": checksum,
     }
-    if metadata_file is not None:  # only when given: dataset.json as before for every other dataset
-        options["metadata"] = metadata_file
-    if detect.annotations is not None:  # likewise: only a detection dataset records these
-        options |= {"annotations": detect.annotations, "skip_empty": detect.skip_empty}
+    options |= _input_files(input_dir, metadata_file, detect)
     settings = ShardSettings(
         encode=opts, compression=compression, index=index, checksum=checksum, fsync=fsync, dedupe=dedupe, strict=strict
     )
@@ -427,6 +424,28 @@ def _plan(
         known_classes=known_classes,
         metadata=entry,
     )
+
+
+def _metadata_entry(meta: Metadata | None, input_dir: str, given: str | None) -> dict[str, Any] | None:
+    """dataset.json's `metadata` of a metadata file; a file given by path recorded so that it
+    resolves from any working folder (fs.recorded_path)."""
+    if meta is None:
+        return None
+    entry = meta.entry()
+    if given is not None:
+        entry["file"] = fs.recorded_path(given, input_dir)
+    return entry
+
+
+def _input_files(input_dir: str, metadata_file: str | None, detect: Detect) -> dict[str, Any]:
+    """The options that name input files (only when given: dataset.json as before for every other
+    dataset), recorded relative to INPUT when inside it, else absolute (fs.recorded_path)."""
+    out: dict[str, Any] = {}
+    if metadata_file is not None:
+        out["metadata"] = fs.recorded_path(metadata_file, input_dir)
+    if detect.annotations is not None:
+        out |= {"annotations": fs.recorded_path(detect.annotations, input_dir), "skip_empty": detect.skip_empty}
+    return out
 
 
 class Detect(NamedTuple):
@@ -460,7 +479,7 @@ def _detect(
         known_classes=known_classes,
         rule=rule,
     )
-    return boxed.found, detection_entry(ann, boxed)
+    return boxed.found, detection_entry(ann, boxed, fs.recorded_path(detect.annotations, input_dir))
 
 
 def refuse_box_problems(entry: dict[str, Any], strict: bool) -> None:

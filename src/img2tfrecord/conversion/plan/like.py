@@ -31,6 +31,8 @@ from img2tfrecord.format.manifest import MANIFEST_NAME
 
 # recorded options plan_job takes from elsewhere in dataset.json
 _RECORDED_ELSEWHERE = ("shards", "labels")  # the request is `shard_request`; the labels are `classes`
+# input files beside the images, recorded relative to INPUT when inside it (fs.recorded_path)
+_RECORDED_PATHS = ("annotations", "metadata")
 # options given beside `like` that draw the splits anew, so images no longer keep the dataset's
 _SPLIT_DRAW = {"split", "seed", "split_rule", "split_group"}
 
@@ -81,9 +83,15 @@ def _split_prior(dataset_dir: str, recorded: Mapping[str, Any]) -> Prior | None:
     return prior_of(cat.rels.blob, cat.rels.ends, cat.splits.codes, cat.splits.values, seed)
 
 
-def with_like(like: str, given: Mapping[str, Any]) -> dict[str, Any]:
-    """`given` (convert's options as the caller named them) over `like_options(like)`."""
-    out = like_options(like) | dict(given)
+def with_like(like: str, given: Mapping[str, Any], input_dir: str) -> dict[str, Any]:
+    """`given` (convert's options as the caller named them) over `like_options(like)`; the input
+    files dataset.json records (`--annotations`, `--metadata`: relative to INPUT, or absolute)
+    resolved against `input_dir`, as `update` resolves them."""
+    recorded = like_options(like)
+    for key in _RECORDED_PATHS:
+        if isinstance(recorded.get(key), str):
+            recorded[key] = fs.resolve_recorded(recorded[key], input_dir)
+    out = recorded | dict(given)
     if "labels" in given:  # a label list of the caller's own replaces the dataset's classes
         out.pop("known_classes", None)
     if _SPLIT_DRAW & set(given):  # splits drawn anew: nothing keeps the dataset's

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import xxhash
 
 from img2tfrecord.conversion.plan import quota
-from img2tfrecord.conversion.plan.table import ImageTable, TaskView, decode_name, encode_name
+from img2tfrecord.conversion.plan.table import BoxCounts, ImageTable, TaskView, decode_name, encode_name
 from img2tfrecord.errors import UsageError, option, plural
 from img2tfrecord.format.manifest import shown
 from img2tfrecord.format.schema import utf8_text
@@ -126,6 +126,7 @@ class Discovery:
     skipped: list[dict[str, str]] = field(default_factory=list)  # what the walk could not read: path, split, reason
     notes: list[str] = field(default_factory=list)  # said once, not warnings (junk folders ignored)
     loose: str = ""  # the warning about images outside any class folder, left out ("" if none): --strict refuses it
+    boxes: BoxCounts | None = None  # a detection walk's boxes per image (conversion.plan.detection)
 
 
 def parse_split_spec(spec: str) -> dict[str, float]:

@@ -77,6 +77,15 @@ class Objects(NamedTuple):
     truncated: tuple[int, ...]
 
 
+class BoxCounts(NamedTuple):
+    """A detection walk's boxes per image (conversion.plan.detection), kept on its `Discovery` so
+    that an update can count the boxes of the version it publishes (`detection.published`)."""
+
+    per_image: dict[str, int]  # an image's path (as the records name it) -> its boxes kept
+    problems: list[dict[str, str]]  # the boxes clipped or dropped: path, box, class, reason
+    skipped_empty: int  # images left out by --skip-empty
+
+
 class Group(NamedTuple):
     """Images that share a prefix and a class: a class folder (of one split folder), or a class of a file list."""
 

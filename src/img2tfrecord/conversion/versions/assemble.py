@@ -6,18 +6,20 @@ figures of the summary. Its own module so that update.py stays a readable length
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.events import EventSink, Timing
+from img2tfrecord.conversion.plan.detection import published
 from img2tfrecord.conversion.plan.job import PlannedShard, one_record_warning
 from img2tfrecord.conversion.plan.options import ShardSettings
 from img2tfrecord.conversion.versions.changes import Changes
 from img2tfrecord.conversion.versions.faults import keep_records, kept_back_warning, unread_paths
 from img2tfrecord.conversion.versions.layout import Layout, layout_of
-from img2tfrecord.conversion.versions.manifest import history, manifest_of, new_catalog
+from img2tfrecord.conversion.versions.manifest import history, manifest_of, new_catalog, text_of
 from img2tfrecord.conversion.versions.recorded import Recorded
 from img2tfrecord.conversion.versions.resume import ResumeState, link_or_move
 from img2tfrecord.conversion.write import shards as writer
@@ -221,6 +223,10 @@ def write_catalog(
     fs.write_bytes(fs.join(ver.ws.build, CATALOG_NAME), catalog_bytes)
     placed.files.append(CATALOG_NAME)
     split_info = placed.split_info
+    metadata = rec.manifest.get("metadata")
+    if changes.found.boxes is not None and metadata and metadata.get("detection"):  # the boxes published
+        rels = (text_of(cat.rels[r]) for r in itertools.compress(range(len(cat)), cat.converted()))
+        metadata = published(metadata, changes.found.boxes, rels)
     manifest = manifest_of(
         rec,
         cat,
@@ -235,6 +241,7 @@ def write_catalog(
         warnings=ver.warnings,
         emit=ver.emit,
         catalog_bytes=catalog_bytes,
+        metadata=metadata,
     )
     manifest["history"] = history(rec.manifest, manifest, changes.summary())
     for s, sp in manifest["splits"].items():

@@ -99,11 +99,13 @@ def manifest_of(
     warnings: list[str] | None = None,
     emit: EventSink | None = None,
     catalog_bytes: bytes | None = None,
+    metadata: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """dataset.json of the version after `rec` (update's and compact's), its counts taken from its
     catalog `cat`: class counts, formats and depths, the skipped images (`skipped_rows`, in that
     order; default: the catalog's), the duplicate report (`kept_copy`: the kept copy of the copies
-    versions.dedupe placed). `split_info` holds each split's shards; `catalog_bytes` the file `cat` is."""
+    versions.dedupe placed). `split_info` holds each split's shards; `catalog_bytes` the file `cat` is;
+    `metadata`: dataset.json's `metadata` when it changed (an update's box counts), else the old one."""
     counts: dict[str, dict[str, int]] = {s: dict.fromkeys(classes, 0) for s in split_info}
     merged: dict[str, Counter[str]] = {k: Counter() for k in ("formats", "depths", "transcoded", "reduced")}
     order = {s: i for i, s in enumerate(split_info)}
@@ -158,7 +160,7 @@ def manifest_of(
         parent=manifest_digest(rec.text),
         shard_request=old.get("shard_request"),
         catalog=catalog_bytes,
-        metadata=old.get("metadata"),
+        metadata=old.get("metadata") if metadata is None else metadata,
     )
 
 

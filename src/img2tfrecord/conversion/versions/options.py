@@ -121,7 +121,7 @@ def recorded_settings(options: dict[str, Any], *, fsync: bool, strict: bool) -> 
 def recorded_annotations(entry: dict[str, Any], input_dir: str, output_dir: str) -> Annotations:
     """A detection dataset's annotations (dataset.json's `metadata.detection`), read again; the same
     refusal as a changed metadata file's: a changed box is a changed record, which update cannot write."""
-    path = str(entry["detection"].get("annotations"))
+    path = fs.resolve_recorded(str(entry["detection"].get("annotations")), input_dir)
     try:
         ann: Annotations | None = read_annotations(path)
     except UsageError:
@@ -145,6 +145,7 @@ def recorded_metadata(manifest: dict[str, Any], input_dir: str, output_dir: str)
     if entry.get("detection"):
         return recorded_annotations(entry, input_dir, output_dir)
     given = (manifest.get("options") or {}).get("metadata")
+    given = fs.resolve_recorded(given, input_dir) if isinstance(given, str) else given
     try:
         path = find_metadata(input_dir, given)
     except UsageError:

@@ -1,0 +1,246 @@
+"""COCO instances JSON, streamed (`convert --annotations instances.json`).
+
+instances_train2017.json is 448 MB; `json.load` would build 5-10 times that in Python objects, most
+of it segmentation polygons no box needs. So the file is read once, in chunks, through ijson's
+event parser (its C backend), hashed as it is read, and only what a box needs is kept: per
+annotation its image id and category id (each coded once to a small number), its bbox, area and
+crowd flag in flat arrays. `images`, `annotations` and `categories` may come in any order, so the
+names are resolved after the last byte: the boxes grouped by image with one stable sort, and an
+image's `ImageBoxes` built when the walk looks it up (`CocoImages`). The result is what
+`json.load` of the same file would give (tests/plan/test_coco_stream.py holds it to that).
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+from collections.abc import Iterator, Mapping
+from typing import IO, TYPE_CHECKING, Any, NamedTuple
+
+import ijson
+import xxhash
+
+from img2tfrecord.conversion.plan.raw_boxes import ImageBoxes, RawBox
+from img2tfrecord.errors import UsageError, option
+
+if TYPE_CHECKING:
+    import numpy as np
+
+ANN, IMG, CAT = "annotations.item", "images.item", "categories.item"
+_FIELDS = {
+    ANN: ("image_id", "category_id", "bbox", "iscrowd", "area"),
+    IMG: ("id", "file_name", "width", "height"),
+    CAT: ("id", "name"),
+}
+_FIELD = {f"{item}.{name}": (item, name) for item, names in _FIELDS.items() for name in names}
+_BBOX_ITEM = f"{ANN}.bbox.item"
+_WANTED = frozenset({"", "images", *_FIELDS, *_FIELD, _BBOX_ITEM})
+_SCALARS = frozenset({"null", "boolean", "integer", "double", "number", "string"})
+_CONTAINER = object()  # a field whose value is an object or a list: no usable id, name or number
+
+
+class NotCoco(Exception):
+    """JSON, but not an object: not COCO instances."""
+
+
+class _Hashed:
+    """The file as ijson reads it, hashed on the way (one read for the parse and the digest), a
+    UTF-8 BOM dropped as the text readers drop it."""
+
+    def __init__(self, f: IO[bytes], name: str) -> None:
+        self._f, self._first = f, True
+        self.hash = xxhash.xxh3_128(name.encode("utf-8", "surrogateescape") + b"\0")
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._f.read(size)
+        self.hash.update(data)
+        if self._first and data:
+            self._first = False
+            data = data.removeprefix(b"\xef\xbb\xbf")
+        return data
+
+
+class _Kept:
+    """What the stream keeps: per box a few numbers in flat arrays; images and categories by id."""
+
+    def __init__(self) -> None:
+        self.image_codes: dict[Any, int] = {}  # COCO image id -> a number, first seen in either list
+        self.cat_codes: dict[Any, int] = {}  # category id -> a number, first seen in either list
+        self.box_image, self.box_cat, self.box_index = array("q"), array("q"), array("q")
+        self.xywh, self.area, self.crowd = array("d"), array("d"), array("b")
+        self.bad = array("q")  # annotations with no usable bbox or category id
+        self.annotations = 0
+        self.files: dict[str, int] = {}  # file_name -> image row (a name given twice: the last)
+        self.width, self.height, self.image_code = array("q"), array("q"), array("q")
+        self.source_ids: list[str] = []
+        self.cats: dict[Any, str] = {}
+        self.keys: set[str] = set()  # the top-level keys
+        self.images_list = False
+
+    def add(self, item: str, cur: dict[str, Any] | None) -> None:
+        """One element of `images`, `annotations` or `categories` (None: not an object)."""
+        if item == ANN:
+            self._annotation(cur)
+        elif cur is None:
+            return
+        elif item == IMG:
+            self._image(cur)
+        elif cur.get("id", _CONTAINER) is not _CONTAINER and isinstance(cur.get("name"), str):
+            self.cats[cur["id"]] = cur["name"]
+
+    def _annotation(self, cur: dict[str, Any] | None) -> None:
+        i = self.annotations
+        self.annotations += 1
+        try:
+            assert cur is not None and cur.get("category_id", _CONTAINER) is not _CONTAINER
+            x, y, w, h = (float(v) for v in cur["bbox"])
+        except (AssertionError, KeyError, TypeError, ValueError):
+            self.bad.append(i)
+            return
+        image = cur.get("image_id")
+        image = None if image is _CONTAINER else image
+        self.box_image.append(self.image_codes.setdefault(image, len(self.image_codes)))
+        self.box_cat.append(self.cat_codes.setdefault(cur["category_id"], len(self.cat_codes)))
+        self.box_index.append(i)
+        self.xywh.extend((x, y, w, h))
+        area = cur.get("area")
+        self.area.append(float(area) if isinstance(area, (int, float)) else -1.0)
+        self.crowd.append(int(bool(cur.get("iscrowd"))))
+
+    def _image(self, cur: dict[str, Any]) -> None:
+        name = cur.get("file_name")
+        if not isinstance(name, str):
+            return
+        name = name.removeprefix("./")
+        key = cur.get("id")
+        key = None if key is _CONTAINER else key
+        self.files[name] = len(self.source_ids)
+        self.width.append(_int(cur.get("width")))
+        self.height.append(_int(cur.get("height")))
+        self.image_code.append(self.image_codes.setdefault(key, len(self.image_codes)))
+        self.source_ids.append(str(key if "id" in cur and key is not None else name))
+
+
+def _int(v: Any) -> int:
+    try:
+        return int(v or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _stream(f: _Hashed, kept: _Kept) -> None:
+    """Feed every event of interest to `kept`; the others (segmentation, info, licenses) pass by."""
+    cur: dict[str, Any] | None = None
+    for prefix, event, value in ijson.parse(f, use_float=True):
+        if prefix not in _WANTED:
+            continue
+        if prefix in _FIELDS:  # an element of one of the three lists
+            if event == "start_map":
+                cur = {}
+            elif event == "start_array":
+                cur = None
+            elif event in ("end_map", "end_array") or event in _SCALARS:
+                kept.add(prefix, cur)
+                cur = None
+        elif prefix == _BBOX_ITEM:
+            if cur is not None and isinstance(cur.get("bbox"), list):
+                if event in _SCALARS:
+                    cur["bbox"].append(value)
+                elif event in ("start_map", "start_array"):
+                    cur["bbox"] = None
+        elif prefix in _FIELD:
+            if cur is None or event in ("end_map", "end_array", "map_key"):
+                continue
+            name = _FIELD[prefix][1]
+            if name == "bbox":
+                cur[name] = [] if event == "start_array" else None
+            else:
+                cur[name] = value if event in _SCALARS else _CONTAINER
+        elif prefix == "":
+            if event == "map_key":
+                kept.keys.add(value)
+            elif event not in ("start_map", "end_map"):
+                raise NotCoco("not an object")
+        elif event == "start_array":  # prefix "images"
+            kept.images_list = True
+
+
+class CocoImages(Mapping[str, ImageBoxes]):
+    """A COCO file's images by file name, each one's `ImageBoxes` built when asked for from the
+    boxes kept in arrays, grouped by image (ImageBoxes and RawBoxes for every image at once would
+    cost ~250 bytes a box)."""
+
+    def __init__(self, kept: _Kept, names: list[str | None], keep: np.ndarray) -> None:
+        import numpy as np  # deferred: its import starts OpenBLAS's threads, which a signal must not meet unready
+
+        codes = np.frombuffer(kept.box_image, dtype=np.int64)
+        order = np.flatnonzero(keep)
+        order = order[np.argsort(codes[order], kind="stable")]
+        self._starts = np.searchsorted(codes[order], np.arange(len(kept.image_codes) + 1))
+        self._xywh = np.frombuffer(kept.xywh, dtype=np.float64).reshape(-1, 4)[order]
+        self._area = np.frombuffer(kept.area, dtype=np.float64)[order]
+        self._crowd = np.frombuffer(kept.crowd, dtype=np.int8)[order]
+        self._cat = np.frombuffer(kept.box_cat, dtype=np.int64)[order]
+        self._names = names
+        self._files, self._width, self._height = kept.files, kept.width, kept.height
+        self._code, self._source_ids = kept.image_code, kept.source_ids
+
+    def __getitem__(self, name: str) -> ImageBoxes:
+        row = self._files[name]
+        code = self._code[row]
+        s, e = int(self._starts[code]), int(self._starts[code + 1])
+        parts = (self._xywh[s:e].tolist(), self._cat[s:e].tolist(), self._crowd[s:e].tolist(), self._area[s:e].tolist())
+        boxes = tuple(
+            RawBox(self._names[k] or "", x, y, x + w, y + h, crowd, area)
+            for (x, y, w, h), k, crowd, area in zip(*parts)
+        )
+        return ImageBoxes(self._width[row], self._height[row], self._source_ids[row], boxes)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._files
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._files)
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+
+class CocoRead(NamedTuple):
+    """A COCO file read: its digest, classes in category-id order, images by name, what it could not read."""
+
+    digest: str  # xxh3_128 over the file's name, a NUL and its bytes (annotations._digest's rule)
+    classes: list[str]
+    images: CocoImages
+    problems: list[dict[str, str]]
+
+
+def read_coco(path: str, max_bytes: int) -> CocoRead:
+    """Stream the COCO instances file at `path`; UsageError when it is not JSON or not COCO instances."""
+    where = option("annotations", path)
+    try:
+        if os.path.getsize(path) > max_bytes:
+            raise UsageError(f"{where}: larger than {max_bytes:,} bytes: not a file this tool can hold")
+        kept = _Kept()
+        with open(path, "rb") as raw:
+            f = _Hashed(raw, os.path.basename(path))
+            _stream(f, kept)
+    except OSError as e:
+        raise UsageError(f"{where}: cannot read {path}: {e.strerror or e}") from None
+    except (ijson.JSONError, ValueError) as e:
+        raise UsageError(f"{where}: not JSON, Pascal VOC XML or a YOLO folder: {e}") from None
+    except NotCoco:
+        kept.keys.clear()
+    if not kept.images_list or "annotations" not in kept.keys:
+        raise UsageError(f"{where}: a JSON file but not COCO instances (images, annotations)")
+    import numpy as np  # deferred, as in CocoImages
+
+    names = [kept.cats.get(k) for k in kept.cat_codes]  # category code -> class name (None: unknown)
+    known = np.array([n is not None for n in names] or [False])
+    cats = np.frombuffer(kept.box_cat, dtype=np.int64)
+    keep = known[cats] if len(cats) else np.zeros(0, dtype=bool)
+    bad = sorted([*kept.bad, *np.frombuffer(kept.box_index, dtype=np.int64)[~keep].tolist()])
+    base = os.path.basename(path)
+    problems = [{"path": f"{base}:annotations[{i}]", "reason": "no bbox or category"} for i in bad]
+    classes = [kept.cats[k] for k in sorted(kept.cats, key=lambda k: (str(type(k)), k))]
+    return CocoRead(f.hash.hexdigest(), classes, CocoImages(kept, names, keep), problems)

@@ -1,0 +1,141 @@
+"""A COCO file is streamed (conversion.plan.coco): the boxes `json.load` would give, in at most
+twice the file's size of memory, whatever order its lists come in."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from img2tfrecord.conversion.plan.annotations import RawBox, _digest, read_annotations
+from img2tfrecord.errors import UsageError
+
+
+def coco_like(n_images: int, n_annotations: int, seed: int, *, order: tuple[str, ...]) -> dict[str, Any]:
+    """A COCO instances file of train2017's shape: polygons most of the bytes, 80 categories."""
+    rnd = random.Random(seed)
+    polygons = [[[round(rnd.uniform(0, 640), 2) for _ in range(2 * rnd.randint(4, 14))]] for _ in range(500)]
+    images = [
+        {
+            "license": 3,
+            "file_name": f"{i:012d}.jpg",
+            "coco_url": f"http://images.cocodataset.org/train2017/{i:012d}.jpg",
+            "height": rnd.randint(200, 640),
+            "width": rnd.randint(200, 640),
+            "date_captured": "2013-11-14 16:28:13",
+            "id": i,
+        }
+        for i in range(1, n_images + 1)
+    ]
+    annotations = []
+    for k in range(n_annotations):
+        w, h = round(rnd.uniform(1, 300), 2), round(rnd.uniform(1, 300), 2)
+        annotations.append(
+            {
+                "segmentation": polygons[k % len(polygons)],
+                "area": round(w * h * 0.6, 4),
+                "iscrowd": int(k % 97 == 0),
+                "image_id": rnd.randint(1, n_images),
+                "bbox": [round(rnd.uniform(-5, 600), 2), round(rnd.uniform(-5, 600), 2), w, h],
+                "category_id": 1 + k % 90 if k % 90 < 80 else 1 + k % 80,
+                "id": k + 1,
+            }
+        )
+    categories = [{"supercategory": "thing", "id": c, "name": f"class{c:02d}"} for c in range(1, 81)]
+    parts = {"images": images, "annotations": annotations, "categories": categories}
+    info = {"description": "generated", "version": "1.0", "year": 2026}
+    return {"info": info, **{k: parts[k] for k in order}, "licenses": [{"id": 3, "name": "x"}]}
+
+
+def reference(path: Path) -> dict[str, Any]:
+    """The first implementation's reading, by json.load: file name -> (width, height, source id, boxes)."""
+    data = json.loads(path.read_text("utf-8-sig"))
+    cats = {c["id"]: str(c["name"]) for c in data.get("categories") or [] if isinstance(c, dict) and "id" in c}
+    boxes: dict[Any, list[RawBox]] = {}
+    for a in data["annotations"]:
+        try:
+            x, y, w, h = (float(v) for v in a["bbox"])
+            name = cats[a["category_id"]]
+        except (KeyError, TypeError, ValueError):
+            continue
+        area = float(a["area"]) if isinstance(a.get("area"), (int, float)) else -1.0
+        boxes.setdefault(a.get("image_id"), []).append(
+            RawBox(name, x, y, x + w, y + h, int(bool(a.get("iscrowd"))), area)
+        )
+    return {
+        im["file_name"]: (im["width"], im["height"], str(im["id"]), tuple(boxes.get(im["id"], ())))
+        for im in data["images"]
+    }
+
+
+@pytest.mark.parametrize(
+    "order",
+    [("images", "annotations", "categories"), ("annotations", "categories", "images")],
+    ids=["usual", "reordered"],
+)
+def test_streamed_boxes_equal_json_load(tmp_path: Path, order: tuple[str, ...]) -> None:
+    data = coco_like(300, 3000, seed=7, order=order)
+    data["annotations"] += [
+        {"image_id": 1, "category_id": 1},  # no bbox
+        {"image_id": 1, "bbox": [1, 2, 3], "category_id": 1},  # three numbers
+        {"image_id": 2, "bbox": [1, 2, 3, 4], "category_id": 999},  # no such category
+        {"image_id": 2, "bbox": ["1.5", 2, 3, 4], "category_id": 2, "area": "x", "iscrowd": True},
+        [1, 2],  # not an object
+    ]
+    path = tmp_path / "instances.json"
+    path.write_text("\ufeff" + json.dumps(data), encoding="utf-8")
+    ann = read_annotations(str(path))
+    want = reference(path)
+    assert {k: tuple(v) for k, v in ann.by_name.items()} == want
+    assert ann.classes == [f"class{c:02d}" for c in range(1, 81)]
+    assert [p["path"] for p in ann.problems] == [f"instances.json:annotations[{3000 + i}]" for i in (0, 1, 2, 4)]
+    assert ann.digest == _digest(str(tmp_path), ["instances.json"])  # datasets made before keep their digest
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", '{"images": {}, "annotations": []}', '{"images": [], "annot'])
+def test_not_coco_is_a_usage_error(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "a.json"
+    path.write_text(text)
+    with pytest.raises(UsageError, match="not COCO instances|not JSON"):
+        read_annotations(str(path))
+
+
+MEASURE = textwrap.dedent(
+    """
+    import json, sys
+    from img2tfrecord.conversion.plan.annotations import read_annotations
+
+    def status(key):
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key + ":"))
+
+    try:  # the peak so far reset to now: what imports took is not counted
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        base = status("VmRSS")
+    except OSError:
+        base = status("VmHWM")
+    ann = read_annotations(sys.argv[1])
+    boxes = sum(len(ann.by_name[k].boxes) for k in ann.by_name)
+    print(json.dumps({"growth": status("VmHWM") - base, "boxes": boxes}))
+    """
+)
+
+
+def test_a_large_file_is_read_in_at_most_twice_its_size(tmp_path: Path) -> None:
+    path = tmp_path / "instances_train.json"
+    path.write_text(json.dumps(coco_like(20_000, 200_000, seed=1, order=("annotations", "images", "categories"))))
+    size = path.stat().st_size
+    assert size > 30_000_000
+    out = subprocess.run([sys.executable, "-c", MEASURE, str(path)], capture_output=True, text=True, check=True)
+    got = json.loads(out.stdout)
+    assert got["boxes"] == 200_000
+    assert got["growth"] <= 2 * size, f"{got['growth']:,} bytes for a file of {size:,}"
+    os.unlink(path)
