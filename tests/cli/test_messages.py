@@ -195,3 +195,31 @@ def test_update_and_compact_speak_of_options_and_show_sizes_that_read(cli, tmp_p
     assert "1 shard kept as it was (hard links)" in res.stderr, res.stderr  # the one shard of version 1
     res = cli("compact", out)
     assert res.exit_code == 0 and "0.0 MB" not in res.stderr, res.stderr
+
+
+def test_past_twenty_skipped_files_one_line_says_where_the_rest_are(cli, tmp_path):
+    """25 broken files: 20 named a line each, then one line for the rest; --json, dataset.json and
+    the summary count all 25. The same for update."""
+    files = make_dataset(tmp_path / "in", {"a": 3})
+    good = files["a"][0].read_bytes()
+    for i in range(25):
+        (tmp_path / "in" / "a" / f"broken_{i:02d}.jpg").write_bytes(good[:200])
+    out = tmp_path / "out"
+    res = cli("convert", tmp_path / "in", out)
+    assert res.exit_code == 0, res.output
+    skips = [line for line in res.stderr.splitlines() if line.startswith("skipped: ")]
+    assert len(skips) == 21 and all(": corrupt or truncated" in line for line in skips[:20])
+    assert skips[20] == (
+        "skipped: more than 20 files; the rest are not shown here: dataset.json lists every skipped file and why "
+        "(so does --json)"
+    )
+    assert "Skipped 25 unusable images (listed in dataset.json)" in res.stderr
+    assert len(json.loads((out / "dataset.json").read_text())["skipped"]) == 25
+    res = cli("convert", tmp_path / "in", tmp_path / "out2", "--json")
+    assert len(json.loads(res.stdout)["skipped"]) == 25
+    for i in range(25):  # fixed: the update converts them; a new batch of broken ones is capped again
+        (tmp_path / "in" / "a" / f"broken_{i:02d}.jpg").unlink()
+        (tmp_path / "in" / "a" / f"new_{i:02d}.jpg").write_bytes(good[:300])
+    res = cli("update", tmp_path / "in", out)
+    assert res.exit_code == 0, res.output
+    assert len([line for line in res.stderr.splitlines() if line.startswith("skipped: ")]) == 21

@@ -44,6 +44,9 @@ class _Stderr:
         return sys.stderr.isatty()
 
 
+MAX_SKIP_LINES = 20  # skipped files named one a line on stderr; the rest in one line
+
+
 class _Progress:
     """A tqdm bar on stderr (images/s and MB/s), only when stderr is a terminal.
 
@@ -55,6 +58,22 @@ class _Progress:
         self.bar: Any = None
         self.enabled = enabled
         self.stream = _Stderr()
+        self.skips = 0
+
+    def event(self, kind: str, msg: str) -> None:
+        """A library event as a line of its own; past MAX_SKIP_LINES skipped files, one line says
+        where the rest are (a subset of a big annotation file, or a folder of broken files, would
+        otherwise print a line each: tens of thousands)."""
+        if kind == "skipped":
+            self.skips += 1
+            if self.skips > MAX_SKIP_LINES:
+                if self.skips == MAX_SKIP_LINES + 1:
+                    self.write(
+                        f"skipped: more than {MAX_SKIP_LINES} files; the rest are not shown here: "
+                        "dataset.json lists every skipped file and why (so does --json)"
+                    )
+                return
+        self.write(f"{kind}: {msg}")
 
     def start(self, total: int) -> None:
         if self.enabled:
@@ -394,7 +413,7 @@ def convert_command(
         answer.event(kind, msg)
         if quiet and kind == "note":  # --quiet keeps what went wrong (warnings, skips), not the notes
             return
-        progress.write(f"{kind}: {msg}")
+        progress.event(kind, msg)
 
     def on_progress(images: int, nbytes: int, total: int) -> None:
         if progress.bar is None:

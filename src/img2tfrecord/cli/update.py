@@ -185,7 +185,7 @@ def _update(input_dir: str, output_dir: str, as_json: bool, quiet: bool, kw: dic
 
     def on_event(kind: str, msg: str) -> None:
         answer.event(kind, msg)
-        progress.write(f"{kind}: {msg}")
+        progress.event(kind, msg)
 
     def on_progress(images: int, nbytes: int, total: int) -> None:
         if progress.bar is None:
