@@ -313,6 +313,26 @@ def test_yolo_folder_with_its_classes_file(tmp_path: Path, cli: Any, names: str)
     assert (tmp_path / "out" / "label_map.pbtxt").read_text().count("item {") == 2
 
 
+def test_yolo_labels_beside_their_images_are_no_ignored_files(tmp_path: Path, cli: Any) -> None:
+    """The common YOLO layout with each .txt beside its image: the annotation files are read, not
+    "ignored non-image files" (a notes file still is); the COCO file inside INPUT likewise."""
+    root = tmp_path / "data"
+    for i in range(3):
+        _image(root / f"img_{i}.jpg", (20, 20), [[2, 2, 8, 8]])
+        (root / f"img_{i}.txt").write_text("0 0.25 0.25 0.3 0.3\n")
+    (root / "classes.txt").write_text("boat\n")
+    (root / "notes.md").write_text("not data")
+    res = cli("convert", root, tmp_path / "out", "--annotations", root, "--json")
+    assert res.exit_code == 0, res.output
+    assert (json.loads(res.stdout)["ignored_files"], json.loads(res.stdout)["detection"]["boxes"]) == (1, 3)
+    ann = coco_corpus(tmp_path / "coco")
+    inside = tmp_path / "coco" / "images" / "instances.json"
+    ann.rename(inside)
+    res = cli("convert", tmp_path / "coco" / "images", tmp_path / "out2", "--annotations", inside, "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["ignored_files"] == 0
+
+
 def test_no_annotations_in_a_folder_is_a_usage_error(tmp_path: Path, cli: Any) -> None:
     _image(tmp_path / "images" / "a.jpg", (8, 8), [])
     (tmp_path / "ann").mkdir()

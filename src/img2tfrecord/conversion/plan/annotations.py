@@ -44,6 +44,7 @@ class Annotations:
     problems: list[dict[str, str]] = field(default_factory=list)  # entries it could not read: skipped
     stem_of: dict[str, str] = field(default_factory=dict)  # VOC: a by_name key -> its XML's by_stem key
     origin: dict[str, str] = field(default_factory=dict)  # VOC, YOLO: a by_stem key -> its file, as named
+    files: list[str] = field(default_factory=list)  # the files read: not counted as ignored files when below INPUT
 
     def entry(self) -> dict[str, Any]:
         """The part of dataset.json's `metadata.detection` that names the annotations."""
@@ -142,7 +143,7 @@ def _coco(path: str) -> Annotations:
     """COCO instances JSON: images (id, file_name, width, height), annotations (bbox x, y, w, h), categories;
     streamed (conversion.plan.coco)."""
     got = read_coco(path, MAX_ANNOTATION_BYTES)
-    return Annotations(path, "coco", got.digest, got.classes, got.images, {}, got.problems)
+    return Annotations(path, "coco", got.digest, got.classes, got.images, {}, got.problems, files=[path])
 
 
 def _is_voc(path: str) -> bool:
@@ -179,7 +180,8 @@ def _voc(top: str, xmls: list[str], files: list[str]) -> Annotations:
             stem_of[filename] = stem
         by_stem[stem] = got
         origin[stem] = rel
-    return Annotations(top, "voc", _digest(top, xmls), sorted(names), by_name, by_stem, problems, stem_of, origin)
+    read = [os.path.join(top, x) for x in xmls]
+    return Annotations(top, "voc", _digest(top, xmls), sorted(names), by_name, by_stem, problems, stem_of, origin, read)
 
 
 def _voc_object(o: ET.Element) -> RawBox:
@@ -210,7 +212,8 @@ def _yolo(top: str, files: list[str]) -> Annotations:
             objects.append(RawBox(classes[int(k)], x - bw / 2, y - bh / 2, x + bw / 2, y + bh / 2))
         by_stem[os.path.splitext(rel)[0]] = ImageBoxes(0, 0, rel, tuple(objects))
     origin = {os.path.splitext(rel)[0]: rel for rel in txts}
-    return Annotations(top, "yolo", _digest(top, [names_file, *txts]), classes, {}, by_stem, problems, {}, origin)
+    read = [os.path.join(top, f) for f in (names_file, *txts)]
+    return Annotations(top, "yolo", _digest(top, [names_file, *txts]), classes, {}, by_stem, problems, {}, origin, read)
 
 
 def _yolo_names(path: str) -> list[str]:

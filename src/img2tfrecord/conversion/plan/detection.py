@@ -13,10 +13,12 @@ the first class. Images with no annotation are kept with no boxes, unless `--ski
 
 from __future__ import annotations
 
+import os
 from array import array
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from img2tfrecord import fs
 from img2tfrecord.conversion.plan.annotations import Annotations, ImageBoxes, RawBox
 from img2tfrecord.conversion.plan.labels import check_class_names, class_list
 from img2tfrecord.conversion.plan.splits import EXACT, Discovery, SplitRule, assemble
@@ -133,7 +135,7 @@ def discover_detection(
         presplit=False,
         split=split,
         seed=seed,
-        ignored=found.ignored,
+        ignored=max(0, found.ignored - _annotation_files_below(input_dir, ann.files)),
         warnings=[],
         what="class",
         whats="classes",
@@ -227,3 +229,12 @@ def published(metadata: dict[str, Any], counts: BoxCounts, rels: Iterable[str]) 
     d["clipped"] = sum(p["reason"].endswith("clipped") for p in d["box_problems"])
     d["dropped"] = sum(p["reason"].endswith("dropped") for p in d["box_problems"])
     return metadata | {"detection": d}
+
+
+def _annotation_files_below(input_dir: str, files: list[str]) -> int:
+    """How many of the annotation files read lie below INPUT: the walk counted them as ignored
+    non-image files, which they are not (a YOLO folder beside its images would say thousands)."""
+    if fs.is_remote(input_dir):
+        return 0
+    top = os.path.abspath(input_dir) + os.sep
+    return sum(os.path.abspath(f).startswith(top) for f in files)
