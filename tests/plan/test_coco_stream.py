@@ -75,12 +75,21 @@ def reference(path: Path) -> dict[str, Any]:
     }
 
 
+@pytest.fixture(params=["streamed", "whole"])
+def how(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways a COCO file is read: streamed (a large file), or parsed whole (below WHOLE_BELOW)."""
+    from img2tfrecord.conversion.plan import coco
+
+    monkeypatch.setattr(coco, "WHOLE_BELOW", 0 if request.param == "streamed" else 1 << 40)
+    return str(request.param)
+
+
 @pytest.mark.parametrize(
     "order",
     [("images", "annotations", "categories"), ("annotations", "categories", "images")],
     ids=["usual", "reordered"],
 )
-def test_streamed_boxes_equal_json_load(tmp_path: Path, order: tuple[str, ...]) -> None:
+def test_streamed_boxes_equal_json_load(tmp_path: Path, order: tuple[str, ...], how: str) -> None:
     data = coco_like(300, 3000, seed=7, order=order)
     data["annotations"] += [
         {"image_id": 1, "category_id": 1},  # no bbox
@@ -88,6 +97,8 @@ def test_streamed_boxes_equal_json_load(tmp_path: Path, order: tuple[str, ...]) 
         {"image_id": 2, "bbox": [1, 2, 3, 4], "category_id": 999},  # no such category
         {"image_id": 2, "bbox": ["1.5", 2, 3, 4], "category_id": 2, "area": "x", "iscrowd": True},
         [1, 2],  # not an object
+        {"image_id": 3, "bbox": [1, [2], 3, 4], "category_id": 2},  # a list in the bbox
+        {"image_id": [3], "bbox": {"x": 1}, "category_id": {"id": 2}},  # objects and lists for numbers
     ]
     path = tmp_path / "instances.json"
     path.write_text("\ufeff" + json.dumps(data), encoding="utf-8")
@@ -95,12 +106,46 @@ def test_streamed_boxes_equal_json_load(tmp_path: Path, order: tuple[str, ...]) 
     want = reference(path)
     assert {k: tuple(v) for k, v in ann.by_name.items()} == want
     assert ann.classes == [f"class{c:02d}" for c in range(1, 81)]
-    assert [p["path"] for p in ann.problems] == [f"instances.json:annotations[{3000 + i}]" for i in (0, 1, 2, 4)]
+    assert [p["path"] for p in ann.problems] == [f"instances.json:annotations[{3000 + i}]" for i in (0, 1, 2, 4, 5, 6)]
     assert ann.digest == _digest(str(tmp_path), ["instances.json"])  # datasets made before keep their digest
 
 
-@pytest.mark.parametrize("text", ["[1, 2]", '{"images": {}, "annotations": []}', '{"images": [], "annot'])
-def test_not_coco_is_a_usage_error(tmp_path: Path, text: str) -> None:
+def test_both_ways_read_odd_elements_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Elements with objects or lists where numbers or names belong, duplicate keys, lists that are
+    not lists: the stream and the whole parse keep the same of them."""
+    from img2tfrecord.conversion.plan import coco
+
+    text = (
+        '{"categories": [{"id": 1, "name": "a"}, {"id": [2], "name": "b"}, {"id": 3, "name": {"n": 1}}, 7],'
+        ' "images": [{"id": 1, "file_name": "x.jpg", "width": "w", "height": 5.5}, {"id": {"k": 1}, "file_name": "y.jpg"},'
+        ' {"id": 3, "file_name": ["z"]}, {"id": 4, "file_name": "./w.jpg", "id": 5}, null],'
+        ' "annotations": [{"image_id": 1, "category_id": 1, "bbox": [1, 2, 3, 4], "iscrowd": [1], "area": {"a": 1}},'
+        ' {"image_id": {"k": 1}, "category_id": 1, "bbox": [0, 0, 1, 1]}, {"image_id": 5, "category_id": 1, "bbox": [0, 0, 2, 2]},'
+        ' {"image_id": 1, "category_id": [1], "bbox": [0, 0, 1, 1]}, "x"], "info": {"images": []}}'
+    )
+    path = tmp_path / "odd.json"
+    path.write_text(text)
+    got = []
+    for below in (0, 1 << 40):
+        monkeypatch.setattr(coco, "WHOLE_BELOW", below)
+        ann = read_annotations(str(path))
+        got.append((ann.digest, ann.classes, {k: tuple(v) for k, v in ann.by_name.items()}, ann.problems))
+    assert got[0] == got[1]
+    assert sorted(got[0][2]) == ["w.jpg", "x.jpg", "y.jpg"] and got[0][2]["x.jpg"][:2] == (0, 5)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[1, 2]",
+        '{"images": {}, "annotations": []}',
+        '{"images": [], "annot',
+        '{"images": [], "annotations": [{"bbox": [NaN, 1, 2, 3]}]}',
+        '{"images": [], "annotations": ' + "[" * 100_000 + "]" * 100_000 + "}",
+    ],
+    ids=["list", "images-object", "cut", "nan", "deep"],
+)
+def test_not_coco_is_a_usage_error(tmp_path: Path, text: str, how: str) -> None:
     path = tmp_path / "a.json"
     path.write_text(text)
     with pytest.raises(UsageError, match="not COCO instances|not JSON"):

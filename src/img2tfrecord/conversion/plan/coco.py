@@ -8,10 +8,15 @@ crowd flag in flat arrays. `images`, `annotations` and `categories` may come in 
 names are resolved after the last byte: the boxes grouped by image with one stable sort, and an
 image's `ImageBoxes` built when the walk looks it up (`CocoImages`). The result is what
 `json.load` of the same file would give (tests/plan/test_coco_stream.py holds it to that).
+
+A file under `WHOLE_BELOW` is parsed whole by `json` instead, its elements fed to the same
+`_Kept`: streaming goes through Python once an event (~1.1 s for a 3.6 MB file of 25,682 boxes
+here, where `json.loads` takes ~0.13 s), and below 16 MB the whole parse holds ~150 MB at most.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from array import array
 from collections.abc import Iterator, Mapping
@@ -37,6 +42,9 @@ _BBOX_ITEM = f"{ANN}.bbox.item"
 _WANTED = frozenset({"", "images", *_FIELDS, *_FIELD, _BBOX_ITEM})
 _SCALARS = frozenset({"null", "boolean", "integer", "double", "number", "string"})
 _CONTAINER = object()  # a field whose value is an object or a list: no usable id, name or number
+
+
+WHOLE_BELOW = 16 * 2**20  # bytes: a smaller file is parsed whole (`_whole`), a larger one streamed
 
 
 class NotCoco(Exception):
@@ -128,10 +136,54 @@ def _int(v: Any) -> int:
         return 0
 
 
+MAX_DEPTH = 16  # containers deep: past this a value's prefix is not built (what a box needs is 4 deep)
+MAX_NESTING = 500  # containers deep: a file nested deeper is refused
+
+
+class _Open(NamedTuple):
+    prefix: str | None  # the container's own prefix (None: too deep to matter)
+    item: str | None  # an array's elements' prefix; None for an object
+
+
+def _events(f: _Hashed) -> Iterator[tuple[str, str, Any]]:
+    """`ijson.parse`'s (prefix, event, value) for the prefixes `_stream` wants, the prefix built
+    here and only MAX_DEPTH levels deep: ijson's own builds every level's prefix in full, so a
+    200 KB file of nested brackets took gigabytes (depth squared) until the kernel killed the
+    process. The events of other prefixes (segmentation's numbers: most of a COCO file) cost a
+    comparison each."""
+    open_: list[_Open] = []
+    nxt: str | None = ""  # the prefix of the next value
+    wanted = _WANTED
+    for event, value in ijson.basic_parse(f, use_float=True):
+        if event in _SCALARS:
+            if nxt in wanted:
+                yield nxt, event, value  # type: ignore[misc]
+        elif event == "map_key":
+            p = open_[-1].prefix
+            nxt = None if p is None or len(open_) > MAX_DEPTH else (f"{p}.{value}" if p else value)
+            if p in wanted:
+                yield p, event, value  # type: ignore[misc]
+        elif event == "start_map" or event == "start_array":
+            if nxt in wanted:
+                yield nxt, event, value  # type: ignore[misc]
+            item = None
+            if event == "start_array":
+                item = None if nxt is None or len(open_) >= MAX_DEPTH else (f"{nxt}.item" if nxt else "item")
+            open_.append(_Open(nxt, item))
+            nxt = item
+            if len(open_) > MAX_NESTING:  # as json's parser refuses (its recursion limit): no COCO file is so deep
+                raise ValueError(f"nested more than {MAX_NESTING} levels deep")
+        else:  # end_map, end_array
+            p = open_.pop().prefix
+            if p in wanted:
+                yield p, event, value  # type: ignore[misc]
+            nxt = open_[-1].item if open_ else None
+
+
 def _stream(f: _Hashed, kept: _Kept) -> None:
     """Feed every event of interest to `kept`; the others (segmentation, info, licenses) pass by."""
     cur: dict[str, Any] | None = None
-    for prefix, event, value in ijson.parse(f, use_float=True):
+    for prefix, event, value in _events(f):
         if prefix not in _WANTED:
             continue
         if prefix in _FIELDS:  # an element of one of the three lists
@@ -163,6 +215,44 @@ def _stream(f: _Hashed, kept: _Kept) -> None:
                 raise NotCoco("not an object")
         elif event == "start_array":  # prefix "images"
             kept.images_list = True
+
+
+def _whole(f: _Hashed, kept: _Kept) -> None:
+    """`_stream`'s work for a small file: parsed whole, each element of the three lists reduced to
+    what the stream would have kept of it (`_element`), in the file's order."""
+    data = json.loads(f.read(), parse_constant=_no_constant)
+    if not isinstance(data, dict):
+        raise NotCoco("not an object")
+    kept.keys.update(data)
+    for key, value in data.items():
+        if key == "images" and isinstance(value, list):
+            kept.images_list = True
+        item = {"images": IMG, "annotations": ANN, "categories": CAT}.get(key)
+        if item is not None and isinstance(value, list):
+            for element in value:
+                kept.add(item, _element(item, element))
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # as the stream's parser says: NaN and Infinity are no JSON numbers
+
+
+def _element(item: str, element: Any) -> dict[str, Any] | None:
+    """An element's fields as the stream gives them: an object or a list in a field is `_CONTAINER`,
+    a bbox a list of numbers or None (not a list, or a list holding a list or an object)."""
+    if not isinstance(element, dict):
+        return None
+    cur: dict[str, Any] = {}
+    for name in _FIELDS[item]:
+        if name not in element:
+            continue
+        v = element[name]
+        if item == ANN and name == "bbox":
+            flat = isinstance(v, list) and not any(isinstance(x, (list, dict)) for x in v)
+            cur[name] = list(v) if flat else None
+        else:
+            cur[name] = _CONTAINER if isinstance(v, (list, dict)) else v
+    return cur
 
 
 class CocoImages(Mapping[str, ImageBoxes]):
@@ -224,10 +314,10 @@ def read_coco(path: str, max_bytes: int) -> CocoRead:
         kept = _Kept()
         with open(path, "rb") as raw:
             f = _Hashed(raw, os.path.basename(path))
-            _stream(f, kept)
+            (_whole if os.fstat(raw.fileno()).st_size < WHOLE_BELOW else _stream)(f, kept)
     except OSError as e:
         raise UsageError(f"{where}: cannot read {path}: {e.strerror or e}") from None
-    except (ijson.JSONError, ValueError) as e:
+    except (ijson.JSONError, ValueError, RecursionError) as e:
         raise UsageError(f"{where}: not JSON, Pascal VOC XML or a YOLO folder: {e}") from None
     except NotCoco:
         kept.keys.clear()
