@@ -85,7 +85,8 @@ def boxes_digest(objects: Objects | None) -> bytes:
         return bytes(8)
     import xxhash
 
-    return xxhash.xxh3_64_digest(repr(tuple(objects)).encode("utf-8", "surrogateescape"))
+    plain = tuple(tuple(v) if isinstance(v, list) else v for v in objects)  # lists: read back from JSON (Beam)
+    return xxhash.xxh3_64_digest(repr(plain).encode("utf-8", "surrogateescape"))
 
 
 class BoxCounts(NamedTuple):
