@@ -217,3 +217,22 @@ def test_the_boxes_column_round_trips_and_is_absent_without_boxes() -> None:
     assert back.take([1, 0]) == boxed and back.take([0]).boxes[0] == b"abcdefgh"
     with pytest.raises(catalog.CatalogError):
         catalog.decode(catalog.encode(boxed)[:-1])
+
+
+def test_a_journal_knows_the_boxes_a_shard_was_written_with(tmp_path: Path) -> None:
+    """--resume (convert's and update's) converts again a finished shard whose images' boxes changed since."""
+    from img2tfrecord.conversion.plan.job import plan_job
+    from img2tfrecord.conversion.write.resume import header
+
+    src = tmp_path / "images"
+    for i, n in enumerate(NAMES):
+        _image(src / n, SIZE, [_box(i)[:4]])
+    boxes = {n: [_box(i)] for i, n in enumerate(NAMES)}
+    ann = _coco(tmp_path, boxes, [(3, "cat"), (7, "dog")])
+    before = header(plan_job(str(src), str(tmp_path / "out"), annotations=str(ann), shards=3))
+    boxes[NAMES[0]] = [[1, 1, 4, 4, 3]]
+    _coco(tmp_path, boxes, [(3, "cat"), (7, "dog")])
+    after = header(plan_job(str(src), str(tmp_path / "out"), annotations=str(ann), shards=3))
+    assert after["fingerprint"] == before["fingerprint"]  # the same job: its other shards are reused
+    changed = [name for name in before["sources"] if before["sources"][name] != after["sources"][name]]
+    assert len(changed) == 1

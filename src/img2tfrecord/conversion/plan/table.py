@@ -251,6 +251,14 @@ def mtimes_of(tasks: Sequence[Task]) -> array:
     return array("q", (t.mtime_ns for t in tasks))
 
 
+def boxes_of(tasks: Sequence[Task]) -> bytes:
+    """The boxes digests of `tasks` (`boxes_digest`), concatenated; b"" when none has boxes (not detection)."""
+    if isinstance(tasks, TaskView):
+        objects = tasks.table.objects
+        return b"".join(boxes_digest(objects.get(i)) for i in tasks.order) if objects else b""
+    return b"".join(boxes_digest(t.objects) for t in tasks if t.objects is not None)
+
+
 def class_counts(tasks: Sequence[Task]) -> Counter[str]:
     """Images per class name (image/class/text) among `tasks`."""
     if isinstance(tasks, TaskView):
