@@ -74,7 +74,7 @@ def test_changed_boxes_rewrite_only_their_images_records(tmp_path: Path, cli: An
     res = cli("update", src, out, "--dry-run", "--json")
     assert res.exit_code == 0, res.output
     dry = json.loads(res.stdout)
-    assert not dry["up_to_date"] and dry["new_classes"] == ["zebra"]
+    assert not dry["up_to_date"] and dry["new_classes"] == ["zebra"] and dry["annotations_changed"]
     assert sum(sp["changed"] for sp in dry["splits"].values()) == 3
     assert sum(sp["unchanged"] for sp in dry["splits"].values()) == len(NAMES) - 3
     assert _inodes(out) == before  # the dry run wrote nothing
@@ -140,6 +140,7 @@ def test_an_annotation_changed_in_a_way_no_box_shows_is_recorded_without_rewriti
     ann.write_text(json.dumps(json.loads(ann.read_text()), indent=1))  # other bytes, the same boxes
     s = json.loads(cli("update", src, out, "--json").stdout)
     assert not s["up_to_date"] and s["shards_rewritten"] == 0 and s["converted_images"] == 0
+    assert s["annotations_changed"] and sum(sp["changed"] for sp in s["splits"].values()) == 0
     assert _inodes(out) == before
     man = json.loads((out / "dataset.json").read_text())
     assert man["metadata"]["detection"]["xxh3_128"] == read_annotations(str(ann)).digest

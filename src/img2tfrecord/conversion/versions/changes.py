@@ -117,7 +117,9 @@ class Changes:
         }
 
     def summary(self) -> dict[str, Any]:
+        detection = {"annotations_changed": self.annotations_changed} if self.found.boxes is not None else {}
         return {
+            **detection,
             "split_counts": self.split_counts(),
             "new_classes": self.new_classes,
             "vanished_classes": self.vanished_classes,
