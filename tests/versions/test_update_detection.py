@@ -153,7 +153,7 @@ def test_an_edited_yolo_txt_rewrites_its_image(tmp_path: Path, cli: Any) -> None
         _image(root / f"img_{i}.jpg", (20, 20), [[2, 2, 8, 8]])
         (root / f"img_{i}.txt").write_text("0 0.3 0.3 0.4 0.4\n")
     (root / "classes.txt").write_text("boat\n")
-    assert cli("convert", root, out, "--annotations", root, "--shards", "3").exit_code == 0
+    assert cli("convert", root, out, "--annotations", root, "--shards", "3", "--label-offset", "1").exit_code == 0
     holder = _placed(out)["img_4.jpg"][1]
     before = _inodes(out)
     (root / "img_4.txt").write_text("0 0.5 0.5 0.2 0.2\n")
@@ -164,6 +164,20 @@ def test_an_edited_yolo_txt_rewrites_its_image(tmp_path: Path, cli: Any) -> None
     assert len(set(before.values()) & set(after.values())) == len(before) - 1
     same_boxes(boxes_of(od_records(out)["img_4.jpg"]), [(0.4, 0.4, 0.6, 0.6, 1, 0)])
     same_boxes(boxes_of(od_records(out)["img_3.jpg"]), [(0.1, 0.1, 0.5, 0.5, 1, 0)])
+    assert _class_labels(out) == {f"img_{i}.jpg": [1] for i in range(6)}  # --label-offset 1, rewritten too
+
+
+def _class_labels(out: Path) -> dict[str, list[int]]:
+    """image/filename -> image/class/label (our multi-label key, which --label-offset shifts)."""
+    import tensorflow as tf
+
+    spec = {"image/filename": tf.io.FixedLenFeature((), tf.string), "image/class/label": tf.io.VarLenFeature(tf.int64)}
+    got = {}
+    for shard in sorted(out.glob("*-of-*")):
+        for raw in tf.data.TFRecordDataset(str(shard)):
+            ex = tf.io.parse_single_example(raw, spec)
+            got[ex["image/filename"].numpy().decode()] = tf.sparse.to_dense(ex["image/class/label"]).numpy().tolist()
+    return got
 
 
 def _run_advice(stderr: str, **replace: str) -> Any:
