@@ -41,6 +41,8 @@ def _changes_text(s: dict[str, Any]) -> list[str]:
         lines.append("  images per split, before -> after:")
         for cls, per in counts.items():
             lines.append(f"    {cls}: " + ", ".join(f"{name} {a} -> {b}" for name, (a, b) in per.items()))
+    if s.get("annotations_changed"):
+        lines.append("  the annotations changed since the last version: an image whose boxes changed counts as changed")
     if s["new_classes"]:
         lines.append(
             f"  {plural(len(s['new_classes']), 'new class', 'new classes')} (the next labels): {', '.join(s['new_classes'])}"

@@ -12,7 +12,10 @@ The file (`dataset.catalog`) is binary columns, each compressed on its own: rows
 (the high bytes of sizes and mtimes are nearly constant), mtimes as differences from the previous
 row, digests raw (they do not compress). Measured on the 8,000-image bench set: 25.0 bytes an
 image on disk, 16 of them the digest (docs/updating.md); the height, width and channels columns
-add 1.3 (26.4 with them, measured). The name matches no shard pattern (`SPLIT-NNNNN-of-NNNNN`), no
+add 1.3 (26.4 with them, measured). A detection dataset's catalog has one more column, `boxes`: the
+xxh3-64 of each image's boxes as planned (`plan.table.boxes_digest`), so that `update` rewrites the
+record of an image whose annotation changed; a catalog without boxes (classification) writes no
+such column, its bytes as before, and one read without it has NO_BOXES (not known) in every row. The name matches no shard pattern (`SPLIT-NNNNN-of-NNNNN`), no
 TFDS template and no index, and ends in a suffix `layout.is_shard_candidate` passes over, so no
 reader and no `inspect out/*` takes it for a shard.
 
@@ -38,6 +41,7 @@ MAGIC = b"I2TCATv1"
 CONVERTED, SKIPPED, DROPPED = 0, 1, 2
 STATE_NAMES = ("converted", "skipped", "dropped")
 NO_DIGEST = bytes(16)
+NO_BOXES = bytes(8)  # a row whose boxes digest is not known (no boxes: not a detection dataset's)
 
 
 class Kind(NamedTuple):
@@ -222,6 +226,7 @@ class Catalog:
         self.heights = array("I")
         self.widths = array("I")
         self.channels = array("B")
+        self.boxes = Fixed(8)  # a detection image's boxes digest; NO_BOXES where there is none
         self.has_digests = has_digests
         for name, values in columns.items():
             if name not in COLUMNS:
@@ -265,6 +270,7 @@ class Catalog:
         height: int = 0,
         width: int = 0,
         channels: int = 0,
+        boxes: bytes = NO_BOXES,
     ) -> None:
         self.rels.append(rel)
         self.sizes.append(size)
@@ -281,6 +287,7 @@ class Catalog:
         self.heights.append(height)
         self.widths.append(width)
         self.channels.append(channels)
+        self.boxes.append(boxes)
 
     def add_row(self, src: Catalog, r: int, shard: str, record: int) -> None:
         """Add row `r` of `src` as it is but for where its record now is (update's and compact's new versions)."""
@@ -300,6 +307,7 @@ class Catalog:
             src.heights[r],
             src.widths[r],
             src.channels[r],
+            src.boxes[r],
         )
 
     def take(self, rows: Sequence[int]) -> Catalog:
@@ -314,6 +322,8 @@ class Catalog:
         out.rels.ends = array("q", itertools.accumulate(b - a for a, b in zip(starts, ends)))
         w, digests = self.digests.width, self.digests.blob
         out.digests.blob = bytearray(b"".join([digests[r * w : r * w + w] for r in rows]))
+        boxes = self.boxes.blob
+        out.boxes.blob = bytearray(b"".join([boxes[r * 8 : r * 8 + 8] for r in rows]))
         out.states = bytearray(map(self.states.__getitem__, rows))
         for name in ("sizes", "mtimes", "records", "lengths", *SHAPE_COLUMNS):
             column: array = getattr(self, name)
@@ -404,7 +414,8 @@ def count_problems(cat: Catalog, splits: Mapping[str, Any]) -> list[str]:
 
 
 SHAPE_COLUMNS = ("heights", "widths", "channels")  # absent from catalogs written before they were recorded
-COLUMNS = ("rels", "sizes", "mtimes", "digests", "states", *TABLED, "records", "lengths", *SHAPE_COLUMNS)
+COLUMNS = ("rels", "sizes", "mtimes", "digests", "states", *TABLED, "records", "lengths", *SHAPE_COLUMNS, "boxes")
+RAW = ("digests", "boxes")  # stored as they are: digests do not compress
 
 
 def _planes(values: Any, dtype: str) -> bytes:
@@ -487,11 +498,13 @@ def encode(cat: Catalog) -> bytes:
         "channels": col(cat.channels, "u1").tobytes(),
         "digests": np.frombuffer(cat.digests.blob, np.uint8).reshape(n, 16)[order].tobytes() if n else b"",
     }
+    if cat.boxes.blob.count(0) != len(cat.boxes.blob):  # a detection dataset's: written after the others
+        columns["boxes"] = np.frombuffer(cat.boxes.blob, np.uint8).reshape(n, 8)[order].tobytes()
     blobs, described = [], []
     for name, raw in columns.items():
-        stored = raw if name == "digests" else zlib.compress(raw, 6)  # 9: 3x the time, 0.1% smaller
+        stored = raw if name in RAW else zlib.compress(raw, 6)  # 9: 3x the time, 0.1% smaller
         blobs.append(stored)
-        described.append([name, "raw" if name == "digests" else "zlib", len(stored)])
+        described.append([name, "raw" if name in RAW else "zlib", len(stored)])
     header = {
         "rows": len(cat),
         "has_digests": cat.has_digests,
@@ -558,6 +571,9 @@ def decode(data: bytes) -> Catalog:
         cat.records = _array("i", _unplanes(raw["records"], "<i4", n))
         cat.lengths = _array("q", _unplanes(raw["lengths"], "<u8", n).view("<i8"))
         _decode_shapes(cat, raw, n)
+        if len(boxes := raw.get("boxes", NO_BOXES * n)) != 8 * n:
+            raise CatalogError("its boxes column does not hold one entry per row")
+        cat.boxes = Fixed(8, boxes)
         return cat
     except (KeyError, TypeError, ValueError, IndexError, zlib.error) as e:
         if isinstance(e, CatalogError):

@@ -149,7 +149,7 @@ def discover_detection(
     )
     if note := junk_note(found.report.junk_dirs):
         out.notes.append(note)
-    out.boxes = BoxCounts(per_image, problems, skipped_empty)
+    out.boxes = BoxCounts(per_image, problems, skipped_empty, ann.digest)
     return Boxed(out, problems, count, empty, skipped_empty)
 
 
@@ -220,7 +220,7 @@ def published(metadata: dict[str, Any], counts: BoxCounts, rels: Iterable[str]) 
     an update's records), from the update's walk (`counts`): the boxes of the images kept, added
     and gone alike, as a fresh conversion would count them."""
     shown = set(rels)
-    d = dict(metadata["detection"])
+    d = dict(metadata["detection"]) | {"xxh3_128": counts.digest or metadata["detection"].get("xxh3_128")}
     kept = [counts.per_image[r] for r in shown if r in counts.per_image]
     d["boxes"] = sum(kept)
     d["empty_images"] = sum(not n for n in kept)
@@ -228,7 +228,7 @@ def published(metadata: dict[str, Any], counts: BoxCounts, rels: Iterable[str]) 
     d["box_problems"] = [p for p in counts.problems if p["path"] in shown]
     d["clipped"] = sum(p["reason"].endswith("clipped") for p in d["box_problems"])
     d["dropped"] = sum(p["reason"].endswith("dropped") for p in d["box_problems"])
-    return metadata | {"detection": d}
+    return metadata | {"xxh3_128": d["xxh3_128"], "detection": d}
 
 
 def _annotation_files_below(input_dir: str, files: list[str]) -> int:

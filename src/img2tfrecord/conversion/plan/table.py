@@ -77,6 +77,18 @@ class Objects(NamedTuple):
     truncated: tuple[int, ...]
 
 
+def boxes_digest(objects: Objects | None) -> bytes:
+    """xxh3-64 of an image's boxes as planned (after clipping: size, source_id, coordinates, labels,
+    names, flags, area), 8 bytes; the catalog keeps it so that `update` finds the images whose
+    annotation changed (format.catalog's `boxes`). An image with no `Objects` (not detection): none."""
+    if objects is None:
+        return bytes(8)
+    import xxhash
+
+    plain = tuple(tuple(v) if isinstance(v, list) else v for v in objects)  # lists: read back from JSON (Beam)
+    return xxhash.xxh3_64_digest(repr(plain).encode("utf-8", "surrogateescape"))
+
+
 class BoxCounts(NamedTuple):
     """A detection walk's boxes per image (conversion.plan.detection), kept on its `Discovery` so
     that an update can count the boxes of the version it publishes (`detection.published`)."""
@@ -84,6 +96,7 @@ class BoxCounts(NamedTuple):
     per_image: dict[str, int]  # an image's path (as the records name it) -> its boxes kept
     problems: list[dict[str, str]]  # the boxes clipped or dropped: path, box, class, reason
     skipped_empty: int  # images left out by --skip-empty
+    digest: str = ""  # the annotations' xxh3_128 as read now: an update's dataset.json records it
 
 
 class Group(NamedTuple):
@@ -236,6 +249,14 @@ def mtimes_of(tasks: Sequence[Task]) -> array:
     if isinstance(tasks, TaskView):
         return array("q", map(tasks.table.mtimes.__getitem__, tasks.order))
     return array("q", (t.mtime_ns for t in tasks))
+
+
+def boxes_of(tasks: Sequence[Task]) -> bytes:
+    """The boxes digests of `tasks` (`boxes_digest`), concatenated; b"" when none has boxes (not detection)."""
+    if isinstance(tasks, TaskView):
+        objects = tasks.table.objects
+        return b"".join(boxes_digest(objects.get(i)) for i in tasks.order) if objects else b""
+    return b"".join(boxes_digest(t.objects) for t in tasks if t.objects is not None)
 
 
 def class_counts(tasks: Sequence[Task]) -> Counter[str]:

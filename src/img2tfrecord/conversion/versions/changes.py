@@ -2,7 +2,9 @@
 
 An image is *added* when the catalog has no row for its path, *removed* when the walk no longer
 finds a row's path, *changed* when its size or mtime differs (or, with `check_content`, the xxh3
-digest of its bytes; or its class or split, which only a --file-list or a split folder can move),
+digest of its bytes; or its class or split, which only a --file-list or a split folder can move; or,
+in a detection dataset, its boxes as planned from the annotations, against the catalog's digest of them:
+a row without one, from before it was kept, counts as changed only when the annotations did),
 and *unchanged* otherwise (a row converted from a remote listing knows neither size nor mtime:
 it counts as unchanged unless `check_content`, and the new catalog records what the stat found).
 A file skipped last time is tried again when it changed, or when its skip was an OS or I/O error
@@ -29,10 +31,10 @@ from img2tfrecord.conversion.plan.labels import updated_class_list
 from img2tfrecord.conversion.plan.metadata import Metadata
 from img2tfrecord.conversion.plan.skips import is_passing
 from img2tfrecord.conversion.plan.splits import Discovery, prior_of, recorded_rule
-from img2tfrecord.conversion.plan.table import ImageTable, class_counts
+from img2tfrecord.conversion.plan.table import ImageTable, boxes_digest, class_counts
 from img2tfrecord.conversion.plan.walk import discover, stat_remote
 from img2tfrecord.conversion.plan.walk_labels import discover_multi_label
-from img2tfrecord.format.catalog import CONVERTED, SKIPPED, Catalog
+from img2tfrecord.format.catalog import CONVERTED, NO_BOXES, SKIPPED, Catalog
 from img2tfrecord.format.schema import utf8_text
 
 _UNSEEN = bytes([1]) + bytes(255)  # a bytes.translate table: 0 (not seen) -> 1, else 0
@@ -81,6 +83,9 @@ class Changes:
     # what the walk could not read differs from what dataset.json lists (a folder listed again):
     # a new version says so, though no record changes
     walk_skips_changed: bool = False
+    # a detection dataset's annotations are not the bytes dataset.json records: a new version records
+    # them, though no box of an image it holds may have changed
+    annotations_changed: bool = False
     removed_records: int = 0  # records whose image the walk no longer finds (versions.guard's count)
 
     @property
@@ -89,6 +94,7 @@ class Changes:
         return (
             not self.new_classes
             and not self.walk_skips_changed
+            and not self.annotations_changed
             and not any(sc.encode or sc.gone or sc.counts["removed"] for sc in self.splits.values())
         )
 
@@ -111,7 +117,9 @@ class Changes:
         }
 
     def summary(self) -> dict[str, Any]:
+        detection = {"annotations_changed": self.annotations_changed} if self.found.boxes is not None else {}
         return {
+            **detection,
             "split_counts": self.split_counts(),
             "new_classes": self.new_classes,
             "vanished_classes": self.vanished_classes,
@@ -143,10 +151,19 @@ def walk(
         rule = rule._replace(prior=prior_of(cat.rels.blob, cat.rels.ends, cat.splits.codes, cat.splits.values, seed))
     if file_list:
         found = discover_file_list(input_dir, file_list, split=split, seed=seed, labels=labels, rule=rule)
-    elif isinstance(metadata, Annotations):  # a detection dataset: its images with their boxes
-        skip_empty = bool(options.get("skip_empty"))
+    elif isinstance(metadata, Annotations):  # a detection dataset: its images with their boxes, ids kept
+        skip_empty, known = bool(options.get("skip_empty")), None if fixed is not None else list(old_classes)
+        offset = int(options.get("label_offset") or 0)
         found = discover_detection(
-            input_dir, metadata, skip_empty=skip_empty, split=split, seed=seed, labels=labels, rule=rule
+            input_dir,
+            metadata,
+            skip_empty=skip_empty,
+            split=split,
+            seed=seed,
+            label_offset=offset,
+            labels=labels,
+            known_classes=known,
+            rule=rule,
         ).found
     elif metadata is not None and metadata.labels is not None:
         found = discover_multi_label(input_dir, metadata, split=split, seed=seed, labels=labels, rule=rule)
@@ -190,13 +207,16 @@ class _Rows:
     removed_records: int = 0
 
 
-def diff(found: Discovery, cat: Catalog, old_classes: list[str], check_content: bool = False) -> Changes:
-    """Classify every image of the walk and every row of the catalog (see the module docstring)."""
+def diff(
+    found: Discovery, cat: Catalog, old_classes: list[str], check_content: bool = False, same_annotations: bool = True
+) -> Changes:
+    """Classify every image of the walk and every row of the catalog (see the module docstring);
+    `same_annotations`: a detection dataset's annotation bytes are the ones dataset.json records."""
     table = _table(found)
     texts = [utf8_text(c) for c in table.classes]
     group_class = [texts[g.cls] for g in table.groups]
     rows = _Rows(splits={s: SplitChanges() for s in found.splits}, seen=bytearray(len(cat)))
-    _classify_found(found, cat, group_class, check_content, rows)
+    _classify_found(found, cat, group_class, check_content, rows, same_annotations)
     unlisted = _unlisted(found.skipped)
     _classify_unseen(cat, unlisted, rows)
     group_of = table.group_of
@@ -215,7 +235,9 @@ def diff(found: Discovery, cat: Catalog, old_classes: list[str], check_content: 
     )
 
 
-def _classify_found(found: Discovery, cat: Catalog, group_class: list[str], check_content: bool, rows: _Rows) -> None:
+def _classify_found(
+    found: Discovery, cat: Catalog, group_class: list[str], check_content: bool, rows: _Rows, same_annotations: bool
+) -> None:
     """The walk's images against their rows: added, changed, retried, or kept as they are (one
     function, so that the columns stay locals of its loop)."""
     from img2tfrecord.conversion.encode.example import digest_file
@@ -236,6 +258,7 @@ def _classify_found(found: Discovery, cat: Catalog, group_class: list[str], chec
     passing = [is_passing(v) for v in cat.reasons.values]  # a skip that was an OS error: no verdict
     reasons = cat.reasons.codes
     prefixes = [g.prefix for g in groups]
+    objects, boxes = table.objects, cat.boxes.blob  # a detection walk's boxes; the digests the catalog keeps
     for s, view in found.splits.items():
         sc = splits[s]
         tally: Counter[tuple[str, str]] = Counter()  # (kind, class) -> images
@@ -253,6 +276,9 @@ def _classify_found(found: Discovery, cat: Catalog, group_class: list[str], chec
             state = states[r]
             unknown = sizes[r] == 0 and mtimes[r] == 0  # converted from a listing (remote input)
             same = unknown or (sizes[r] == table.sizes[i] and mtimes[r] == table.mtimes[i])
+            if same and objects:  # a box changed, added or removed: the record changes
+                had = boxes[8 * r : 8 * r + 8]
+                same = boxes_digest(objects.get(i)) == had if had != NO_BOXES else same_annotations
             if unknown and state == CONVERTED and not check_content:
                 refreshed[r] = (table.sizes[i], table.mtimes[i])  # known from now on
             moved = split_codes[r] != here or class_codes[r] != group_code[g]

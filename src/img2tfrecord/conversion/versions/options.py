@@ -119,18 +119,23 @@ def recorded_settings(options: dict[str, Any], *, fsync: bool, strict: bool) -> 
 
 
 def recorded_annotations(entry: dict[str, Any], input_dir: str, output_dir: str) -> Annotations:
-    """A detection dataset's annotations (dataset.json's `metadata.detection`), read again; the same
-    refusal as a changed metadata file's: a changed box is a changed record, which update cannot write."""
+    """A detection dataset's annotations (dataset.json's `metadata.detection`), read again. Changed
+    boxes are changed images, which update rewrites (versions.changes); annotations gone, unreadable
+    or of another format (VOC XML replaced by YOLO txt) are refused, advising `convert --like`."""
     path = fs.resolve_recorded(str(entry["detection"].get("annotations")), input_dir)
-    try:
-        ann: Annotations | None = read_annotations(path)
-    except UsageError:
-        ann = None
-    if ann is None or ann.digest != entry.get("xxh3_128"):
+    ann = read_annotations(path) if fs.exists(path) else None  # unreadable: its own UsageError says why
+    was = entry["detection"].get("format")
+    if ann is None or ann.format != was:
+        if ann is None:  # restored, update goes on; moved, the dataset is made again from where they are
+            why, change = "are gone", {"annotations": "FILE"}
+            then = "put them back, or to make the dataset again from FILE, the annotations where they are now, "
+        else:
+            why, change = f"are {ann.format}, no longer {was},", {}
+            then = "update takes boxes of the format the dataset was made with. To make it again from them, "
         raise UsageError(
-            f"the annotations {path} {'changed' if ann is not None else 'are gone'} since {output_dir} was made; "
-            "update keeps the records it has, so it cannot take new boxes. To make the dataset again from them, "
-            + convert_like_advice(input_dir, output_dir, {})
+            f"the annotations {path} {why} since {output_dir} was made; "
+            + then
+            + convert_like_advice(input_dir, output_dir, change)
         )
     return ann
 

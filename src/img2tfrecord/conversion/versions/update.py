@@ -233,7 +233,10 @@ def _changes(
         emit("warning", w)
     for skip in found.skipped:
         emit("skipped", f"{skip['path']}: {skip['reason']}")
-    changes = diff(found, rec.catalog, rec.classes, check_content)
+    recorded = (rec.manifest.get("metadata") or {}).get("xxh3_128")
+    same_annotations = not isinstance(meta, Annotations) or meta.digest == recorded
+    changes = diff(found, rec.catalog, rec.classes, check_content, same_annotations)
+    changes.annotations_changed = not same_annotations
     changes.walk_skips_changed = recorded_walk_skips(rec.manifest, rec.catalog) != found.skipped
     if rec.options.get("dedupe") == "drop":  # the copy a fresh convert keeps, across versions
         from img2tfrecord.conversion.versions.dedupe import resolve

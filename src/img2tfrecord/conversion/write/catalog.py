@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from img2tfrecord import fs
-from img2tfrecord.conversion.plan.table import Task, TaskView, encode_name
+from img2tfrecord.conversion.plan.table import Task, TaskView, boxes_digest, encode_name
 from img2tfrecord.conversion.write.dedupe import DIGEST_HEX
 from img2tfrecord.conversion.write.shards import ShardInfo, ShardOutcome
 from img2tfrecord.format.catalog import CONVERTED, DROPPED, NO_DIGEST, SKIPPED, Catalog
@@ -27,19 +27,22 @@ class Seen:
     size: int
     mtime: int
     cls: str  # image/class/text, as the manifest writes it
+    boxes: bytes  # the digest of its boxes as planned (a detection image's), else NO_BOXES
 
 
 def seen(tasks: Sequence[Task]) -> Iterator[Seen]:
-    """(rel bytes, size, mtime, class) of `tasks` in order, from the table's columns when it is a view."""
+    """(rel bytes, size, mtime, class, boxes) of `tasks` in order, from the table's columns when it is a view."""
     if isinstance(tasks, TaskView):
         t = tasks.table
         texts = [utf8_text(c) for c in t.classes]
         groups = [texts[g.cls] for g in t.groups]
+        objects = t.objects.get if t.objects else lambda i: None
         for i in tasks.order:
-            yield Seen(t.rel_bytes(i), t.sizes[i], t.mtimes[i], groups[t.group_of[i]])
+            yield Seen(t.rel_bytes(i), t.sizes[i], t.mtimes[i], groups[t.group_of[i]], boxes_digest(objects(i)))
     else:
         for task in tasks:
-            yield Seen(encode_name(task.rel), task.size, task.mtime_ns, utf8_text(task.text))
+            boxes = boxes_digest(task.objects)
+            yield Seen(encode_name(task.rel), task.size, task.mtime_ns, utf8_text(task.text), boxes)
 
 
 NO_SHAPE = (0, 0, 0)  # an outcome of an older journal: the catalog records the shape as not known
@@ -68,15 +71,14 @@ def add_split(
         for i, item in enumerate(seen(tasks)):
             if skipped or dropped:
                 key: int | str = i if o.skipped_at or o.dropped_at else _text(item.rel)
-                if key in skipped:
-                    cat.add(item.rel, item.size, item.mtime, NO_DIGEST, SKIPPED, split, skipped[key], cls=item.cls)
-                    continue
-                if key in dropped:
-                    cat.add(item.rel, item.size, item.mtime, digest_bytes(dropped[key]), DROPPED, split, cls=item.cls)
+                if key in skipped or key in dropped:
+                    state, digest = (SKIPPED, NO_DIGEST) if key in skipped else (DROPPED, digest_bytes(dropped[key]))
+                    why = skipped.get(key, "")
+                    cat.add(item.rel, item.size, item.mtime, digest, state, split, why, cls=item.cls, boxes=item.boxes)
                     continue
             digest = digest_bytes(column[k * DIGEST_HEX : (k + 1) * DIGEST_HEX])
             kind = o.kinds[o.kind_of[k]] if k < len(o.kind_of) else ""
-            shape = o.shapes[3 * k : 3 * k + 3] if 3 * k < len(o.shapes) else NO_SHAPE
+            height, width, channels = o.shapes[3 * k : 3 * k + 3] if 3 * k < len(o.shapes) else NO_SHAPE
             k += 1
             shard, record = next(slots)
             length = next(all_lengths)
@@ -93,7 +95,10 @@ def add_split(
                 length,
                 item.cls,
                 kind,
-                *shape,
+                height,
+                width,
+                channels,
+                item.boxes,
             )
 
 

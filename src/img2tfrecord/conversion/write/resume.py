@@ -20,7 +20,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from img2tfrecord import fs
-from img2tfrecord.conversion.plan.table import fingerprint_items, mtimes_of
+from img2tfrecord.conversion.plan.table import boxes_of, fingerprint_items, mtimes_of
 from img2tfrecord.conversion.write.dedupe import DIGEST_HEX
 from img2tfrecord.conversion.write.shards import ShardOutcome
 from img2tfrecord.conversion.write.workspace import JOURNAL  # the one name, beside the workspace's others
@@ -43,14 +43,16 @@ def header(plan: Plan) -> dict[str, Any]:
         items = fingerprint_items(shard.tasks)  # from the plan's columns: no Task made
         h.update(items)
         shards[shard.name] = hashlib.sha256(items).hexdigest()[:16]
-        sources[shard.name] = hashlib.sha256(items + mtimes_of(shard.tasks).tobytes()).hexdigest()[:16]
+        source = items + mtimes_of(shard.tasks).tobytes() + boxes_of(shard.tasks)  # boxes: annotations edited
+        sources[shard.name] = hashlib.sha256(source).hexdigest()[:16]
     return {
         "fingerprint": h.hexdigest(),
         "options": _plain(plan.options),
         "classes": list(plan.classes),
         "images": plan.images,
         "shards": shards,
-        "sources": sources,  # per shard, with its images' st_mtime_ns: a source edited in place rebuilds it
+        # per shard, with its images' st_mtime_ns and boxes: a source or an annotation edited rebuilds it
+        "sources": sources,
         # the convert command line that makes this job (`inspect` of a missing OUTPUT advises it
         # with --resume); not part of the fingerprint
         "command_line": convert_command_line(plan),
