@@ -4,7 +4,7 @@ instances_train2017.json is 448 MB; `json.load` would build 5-10 times that in P
 of it segmentation polygons no box needs. So the file is read once, in chunks, through ijson's
 event parser (its C backend), hashed as it is read, and only what a box needs is kept: per
 annotation its image id and category id (each coded once to a small number), its bbox, area and
-crowd flag in flat arrays. `images`, `annotations` and `categories` may come in any order, so the
+crowd flag in flat arrays, and for `--masks` its segmentation (conversion.plan.coco_masks). `images`, `annotations` and `categories` may come in any order, so the
 names are resolved after the last byte: the boxes grouped by image with one stable sort, and an
 image's `ImageBoxes` built when the walk looks it up (`CocoImages`). The result is what
 `json.load` of the same file would give (tests/plan/test_coco_stream.py holds it to that).
@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING, Any, NamedTuple
 import ijson
 import xxhash
 
+from img2tfrecord.conversion.plan.coco_masks import PREFIXES, Segments
 from img2tfrecord.conversion.plan.raw_boxes import ImageBoxes, RawBox
 from img2tfrecord.errors import UsageError, option
 
@@ -63,7 +64,10 @@ class _Hashed:
 class _Kept:
     """What the stream keeps: per box a few numbers in flat arrays; images and categories by id."""
 
-    def __init__(self) -> None:
+    def __init__(self, masks: bool = False) -> None:
+        self.segments = Segments() if masks else None
+        self.wanted = _WANTED | PREFIXES if masks else _WANTED
+        self.no_mask = array("q")  # annotations with no segmentation pycocotools can rasterize (--masks)
         self.image_codes: dict[Any, int] = {}  # COCO image id -> a number, first seen in either list
         self.cat_codes: dict[Any, int] = {}  # category id -> a number, first seen in either list
         self.box_image, self.box_cat, self.box_index = array("q"), array("q"), array("q")
@@ -89,6 +93,11 @@ class _Kept:
             self.cats[cur["id"]] = cur["name"]
 
     def _annotation(self, cur: dict[str, Any] | None) -> None:
+        self._box(cur)
+        if self.segments is not None:
+            self.segments.begin()  # the next annotation's parts start here
+
+    def _box(self, cur: dict[str, Any] | None) -> None:
         i = self.annotations
         self.annotations += 1
         try:
@@ -96,6 +105,11 @@ class _Kept:
             x, y, w, h = (float(v) for v in cur["bbox"])
         except (AssertionError, KeyError, TypeError, ValueError):
             self.bad.append(i)
+            if self.segments is not None:
+                self.segments.discard()
+            return
+        if self.segments is not None and not self.segments.commit():
+            self.no_mask.append(i)
             return
         image = cur.get("image_id")
         image = None if image is _CONTAINER else image
@@ -131,10 +145,13 @@ def _int(v: Any) -> int:
 def _stream(f: _Hashed, kept: _Kept) -> None:
     """Feed every event of interest to `kept`; the others (segmentation, info, licenses) pass by."""
     cur: dict[str, Any] | None = None
+    wanted, segments = kept.wanted, kept.segments
     for prefix, event, value in ijson.parse(f, use_float=True):
-        if prefix not in _WANTED:
+        if prefix not in wanted:
             continue
-        if prefix in _FIELDS:  # an element of one of the three lists
+        if segments is not None and prefix in PREFIXES:
+            segments.event(prefix, event, value)
+        elif prefix in _FIELDS:  # an element of one of the three lists
             if event == "start_map":
                 cur = {}
             elif event == "start_array":
@@ -182,6 +199,7 @@ class CocoImages(Mapping[str, ImageBoxes]):
         self._crowd = np.frombuffer(kept.crowd, dtype=np.int8)[order]
         self._cat = np.frombuffer(kept.box_cat, dtype=np.int64)[order]
         self._names = names
+        self._segments, self._box = kept.segments, order  # the boxes' segmentations (--masks), by stream box
         self._files, self._width, self._height = kept.files, kept.width, kept.height
         self._code, self._source_ids = kept.image_code, kept.source_ids
 
@@ -194,6 +212,9 @@ class CocoImages(Mapping[str, ImageBoxes]):
             RawBox(self._names[k] or "", x, y, x + w, y + h, crowd, area)
             for (x, y, w, h), k, crowd, area in zip(*parts)
         )
+        if self._segments is not None:
+            segment = self._segments.segment
+            boxes = tuple(b._replace(segment=segment(int(j))) for b, j in zip(boxes, self._box[s:e]))
         return ImageBoxes(self._width[row], self._height[row], self._source_ids[row], boxes)
 
     def __contains__(self, name: object) -> bool:
@@ -215,13 +236,14 @@ class CocoRead(NamedTuple):
     problems: list[dict[str, str]]
 
 
-def read_coco(path: str, max_bytes: int) -> CocoRead:
-    """Stream the COCO instances file at `path`; UsageError when it is not JSON or not COCO instances."""
+def read_coco(path: str, max_bytes: int, masks: bool = False) -> CocoRead:
+    """Stream the COCO instances file at `path`, with each box's segmentation for `masks`; UsageError
+    when it is not JSON or not COCO instances."""
     where = option("annotations", path)
     try:
         if os.path.getsize(path) > max_bytes:
             raise UsageError(f"{where}: larger than {max_bytes:,} bytes: not a file this tool can hold")
-        kept = _Kept()
+        kept = _Kept(masks)
         with open(path, "rb") as raw:
             f = _Hashed(raw, os.path.basename(path))
             _stream(f, kept)
@@ -242,5 +264,9 @@ def read_coco(path: str, max_bytes: int) -> CocoRead:
     bad = sorted([*kept.bad, *np.frombuffer(kept.box_index, dtype=np.int64)[~keep].tolist()])
     base = os.path.basename(path)
     problems = [{"path": f"{base}:annotations[{i}]", "reason": "no bbox or category"} for i in bad]
+    if kept.no_mask:  # --masks: an annotation without a usable segmentation is left out, as one without a box
+        why = "no segmentation to make a mask of (polygons of 3 points or more, or RLE counts and size)"
+        problems += [{"path": f"{base}:annotations[{i}]", "reason": why} for i in kept.no_mask]
+        problems.sort(key=lambda p: int(p["path"].rsplit("[", 1)[1][:-1]))
     classes = [kept.cats[k] for k in sorted(kept.cats, key=lambda k: (str(type(k)), k))]
     return CocoRead(f.hash.hexdigest(), classes, CocoImages(kept, names, keep), problems)

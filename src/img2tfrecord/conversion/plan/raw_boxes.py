@@ -6,6 +6,19 @@ from __future__ import annotations
 from typing import NamedTuple
 
 
+class Segment(NamedTuple):
+    """One object's COCO segmentation (`convert --masks`), as the annotation gives it, for pycocotools
+    to rasterize in the worker: polygons, or a run-length encoding (RLE) of a `height` x `width`
+    image, its counts as numbers (iscrowd's uncompressed form) or COCO's compressed text. Plain
+    values, so Beam's plan file (JSON) carries them."""
+
+    polygons: tuple[tuple[float, ...], ...] = ()  # each [x1, y1, x2, y2, ...] in pixels
+    counts: tuple[int, ...] = ()  # uncompressed RLE
+    text: str = ""  # compressed RLE
+    height: int = 0  # an RLE's size (0 for polygons: the image's)
+    width: int = 0
+
+
 class RawBox(NamedTuple):
     """One object as the annotation gives it: corners in pixels (normalised for YOLO)."""
 
@@ -18,6 +31,7 @@ class RawBox(NamedTuple):
     area: float = -1.0  # COCO's own area (pixels); -1: the box's
     difficult: int = 0
     truncated: int = 0
+    segment: Segment | None = None  # COCO's segmentation, read only for --masks
 
 
 class ImageBoxes(NamedTuple):

@@ -39,6 +39,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, overload
 
 from img2tfrecord import fs
+from img2tfrecord.conversion.plan.raw_boxes import Segment
 from img2tfrecord.format.schema import MetaValue
 
 
@@ -75,6 +76,7 @@ class Objects(NamedTuple):
     area: tuple[float, ...]  # pixels of the annotation's image; normalised (a fraction) when width is 0
     difficult: tuple[int, ...]
     truncated: tuple[int, ...]
+    masks: tuple[Segment, ...] | None = None  # --masks: each object's segmentation, for the encoder to rasterize
 
 
 class BoxCounts(NamedTuple):
