@@ -12,7 +12,7 @@ import shlex
 from typing import Any
 
 from img2tfrecord import fs
-from img2tfrecord.conversion.plan.annotations import Annotations, read_annotations
+from img2tfrecord.conversion.plan.annotations import Annotations, read_annotations, require_pycocotools
 from img2tfrecord.conversion.plan.labels import read_labels_file
 from img2tfrecord.conversion.plan.like import cli_flags, convert_like_advice
 from img2tfrecord.conversion.plan.metadata import Metadata, file_digest, read_metadata
@@ -29,7 +29,7 @@ UPDATE_PARAMETERS = (
 # the record-shaping options update accepts, to compare with dataset.json's (convert's keywords)
 RECORDED = (
     *("encoding", "quality", "resize", "resize_mode", "channels", "max_pixels", "validate", "seed", "label_offset"),
-    *("compression", "index", "split", "shards", "labels", "dedupe", "checksum"),
+    *("compression", "index", "split", "shards", "labels", "dedupe", "checksum", "masks"),
 )
 
 
@@ -83,7 +83,7 @@ def refuse_other_options(
         if key == "split" and isinstance(now, dict) and isinstance(then, dict):
             same = list(now.items()) == list(then.items())  # the order decides which slice of the hash each gets
         else:
-            same = now == then or (key in ("validate", "index") and bool(now) == bool(then))
+            same = now == then or (key in ("validate", "index", "masks") and bool(now) == bool(then))
         if same:
             continue
         was = recorded.get("shard_request") if key == "shards" else then
@@ -122,8 +122,10 @@ def recorded_annotations(entry: dict[str, Any], input_dir: str, output_dir: str)
     """A detection dataset's annotations (dataset.json's `metadata.detection`), read again; the same
     refusal as a changed metadata file's: a changed box is a changed record, which update cannot write."""
     path = fs.resolve_recorded(str(entry["detection"].get("annotations")), input_dir)
+    if masks := bool(entry["detection"].get("masks")):  # made with --masks: the new records need them too
+        require_pycocotools()
     try:
-        ann: Annotations | None = read_annotations(path)
+        ann: Annotations | None = read_annotations(path, masks)
     except UsageError:
         ann = None
     if ann is None or ann.digest != entry.get("xxh3_128"):
