@@ -60,7 +60,11 @@ def model_garden_decode(shards: list[Path], masks: bool = False) -> dict[str, di
     `include_mask=True` for `masks`."""
     env = os.environ | {"PYTHONPATH": MODEL_GARDEN, "TF_CPP_MIN_LOG_LEVEL": "3"}
     res = subprocess.run(
-        [sys.executable, "-c", DECODE, "masks" if masks else "boxes", *map(str, shards)], env=env, capture_output=True, text=True, check=False
+        [sys.executable, "-c", DECODE, "masks" if masks else "boxes", *map(str, shards)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout)

@@ -95,8 +95,8 @@ class Segments:
         ends = self.poly_end[polys:]
         starts = [coords, *ends[:-1]]
         if self._kind == POLYGONS:
-            usable = bool(ends) and all(e - s >= 6 and (e - s) % 2 == 0 for s, e in zip(starts, ends))
-            usable &= ends[-1] == len(self.coords)
+            whole = bool(ends) and ends[-1] == len(self.coords)  # no number after the last polygon's end
+            usable = whole and all(e - s >= 6 and (e - s) % 2 == 0 for s, e in zip(starts, ends))
             first, n = polys, len(ends)
         else:
             usable = self._kind in (COUNTS, TEXT) and len(self._size) == 2 and min(self._size) > 0
