@@ -133,7 +133,7 @@ def test_streamed_segmentations_equal_json_load(tmp_path: Path, order: tuple[str
     for name, boxes in ann.by_name.items():
         got = []
         for b in boxes.boxes:
-            s = b.segment
+            s = ann.segments.segment(b.mask)
             if s.polygons:
                 got.append([list(p) for p in s.polygons])
             else:

@@ -238,7 +238,7 @@ def test_without_masks_nothing_changes(corpus, cli, tmp_path):
     from img2tfrecord.conversion.plan.annotations import read_annotations
 
     ann_read = read_annotations(str(ann))
-    assert all(b.segment is None for b in ann_read.by_name["poly.png"].boxes)
+    assert ann_read.segments is None and all(b.mask == -1 for b in ann_read.by_name["poly.png"].boxes)
 
 
 def test_unusable_segmentations_are_named_and_bad_rle_sizes_skip_the_image(cli, tmp_path):

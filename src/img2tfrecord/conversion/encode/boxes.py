@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 
 from img2tfrecord.conversion.encode import masks
+from img2tfrecord.conversion.plan.raw_boxes import Segment, SegmentRows
 from img2tfrecord.conversion.plan.table import Objects
 from img2tfrecord.format.schema import MetaValue
 
@@ -22,13 +23,19 @@ _Box = tuple[float, float, float, float]  # xmin, ymin, xmax, ymax, normalised
 def size_problem(objects: Objects, width: int, height: int) -> str | None:
     """Why the boxes do not fit an image that stores `width` x `height` pixels, or None."""
     if objects.width <= 0 or (objects.width, objects.height) == (width, height):
-        return masks.problem(objects.masks, width, height)
+        return masks.problem(_segments(objects), width, height)
     turned = " (its width and height swapped: a tool that applied the EXIF orientation?)"
     return (
         f"the annotation is of a {objects.width}x{objects.height} image, the file stores {width}x{height} pixels"
         + (turned if (objects.height, objects.width) == (width, height) else "")
         + "; boxes follow the pixels as stored"
     )
+
+
+def _segments(objects: Objects) -> tuple[Segment, ...] | None:
+    """The masks' segmentations (--masks), made from the plan's rows when its Task was."""
+    assert not isinstance(objects.masks, SegmentRows), "a Task's masks are Segments"
+    return objects.masks
 
 
 def turn(box: _Box, orientation: int) -> _Box:
@@ -56,7 +63,7 @@ def features(
     scale = width * height if objects.width <= 0 else 1  # YOLO's areas are fractions of the image
     mask_feature: tuple[MetaValue, ...] = ()
     if objects.masks is not None:  # --masks
-        pngs = masks.pngs(objects.masks, width, height, orientation, out)
+        pngs = masks.pngs(_segments(objects) or (), width, height, orientation, out)
         mask_feature = (MetaValue("image/object/mask", "bytes", pngs),)
     return (
         MetaValue("image/key/sha256", "bytes", (hashlib.sha256(payload).hexdigest(),)),

@@ -45,6 +45,7 @@ class Annotations:
     stem_of: dict[str, str] = field(default_factory=dict)  # VOC: a by_name key -> its XML's by_stem key
     origin: dict[str, str] = field(default_factory=dict)  # VOC, YOLO: a by_stem key -> its file, as named
     masks: bool = False  # COCO read with its segmentations (--masks)
+    segments: Any = None  # --masks: their store (plan.coco_masks.Segments), which RawBox.mask indexes
 
     def entry(self) -> dict[str, Any]:
         """The part of dataset.json's `metadata.detection` that names the annotations."""
@@ -167,7 +168,9 @@ def _coco(path: str, masks: bool = False) -> Annotations:
     """COCO instances JSON: images (id, file_name, width, height), annotations (bbox x, y, w, h, and for
     `masks` segmentation), categories; streamed (conversion.plan.coco)."""
     got = read_coco(path, MAX_ANNOTATION_BYTES, masks)
-    return Annotations(path, "coco", got.digest, got.classes, got.images, {}, got.problems, masks=masks)
+    return Annotations(
+        path, "coco", got.digest, got.classes, got.images, {}, got.problems, masks=masks, segments=got.images.segments
+    )
 
 
 def _is_voc(path: str) -> bool:

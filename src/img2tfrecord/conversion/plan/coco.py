@@ -200,6 +200,7 @@ class CocoImages(Mapping[str, ImageBoxes]):
         self._cat = np.frombuffer(kept.box_cat, dtype=np.int64)[order]
         self._names = names
         self._segments, self._box = kept.segments, order  # the boxes' segmentations (--masks), by stream box
+        self.segments = kept.segments
         self._files, self._width, self._height = kept.files, kept.width, kept.height
         self._code, self._source_ids = kept.image_code, kept.source_ids
 
@@ -212,9 +213,8 @@ class CocoImages(Mapping[str, ImageBoxes]):
             RawBox(self._names[k] or "", x, y, x + w, y + h, crowd, area)
             for (x, y, w, h), k, crowd, area in zip(*parts)
         )
-        if self._segments is not None:
-            segment = self._segments.segment
-            boxes = tuple(b._replace(segment=segment(int(j))) for b, j in zip(boxes, self._box[s:e]))
+        if self._segments is not None:  # --masks: each box's row in the store, resolved when its Task is made
+            boxes = tuple(b._replace(mask=j) for b, j in zip(boxes, self._box[s:e].tolist()))
         return ImageBoxes(self._width[row], self._height[row], self._source_ids[row], boxes)
 
     def __contains__(self, name: object) -> bool:

@@ -3,7 +3,8 @@ module of plain types, so every format's reader builds the same thing without im
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from array import array
+from typing import Any, NamedTuple
 
 
 class Segment(NamedTuple):
@@ -19,6 +20,18 @@ class Segment(NamedTuple):
     width: int = 0
 
 
+class SegmentRows(NamedTuple):
+    """An image's masks as the plan holds them until its shard is handed out: rows of the COCO
+    reader's store (a Python tuple of floats per coordinate, for every image at once, would cost
+    ~4 times the annotation file), made `Segment`s by `resolve` when the image's Task is made."""
+
+    store: Any  # plan.coco_masks.Segments
+    rows: array
+
+    def resolve(self) -> tuple[Segment, ...]:
+        return tuple(self.store.segment(i) for i in self.rows)
+
+
 class RawBox(NamedTuple):
     """One object as the annotation gives it: corners in pixels (normalised for YOLO)."""
 
@@ -31,7 +44,7 @@ class RawBox(NamedTuple):
     area: float = -1.0  # COCO's own area (pixels); -1: the box's
     difficult: int = 0
     truncated: int = 0
-    segment: Segment | None = None  # COCO's segmentation, read only for --masks
+    mask: int = -1  # --masks: its segmentation's row in the COCO reader's store (plan.coco_masks.Segments)
 
 
 class ImageBoxes(NamedTuple):
