@@ -3,8 +3,8 @@
 #
 # Three environments, so that Apache Beam's pins (pillow<13, protobuf<7) never hide what users of
 # the plain install get:
-#   .venv         pip install -e '.[test,docs]'  locked: constraints/plain.txt  (make test, lint, docs, demo)
-#   .venv-beam    pip install -e '.[test,beam]'  locked: constraints/beam.txt   (make test-beam)
+#   .venv         pip install -e '.[test,docs,masks]'  locked: constraints/plain.txt  (make test, lint, docs, demo)
+#   .venv-beam    pip install -e '.[test,beam,masks]'  locked: constraints/beam.txt   (make test-beam)
 #   .venv-latest* the same two installs, newest releases, no constraints      (make test-latest)
 # A venv is rebuilt from scratch when pyproject.toml or its constraints file changes.
 # `make lock` installs the newest releases, runs the suite on them, and only then writes them to
@@ -41,10 +41,10 @@ endef
 install: $(STAMP)
 
 $(STAMP): pyproject.toml constraints/plain.txt
-	$(call venv,$(VENV),test$(,)docs,constraints/plain.txt)
+	$(call venv,$(VENV),test$(,)docs$(,)masks,constraints/plain.txt)
 
 $(BEAM_VENV)/.installed: pyproject.toml constraints/beam.txt
-	$(call venv,$(BEAM_VENV),test$(,)beam,constraints/beam.txt)
+	$(call venv,$(BEAM_VENV),test$(,)beam$(,)masks,constraints/beam.txt)
 
 
 # The README's test command (and CI's, .ci/run): lint, the docs site, the whole suite on the locked
@@ -94,12 +94,12 @@ test-beam: $(BEAM_VENV)/.installed
 # The same suite on today's newest releases (no constraints): a breaking upstream release shows
 # here before users meet it. Reinstalls every time, so "newest" is today's.
 test-latest:
-	$(call venv,$(LATEST_VENV),test$(,)docs,)
+	$(call venv,$(LATEST_VENV),test$(,)docs$(,)masks,)
 	$(LATEST_VENV)/bin/ruff format --check .
 	$(LATEST_VENV)/bin/ruff check .
 	$(LATEST_VENV)/bin/mypy
 	$(LATEST_VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
-	$(call venv,$(LATEST_BEAM_VENV),test$(,)beam,)
+	$(call venv,$(LATEST_BEAM_VENV),test$(,)beam$(,)masks,)
 	$(LATEST_BEAM_VENV)/bin/python -m pytest -q $(BEAM_TESTS)
 
 # Refresh the locks: what test-latest just installed and passed on becomes constraints/*.txt.
@@ -114,7 +114,7 @@ lock: test-latest
 # The oldest versions pyproject.toml allows (constraints/floor.txt pins each lower bound): run
 # when a lower bound moves. Not part of `make test` (a third TensorFlow install).
 test-floor:
-	$(call venv,$(FLOOR_VENV),test,constraints/floor.txt)
+	$(call venv,$(FLOOR_VENV),test$(,)masks,constraints/floor.txt)
 	$(FLOOR_VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
 
 # The house rules (ARCHITECTURE.md): formatted, linted and type-checked, or make test fails.

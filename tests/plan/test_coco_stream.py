@@ -110,6 +110,53 @@ def test_streamed_boxes_equal_json_load(tmp_path: Path, order: tuple[str, ...], 
     assert ann.digest == _digest(str(tmp_path), ["instances.json"])  # datasets made before keep their digest
 
 
+@pytest.mark.parametrize(
+    "order",
+    [("images", "annotations", "categories"), ("annotations", "categories", "images")],
+    ids=["usual", "reordered"],
+)
+def test_streamed_segmentations_equal_json_load(tmp_path: Path, order: tuple[str, ...]) -> None:
+    """--masks: each kept box's segmentation as json.load gives it (polygons, RLE counts, RLE text);
+    an annotation with none pycocotools can rasterize is left out and named, as one with no bbox."""
+    data = coco_like(100, 1000, seed=3, order=order)
+    rle = {"counts": [2, 3, 7], "size": [3, 4]}
+    data["annotations"][5]["segmentation"] = rle
+    data["annotations"][6]["segmentation"] = {"size": [30, 40], "counts": "W36>0U6"}
+    bad = [
+        {"segmentation": [[1, 2, 3, 4]]},  # two points
+        {"segmentation": [[1, 2, 3, 4, 5]]},  # an odd count
+        {"segmentation": []},  # no polygon
+        {"segmentation": {"counts": [1, 2]}},  # no size
+        {"segmentation": {"counts": [1, -2], "size": [1, 1]}},
+        {"segmentation": [[1, 2, 3, 4, 5, "6"]]},
+        {},  # none
+    ]
+    for extra in bad:
+        data["annotations"].append({"image_id": 1, "bbox": [1, 2, 3, 4], "category_id": 1} | extra)
+    path = tmp_path / "instances.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    ann = read_annotations(str(path), masks=True)
+    assert [p["path"] for p in ann.problems] == [f"instances.json:annotations[{1000 + i}]" for i in range(len(bad))]
+    by_image: dict[Any, list[Any]] = {}
+    for a in data["annotations"][:1000]:
+        by_image.setdefault(a["image_id"], []).append(a["segmentation"])
+    images = {im["file_name"]: im["id"] for im in data["images"]}
+    for name, boxes in ann.by_name.items():
+        got = []
+        for b in boxes.boxes:
+            s = ann.segments.segment(b.mask)
+            if s.polygons:
+                got.append([list(p) for p in s.polygons])
+            else:
+                got.append({"counts": list(s.counts) or s.text, "size": [s.height, s.width]})
+        want = [
+            ({"counts": w["counts"], "size": w["size"]} if isinstance(w, dict) else w)
+            for w in by_image.get(images[name], [])
+        ]
+        assert got == want, name
+    assert ann.entry()["masks"] is True and "masks" not in read_annotations(str(path)).entry()
+
+
 def test_both_ways_read_odd_elements_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Elements with objects or lists where numbers or names belong, duplicate keys, lists that are
     not lists: the stream and the whole parse keep the same of them."""
@@ -167,19 +214,21 @@ MEASURE = textwrap.dedent(
         base = status("VmRSS")
     except OSError:
         base = status("VmHWM")
-    ann = read_annotations(sys.argv[1])
+    ann = read_annotations(sys.argv[1], sys.argv[2] == "masks")
     boxes = sum(len(ann.by_name[k].boxes) for k in ann.by_name)
     print(json.dumps({"growth": status("VmHWM") - base, "boxes": boxes}))
     """
 )
 
 
-def test_a_large_file_is_read_in_at_most_twice_its_size(tmp_path: Path) -> None:
+@pytest.mark.parametrize("masks", ["boxes", "masks"])
+def test_a_large_file_is_read_in_at_most_twice_its_size(tmp_path: Path, masks: str) -> None:
+    """With --masks too, every polygon kept (flat float64 arrays, not Python lists)."""
     path = tmp_path / "instances_train.json"
     path.write_text(json.dumps(coco_like(20_000, 200_000, seed=1, order=("annotations", "images", "categories"))))
     size = path.stat().st_size
     assert size > 30_000_000
-    out = subprocess.run([sys.executable, "-c", MEASURE, str(path)], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", MEASURE, str(path), masks], capture_output=True, text=True, check=True)
     got = json.loads(out.stdout)
     assert got["boxes"] == 200_000
     assert got["growth"] <= 2 * size, f"{got['growth']:,} bytes for a file of {size:,}"

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from test_detection import coco_corpus, expected_coco
+from test_masks import mask_corpus, truth
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_GARDEN = os.environ.get("MODEL_GARDEN_PATH", "")
@@ -33,9 +34,10 @@ import json, sys
 import tensorflow as tf
 from official.vision.dataloaders.tf_example_decoder import TfExampleDecoder
 
-decoder = TfExampleDecoder(include_mask=False, regenerate_source_id=False)
+include_mask = sys.argv[1] == "masks"
+decoder = TfExampleDecoder(include_mask=include_mask, regenerate_source_id=False)
 got = {}
-for path in sys.argv[1:]:
+for path in sys.argv[2:]:
     for raw in tf.data.TFRecordDataset(path):
         name = tf.train.Example.FromString(raw.numpy()).features.feature["image/filename"].bytes_list.value[0]
         d = decoder.decode(raw)
@@ -47,15 +49,22 @@ for path in sys.argv[1:]:
             "is_crowd": [bool(v) for v in d["groundtruth_is_crowd"].numpy()],
             "area": d["groundtruth_area"].numpy().tolist(),
         }
+        if include_mask:
+            got[name.decode()]["masks"] = d["groundtruth_instance_masks"].numpy().astype("uint8").tolist()
 print(json.dumps(got))
 """
 
 
-def model_garden_decode(shards: list[Path]) -> dict[str, dict[str, Any]]:
-    """Every record of `shards` as the Model Garden's decoder gives it (a subprocess)."""
+def model_garden_decode(shards: list[Path], masks: bool = False) -> dict[str, dict[str, Any]]:
+    """Every record of `shards` as the Model Garden's decoder gives it (a subprocess), with
+    `include_mask=True` for `masks`."""
     env = os.environ | {"PYTHONPATH": MODEL_GARDEN, "TF_CPP_MIN_LOG_LEVEL": "3"}
     res = subprocess.run(
-        [sys.executable, "-c", DECODE, *map(str, shards)], env=env, capture_output=True, text=True, check=False
+        [sys.executable, "-c", DECODE, "masks" if masks else "boxes", *map(str, shards)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout)
@@ -125,3 +134,25 @@ def test_model_garden_decoder_reads_the_hard_cases(tmp_path, cli, encoding):
         boxes = [[w[1], w[0], w[3], w[2]] for w in want]  # the decoder's order: ymin, xmin, ymax, xmax
         assert np.allclose(np.reshape(rec["boxes"], (-1, 4)), np.reshape(boxes, (-1, 4)), rtol=0, atol=1e-6), name
     assert got["plain.jpg"]["area"] == pytest.approx([200.0, 123.5])  # the box's, then COCO's own
+
+
+@pytest.mark.parametrize("encoding", ["keep", "png"])
+def test_model_garden_decoder_reads_the_masks(tmp_path, cli, encoding):
+    """--masks: with include_mask=True the decoder's groundtruth_instance_masks are pycocotools'
+    masks of the annotation (polygons, crowd RLE, compressed RLE), one per box, the image's size;
+    turned upright with the EXIF-rotated photo's pixels (--encoding png)."""
+    pytest.importorskip("pycocotools")
+    ann = mask_corpus(tmp_path)
+    out = tmp_path / "out"
+    res = cli("convert", tmp_path / "images", out, "--annotations", ann, "--masks", "--encoding", encoding, "--quiet")
+    assert res.exit_code == 0, res.output
+    got, want = model_garden_decode(shards_of(out), masks=True), truth(ann)
+    assert sorted(got) == sorted([*want, "empty.png"])
+    assert got["empty.png"]["masks"] == []
+    for name, masks in want.items():
+        rec = got[name]
+        same_image(rec)
+        assert len(rec["masks"]) == len(rec["classes"]) == len(masks), name
+        for m, w in zip(rec["masks"], masks):
+            w = np.rot90(w, k=-1) if name == "rotated.jpg" and encoding == "png" else w
+            assert np.array_equal(np.array(m, dtype=np.uint8), w), name

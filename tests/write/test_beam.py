@@ -447,3 +447,42 @@ def test_annotations_give_the_local_engines_bytes(tmp_path):
             assert a[name] == b[name], name
     assert without_engine(a["dataset.json"]) == without_engine(b["dataset.json"])
     assert len(od_records(tmp_path / "beam")["plain.jpg"]["image/object/bbox/xmin"]) == 2
+
+
+@needs_beam
+def test_masks_give_the_local_engines_bytes(tmp_path):
+    """--masks: segmentations (polygons, RLE counts, compressed RLE) cross Beam's plan file (JSON:
+    lists where the encoder wants tuples) and the masks come out the same bytes."""
+    pytest.importorskip("pycocotools")
+    from click.testing import CliRunner
+
+    from img2tfrecord.cli import main
+    from img2tfrecord.conversion.plan.job import PlannedShard, Task
+    from img2tfrecord.conversion.plan.raw_boxes import Segment
+    from img2tfrecord.conversion.plan.table import Objects
+    from img2tfrecord.conversion.write.engines.beam import shard_from_json, shard_to_json
+    from test_masks import mask_corpus, mask_records
+
+    segments = (Segment(polygons=((1.5, 2.0, 3.1, 4.0, 0.7, 3.3),)), Segment((), (3, 4, 5), "", 3, 4))
+    one = ((0.0, 0.5), (0.1, 0.2), (0.3, 1.0), (0.4, 0.9), (1, 2), ("a", "b"), (0, 1), (2.0, 3.5), (0, 0), (1, 0))
+    boxes = Objects(4, 3, "7", *one, segments)
+    shard = PlannedShard("train", 0, 1, (Task("/d/x.jpg", "x.jpg", "x.jpg", 0, "a", 9, 1, (), boxes),))
+    assert shard_from_json(shard_to_json(shard)) == shard
+    ann = mask_corpus(tmp_path)
+    runner = CliRunner()
+    args = ["--annotations", str(ann), "--masks", "--split", "train=0.5,test=0.5", "--encoding", "png"]
+    images = str(tmp_path / "images")
+    local = runner.invoke(main, ["convert", images, str(tmp_path / "local"), *args, "--workers", "2"])
+    beam = runner.invoke(
+        main,
+        ["convert", images, str(tmp_path / "beam"), *args, "--engine", "beam", "--beam-options", BEAM_OPTIONS],
+        catch_exceptions=False,
+    )
+    assert local.exit_code == 0 and beam.exit_code == 0, (local.output, beam.output)
+    a, b = dataset_files(tmp_path / "local"), dataset_files(tmp_path / "beam")
+    assert sorted(a) == sorted(b)
+    for name in a:
+        if name != "dataset.json":
+            assert a[name] == b[name], name
+    assert without_engine(a["dataset.json"]) == without_engine(b["dataset.json"])
+    assert len(mask_records(tmp_path / "beam")["poly.png"]["masks"]) == 3

@@ -359,6 +359,11 @@ def _boxes_text(s: dict[str, Any]) -> str:
     help="With --annotations: leave out the images that have no box (default: kept, with none).",
 )
 @click.option(
+    "--masks/--no-masks",
+    default=False,
+    help="With COCO --annotations: each object's instance mask (its segmentation: polygons or RLE, rasterized by pycocotools) as a one-channel PNG of 0 and 1 in image/object/mask, turned and resized with the image. Needs: pip install 'img2tfrecord[masks]'.",
+)
+@click.option(
     "--engine",
     type=click.Choice(options.ENGINES),
     default="local",

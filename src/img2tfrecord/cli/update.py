@@ -131,6 +131,7 @@ def summary_text(s: dict[str, Any]) -> str:
 @click.option("--validate/--no-validate", default=None, help=_RECORDED)
 @click.option("--compression", type=click.Choice(options.COMPRESSION_CHOICES), help=_RECORDED)
 @click.option("--index/--no-index", default=None, help=_RECORDED)
+@click.option("--masks/--no-masks", default=None, help=_RECORDED)
 @click.option("--dedupe", type=click.Choice(options.DEDUPE_MODES), help=_RECORDED)
 @click.option("--checksum", type=click.Choice(options.CHECKSUM_CHOICES), help=_RECORDED)
 @click.option(

@@ -76,6 +76,8 @@ def declared_features(metadata: dict[str, Any] | None) -> dict[str, Declared]:
         out.update({key: Declared(FEATURE_TYPES[key], True) for key in LIST_KEYS})
     if metadata.get("detection"):
         out.update(DETECTION_FEATURES)
+        if metadata["detection"].get("masks"):  # --masks: each object's mask, a PNG
+            out["image/object/mask"] = Declared("bytes", True)
     for name, col in (metadata.get("columns") or {}).items():
         out["image/" + name] = Declared(str(col.get("type")), bool(col.get("list")))
     return out

@@ -305,7 +305,7 @@ def to_record(task: Task, result: Result) -> bytes:
     )
     if task.objects is not None:  # an annotated image: the Object Detection API's features too
         objects = Objects._make(task.objects)
-        boxed = boxes.features(objects, result.payload, *result.source, result.turned)
+        boxed = boxes.features(objects, result.payload, *result.source, result.turned, (result.width, result.height))
         return with_extra(record, task.meta + boxed)
     return with_extra(record, task.meta) if task.meta else record
 

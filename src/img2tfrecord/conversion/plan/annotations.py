@@ -45,10 +45,14 @@ class Annotations:
     stem_of: dict[str, str] = field(default_factory=dict)  # VOC: a by_name key -> its XML's by_stem key
     origin: dict[str, str] = field(default_factory=dict)  # VOC, YOLO: a by_stem key -> its file, as named
     files: list[str] = field(default_factory=list)  # the files read: not counted as ignored files when below INPUT
+    masks: bool = False  # COCO read with its segmentations (--masks)
+    segments: Any = None  # --masks: their store (plan.coco_masks.Segments), which RawBox.mask indexes
 
     def entry(self) -> dict[str, Any]:
         """The part of dataset.json's `metadata.detection` that names the annotations."""
-        return {"annotations": self.path, "format": self.format, "xxh3_128": self.digest}
+        return {"annotations": self.path, "format": self.format, "xxh3_128": self.digest} | (
+            {"masks": True} if self.masks else {}
+        )
 
     def lookup(self, rel: str) -> Match | None:
         """The annotation of the image at `rel` (below INPUT): by its path, its base name, or their stems."""
@@ -92,8 +96,30 @@ class Match(NamedTuple):
     boxes: ImageBoxes
 
 
-def read_annotations(path: str) -> Annotations:
-    """Read `path` (a file or folder), its format found from its content; UsageError if none fits."""
+def read_annotations(path: str, masks: bool = False) -> Annotations:
+    """Read `path` (a file or folder), its format found from its content; UsageError if none fits,
+    or if `masks` (COCO's segmentations, kept) is asked of another format than COCO."""
+    got = _read(path, masks)
+    if masks and got.format != "coco":
+        name = {"voc": "Pascal VOC", "yolo": "YOLO"}[got.format]
+        raise UsageError(
+            f"{option('masks', True)} reads COCO segmentations; {option('annotations', path)} is {name}, which has "
+            f"none: drop {option('masks')}"
+        )
+    return got
+
+
+def require_pycocotools() -> None:
+    """UsageError when pycocotools, which rasterizes the masks, is not installed (`--masks`)."""
+    try:
+        import pycocotools.mask  # noqa: F401
+    except ImportError:
+        raise UsageError(
+            f"{option('masks', True)} needs pycocotools to rasterize COCO's masks: pip install 'img2tfrecord[masks]'"
+        ) from None
+
+
+def _read(path: str, masks: bool) -> Annotations:
     if fs.is_remote(path):
         raise UsageError(f"{option('annotations', path)}: annotations are read from a local file or folder")
     if not os.path.exists(path):
@@ -107,14 +133,14 @@ def read_annotations(path: str) -> Annotations:
         if any(os.path.basename(f) in YOLO_CLASS_FILES for f in files):
             return _yolo(path, files)
         if len(jsons) == 1:
-            return _coco(os.path.join(path, jsons[0]))
+            return _coco(os.path.join(path, jsons[0]), masks)
         raise UsageError(
             f"{option('annotations', path)}: no COCO JSON, Pascal VOC XML or YOLO txt with a classes file "
             f"({', '.join(YOLO_CLASS_FILES)}) found in it"
         )
     if path.lower().endswith(".xml") and _is_voc(path):
         return _voc(os.path.dirname(path) or ".", [os.path.basename(path)], [os.path.basename(path)])
-    return _coco(path)
+    return _coco(path, masks)
 
 
 def _files(top: str) -> list[str]:
@@ -139,11 +165,22 @@ def _text(path: str) -> str:
     return read_text_input(path, f"annotation file {path}", MAX_ANNOTATION_BYTES)
 
 
-def _coco(path: str) -> Annotations:
-    """COCO instances JSON: images (id, file_name, width, height), annotations (bbox x, y, w, h), categories;
-    streamed (conversion.plan.coco)."""
-    got = read_coco(path, MAX_ANNOTATION_BYTES)
-    return Annotations(path, "coco", got.digest, got.classes, got.images, {}, got.problems, files=[path])
+def _coco(path: str, masks: bool = False) -> Annotations:
+    """COCO instances JSON: images (id, file_name, width, height), annotations (bbox x, y, w, h, and for
+    `masks` segmentation), categories; streamed (conversion.plan.coco)."""
+    got = read_coco(path, MAX_ANNOTATION_BYTES, masks)
+    return Annotations(
+        path,
+        "coco",
+        got.digest,
+        got.classes,
+        got.images,
+        {},
+        got.problems,
+        files=[path],
+        masks=masks,
+        segments=got.images.segments,
+    )
 
 
 def _is_voc(path: str) -> bool:

@@ -4,12 +4,13 @@ instances_train2017.json is 448 MB; `json.load` would build 5-10 times that in P
 of it segmentation polygons no box needs. So the file is read once, in chunks, through ijson's
 event parser (its C backend), hashed as it is read, and only what a box needs is kept: per
 annotation its image id and category id (each coded once to a small number), its bbox, area and
-crowd flag in flat arrays. `images`, `annotations` and `categories` may come in any order, so the
+crowd flag in flat arrays, and for `--masks` its segmentation (conversion.plan.coco_masks). `images`, `annotations` and `categories` may come in any order, so the
 names are resolved after the last byte: the boxes grouped by image with one stable sort, and an
 image's `ImageBoxes` built when the walk looks it up (`CocoImages`). The result is what
 `json.load` of the same file would give (tests/plan/test_coco_stream.py holds it to that).
 
-A file under `WHOLE_BELOW` is parsed whole by `json` instead, its elements fed to the same
+A file under `WHOLE_BELOW` is parsed whole by `json` instead (without `--masks`, whose
+segmentations are kept from the stream's events), its elements fed to the same
 `_Kept`: streaming goes through Python once an event (~1.1 s for a 3.6 MB file of 25,682 boxes
 here, where `json.loads` takes ~0.13 s), and below 16 MB the whole parse holds ~150 MB at most.
 """
@@ -25,6 +26,7 @@ from typing import IO, TYPE_CHECKING, Any, NamedTuple
 import ijson
 import xxhash
 
+from img2tfrecord.conversion.plan.coco_masks import PREFIXES, Segments
 from img2tfrecord.conversion.plan.raw_boxes import ImageBoxes, RawBox
 from img2tfrecord.errors import UsageError, option
 
@@ -71,7 +73,10 @@ class _Hashed:
 class _Kept:
     """What the stream keeps: per box a few numbers in flat arrays; images and categories by id."""
 
-    def __init__(self) -> None:
+    def __init__(self, masks: bool = False) -> None:
+        self.segments = Segments() if masks else None
+        self.wanted: frozenset[str] = _WANTED | PREFIXES if masks else _WANTED
+        self.no_mask = array("q")  # annotations with no segmentation pycocotools can rasterize (--masks)
         self.image_codes: dict[Any, int] = {}  # COCO image id -> a number, first seen in either list
         self.cat_codes: dict[Any, int] = {}  # category id -> a number, first seen in either list
         self.box_image, self.box_cat, self.box_index = array("q"), array("q"), array("q")
@@ -97,6 +102,11 @@ class _Kept:
             self.cats[cur["id"]] = cur["name"]
 
     def _annotation(self, cur: dict[str, Any] | None) -> None:
+        self._box(cur)
+        if self.segments is not None:
+            self.segments.begin()  # the next annotation's parts start here
+
+    def _box(self, cur: dict[str, Any] | None) -> None:
         i = self.annotations
         self.annotations += 1
         try:
@@ -104,6 +114,11 @@ class _Kept:
             x, y, w, h = (float(v) for v in cur["bbox"])
         except (AssertionError, KeyError, TypeError, ValueError):
             self.bad.append(i)
+            if self.segments is not None:
+                self.segments.discard()
+            return
+        if self.segments is not None and not self.segments.commit():
+            self.no_mask.append(i)
             return
         image = cur.get("image_id")
         image = None if image is _CONTAINER else image
@@ -145,7 +160,7 @@ class _Open(NamedTuple):
     item: str | None  # an array's elements' prefix; None for an object
 
 
-def _events(f: _Hashed) -> Iterator[tuple[str, str, Any]]:
+def _events(f: _Hashed, wanted: frozenset[str]) -> Iterator[tuple[str, str, Any]]:
     """`ijson.parse`'s (prefix, event, value) for the prefixes `_stream` wants, the prefix built
     here and only MAX_DEPTH levels deep: ijson's own builds every level's prefix in full, so a
     200 KB file of nested brackets took gigabytes (depth squared) until the kernel killed the
@@ -153,7 +168,6 @@ def _events(f: _Hashed) -> Iterator[tuple[str, str, Any]]:
     comparison each."""
     open_: list[_Open] = []
     nxt: str | None = ""  # the prefix of the next value
-    wanted = _WANTED
     for event, value in ijson.basic_parse(f, use_float=True):
         if event in _SCALARS:
             if nxt in wanted:
@@ -183,10 +197,13 @@ def _events(f: _Hashed) -> Iterator[tuple[str, str, Any]]:
 def _stream(f: _Hashed, kept: _Kept) -> None:
     """Feed every event of interest to `kept`; the others (segmentation, info, licenses) pass by."""
     cur: dict[str, Any] | None = None
-    for prefix, event, value in _events(f):
-        if prefix not in _WANTED:
+    wanted, segments = kept.wanted, kept.segments
+    for prefix, event, value in _events(f, wanted):
+        if prefix not in wanted:
             continue
-        if prefix in _FIELDS:  # an element of one of the three lists
+        if segments is not None and prefix in PREFIXES:
+            segments.event(prefix, event, value)
+        elif prefix in _FIELDS:  # an element of one of the three lists
             if event == "start_map":
                 cur = {}
             elif event == "start_array":
@@ -272,6 +289,8 @@ class CocoImages(Mapping[str, ImageBoxes]):
         self._crowd = np.frombuffer(kept.crowd, dtype=np.int8)[order]
         self._cat = np.frombuffer(kept.box_cat, dtype=np.int64)[order]
         self._names = names
+        self._segments, self._box = kept.segments, order  # the boxes' segmentations (--masks), by stream box
+        self.segments = kept.segments
         self._files, self._width, self._height = kept.files, kept.width, kept.height
         self._code, self._source_ids = kept.image_code, kept.source_ids
 
@@ -284,6 +303,8 @@ class CocoImages(Mapping[str, ImageBoxes]):
             RawBox(self._names[k] or "", x, y, x + w, y + h, crowd, area)
             for (x, y, w, h), k, crowd, area in zip(*parts)
         )
+        if self._segments is not None:  # --masks: each box's row in the store, resolved when its Task is made
+            boxes = tuple(b._replace(mask=j) for b, j in zip(boxes, self._box[s:e].tolist()))
         return ImageBoxes(self._width[row], self._height[row], self._source_ids[row], boxes)
 
     def __contains__(self, name: object) -> bool:
@@ -305,16 +326,18 @@ class CocoRead(NamedTuple):
     problems: list[dict[str, str]]
 
 
-def read_coco(path: str, max_bytes: int) -> CocoRead:
-    """Stream the COCO instances file at `path`; UsageError when it is not JSON or not COCO instances."""
+def read_coco(path: str, max_bytes: int, masks: bool = False) -> CocoRead:
+    """Stream the COCO instances file at `path`, with each box's segmentation for `masks`; UsageError
+    when it is not JSON or not COCO instances."""
     where = option("annotations", path)
     try:
         if os.path.getsize(path) > max_bytes:
             raise UsageError(f"{where}: larger than {max_bytes:,} bytes: not a file this tool can hold")
-        kept = _Kept()
+        kept = _Kept(masks)
         with open(path, "rb") as raw:
             f = _Hashed(raw, os.path.basename(path))
-            (_whole if os.fstat(raw.fileno()).st_size < WHOLE_BELOW else _stream)(f, kept)
+            whole = kept.segments is None and os.fstat(raw.fileno()).st_size < WHOLE_BELOW
+            (_whole if whole else _stream)(f, kept)  # --masks: segmentations are kept from the stream's events
     except OSError as e:
         raise UsageError(f"{where}: cannot read {path}: {e.strerror or e}") from None
     except (ijson.JSONError, ValueError, RecursionError) as e:
@@ -332,5 +355,9 @@ def read_coco(path: str, max_bytes: int) -> CocoRead:
     bad = sorted([*kept.bad, *np.frombuffer(kept.box_index, dtype=np.int64)[~keep].tolist()])
     base = os.path.basename(path)
     problems = [{"path": f"{base}:annotations[{i}]", "reason": "no bbox or category"} for i in bad]
+    if kept.no_mask:  # --masks: an annotation without a usable segmentation is left out, as one without a box
+        why = "no segmentation to make a mask of (polygons of 3 points or more, or RLE counts and size)"
+        problems += [{"path": f"{base}:annotations[{i}]", "reason": why} for i in kept.no_mask]
+        problems.sort(key=lambda p: int(p["path"].rsplit("[", 1)[1][:-1]))
     classes = [kept.cats[k] for k in sorted(kept.cats, key=lambda k: (str(type(k)), k))]
     return CocoRead(f.hash.hexdigest(), classes, CocoImages(kept, names, keep), problems)

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 from img2tfrecord import fs
 from img2tfrecord.conversion.plan.annotations import Annotations, ImageBoxes, RawBox
 from img2tfrecord.conversion.plan.labels import check_class_names, class_list
+from img2tfrecord.conversion.plan.raw_boxes import SegmentRows
 from img2tfrecord.conversion.plan.splits import EXACT, Discovery, SplitRule, assemble
 from img2tfrecord.conversion.plan.table import BoxCounts, ImageTable, Objects, decode_name
 from img2tfrecord.conversion.plan.walk import check_input, walk_classes
@@ -36,10 +37,12 @@ class Clipped(NamedTuple):
     problems: list[dict[str, str]]  # path, box (its index in the annotation), reason
 
 
-def clip(rel: str, ann: ImageBoxes, ids: dict[str, int]) -> Clipped:
-    """Clip and normalise one image's boxes; the dropped and clipped ones named."""
+def clip(rel: str, ann: ImageBoxes, ids: dict[str, int], segments: Any = None) -> Clipped:
+    """Clip and normalise one image's boxes; the dropped and clipped ones named; with `segments` (the
+    COCO reader's store, --masks) each kept box's segmentation too, as rows of it."""
     w, h = (ann.width, ann.height) if ann.width > 0 and ann.height > 0 else (1, 1)
-    cols: dict[str, list[Any]] = {k: [] for k in Objects._fields[3:]}
+    cols: dict[str, list[Any]] = {k: [] for k in Objects._fields[3:-1]}
+    masks = array("q")  # a dropped box's mask goes with it; a clipped one keeps its whole mask (the image clips it)
     problems = []
     for i, b in enumerate(ann.boxes):
         why, box = _clipped(b, w, h)
@@ -52,7 +55,10 @@ def clip(rel: str, ann: ImageBoxes, ids: dict[str, int]) -> Clipped:
         values = (x0 / w, y0 / h, x1 / w, y1 / h, ids[b.name], b.name, b.is_crowd, area, b.difficult, b.truncated)
         for k, v in zip(cols, values):
             cols[k].append(v)
+        masks.append(b.mask)
     source = Objects(ann.width, ann.height, ann.source_id, *(tuple(v) for v in cols.values()))
+    if segments is not None:
+        source = source._replace(masks=SegmentRows(segments, masks))
     return Clipped(source, problems)
 
 
@@ -114,7 +120,7 @@ def discover_detection(
     for i, name in enumerate(found.names):
         rel = decode_name(name)
         got = _match(ann, rel, matched, ids)
-        cut = clip(utf8_text(rel), got or ImageBoxes(0, 0, rel, ()), ids)
+        cut = clip(utf8_text(rel), got or ImageBoxes(0, 0, rel, ()), ids, ann.segments)
         if not cut.objects.label and skip_empty:
             skipped_empty += 1
             continue

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 from img2tfrecord import fs
-from img2tfrecord.conversion.plan.annotations import read_annotations
+from img2tfrecord.conversion.plan.annotations import read_annotations, require_pycocotools
 from img2tfrecord.conversion.plan.detection import discover_detection
 from img2tfrecord.conversion.plan.detection import entry as detection_entry
 from img2tfrecord.conversion.plan.filelist import discover_file_list
@@ -256,8 +256,11 @@ def check_options(**options: Any) -> CheckedOptions:
     for other in ("metadata", "file_list"):
         if o["annotations"] is not None and o[other]:
             raise UsageError(f"{option('annotations')} goes with a folder of images, not {option(other)}: drop one")
-    if o["skip_empty"] and o["annotations"] is None:
-        raise UsageError(f"{option('skip_empty', True)} needs {option('annotations')}")
+    for flag in ("skip_empty", "masks"):
+        if o[flag] and o["annotations"] is None:
+            raise UsageError(f"{option(flag, True)} needs {option('annotations')}")
+    if o["masks"]:
+        require_pycocotools()
     return CheckedOptions(opts, shard_request, fractions, class_list)
 
 
@@ -296,6 +299,7 @@ def plan_job(
     metadata: str | None = None,
     annotations: str | None = None,
     skip_empty: bool = False,
+    masks: bool = False,
     dedupe: str = "report",
     checksum: str = DEFAULT_CHECKSUM,
     fsync: bool = True,
@@ -331,7 +335,7 @@ def plan_job(
             strict,
             known_classes,
             metadata,
-            Detect(annotations, skip_empty),
+            Detect(annotations, skip_empty, masks),
         )
 
 
@@ -368,7 +372,7 @@ def _plan(
     metadata_file: str | None = None,
     detect: Detect | None = None,
 ) -> Plan:
-    detect = detect or Detect(None, False)
+    detect = detect or Detect(None, False, False)
     meta = None if file_list or detect.annotations else _metadata(input_dir, metadata_file)
     entry = _metadata_entry(meta, input_dir, metadata_file)
     if detect.annotations is not None:
@@ -445,14 +449,16 @@ def _input_files(input_dir: str, metadata_file: str | None, detect: Detect) -> d
         out["metadata"] = fs.recorded_path(metadata_file, input_dir)
     if detect.annotations is not None:
         out |= {"annotations": fs.recorded_path(detect.annotations, input_dir), "skip_empty": detect.skip_empty}
+        out |= {"masks": True} if detect.masks else {}  # dataset.json as before without --masks
     return out
 
 
 class Detect(NamedTuple):
-    """`--annotations` and `--skip-empty` (conversion.plan.detection)."""
+    """`--annotations`, `--skip-empty` and `--masks` (conversion.plan.detection)."""
 
     annotations: str | None
     skip_empty: bool
+    masks: bool
 
 
 def _detect(
@@ -467,7 +473,7 @@ def _detect(
 ) -> tuple[Discovery, dict[str, Any]]:
     """The detection walk (conversion.plan.detection) and dataset.json's `metadata` entry of it."""
     assert detect.annotations is not None
-    ann = read_annotations(detect.annotations)
+    ann = read_annotations(detect.annotations, detect.masks)
     boxed = discover_detection(
         input_dir,
         ann,

@@ -39,6 +39,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, overload
 
 from img2tfrecord import fs
+from img2tfrecord.conversion.plan.raw_boxes import Segment, SegmentRows
 from img2tfrecord.format.schema import MetaValue
 
 
@@ -75,6 +76,8 @@ class Objects(NamedTuple):
     area: tuple[float, ...]  # pixels of the annotation's image; normalised (a fraction) when width is 0
     difficult: tuple[int, ...]
     truncated: tuple[int, ...]
+    # --masks: each object's segmentation, for the encoder to rasterize (rows of the store in the plan's table)
+    masks: tuple[Segment, ...] | SegmentRows | None = None
 
 
 def boxes_digest(objects: Objects | None) -> bytes:
@@ -191,8 +194,15 @@ class ImageTable:
             self.sizes[i],
             self.mtimes[i],
             self.meta.get(i, ()) if self.meta else (),
-            self.objects.get(i) if self.objects else None,
+            self._objects(i) if self.objects else None,
         )
+
+    def _objects(self, i: int) -> Objects | None:
+        """Image `i`'s objects, their masks made `Segment`s from the store's rows (--masks)."""
+        got = self.objects.get(i)
+        if got is not None and isinstance(got.masks, SegmentRows):
+            return got._replace(masks=got.masks.resolve())
+        return got
 
 
 class TaskView(Sequence[Task]):

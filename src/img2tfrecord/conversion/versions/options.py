@@ -12,7 +12,7 @@ import shlex
 from typing import Any
 
 from img2tfrecord import fs
-from img2tfrecord.conversion.plan.annotations import Annotations, read_annotations
+from img2tfrecord.conversion.plan.annotations import Annotations, read_annotations, require_pycocotools
 from img2tfrecord.conversion.plan.labels import read_labels_file
 from img2tfrecord.conversion.plan.like import cli_flags, convert_like_advice
 from img2tfrecord.conversion.plan.metadata import Metadata, file_digest, read_metadata
@@ -29,7 +29,7 @@ UPDATE_PARAMETERS = (
 # the record-shaping options update accepts, to compare with dataset.json's (convert's keywords)
 RECORDED = (
     *("encoding", "quality", "resize", "resize_mode", "channels", "max_pixels", "validate", "seed", "label_offset"),
-    *("compression", "index", "split", "shards", "labels", "dedupe", "checksum"),
+    *("compression", "index", "split", "shards", "labels", "dedupe", "checksum", "masks"),
 )
 
 
@@ -83,7 +83,7 @@ def refuse_other_options(
         if key == "split" and isinstance(now, dict) and isinstance(then, dict):
             same = list(now.items()) == list(then.items())  # the order decides which slice of the hash each gets
         else:
-            same = now == then or (key in ("validate", "index") and bool(now) == bool(then))
+            same = now == then or (key in ("validate", "index", "masks") and bool(now) == bool(then))
         if same:
             continue
         was = recorded.get("shard_request") if key == "shards" else then
@@ -123,7 +123,9 @@ def recorded_annotations(entry: dict[str, Any], input_dir: str, output_dir: str)
     boxes are changed images, which update rewrites (versions.changes); annotations gone, unreadable
     or of another format (VOC XML replaced by YOLO txt) are refused, advising `convert --like`."""
     path = fs.resolve_recorded(str(entry["detection"].get("annotations")), input_dir)
-    ann = read_annotations(path) if fs.exists(path) else None  # unreadable: its own UsageError says why
+    if masks := bool(entry["detection"].get("masks")):  # made with --masks: the new records need them too
+        require_pycocotools()
+    ann = read_annotations(path, masks) if fs.exists(path) else None  # unreadable: its own UsageError says why
     was = entry["detection"].get("format")
     if ann is None or ann.format != was:
         if ann is None:  # restored, update goes on; moved, the dataset is made again from where they are

@@ -45,6 +45,7 @@ from img2tfrecord.conversion.plan.job import PlannedShard, Task
 from img2tfrecord.conversion.plan.options import (
     ShardSettings,
 )
+from img2tfrecord.conversion.plan.raw_boxes import Segment
 from img2tfrecord.conversion.plan.table import Objects, first_local_path
 from img2tfrecord.conversion.write import shards as writer
 from img2tfrecord.conversion.write.shards import ShardOutcome
@@ -362,6 +363,9 @@ def _task(t: list[Any]) -> Task:
     path, rel, filename, label, text, size, mtime_ns = t[:7]
     objects = t[8] if len(t) > 8 else None  # an annotated image's boxes: their lists back to tuples
     boxes = Objects._make(tuple(v) if isinstance(v, list) else v for v in objects) if objects is not None else None
+    if boxes is not None and boxes.masks is not None:  # --masks: each Segment's lists back to tuples
+        masks = tuple(Segment(tuple(map(tuple, p)), tuple(c), x, h, w) for p, c, x, h, w in boxes.masks)
+        boxes = boxes._replace(masks=masks)
     return Task(path, rel, filename, label, text, size, mtime_ns, meta, boxes)
 
 
