@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 import click
@@ -42,6 +44,28 @@ class _Stderr:
 
     def isatty(self) -> bool:
         return sys.stderr.isatty()
+
+
+@contextlib.contextmanager
+def bar_stops_at_ctrl_c(progress: _Progress) -> Iterator[None]:
+    """From the moment Ctrl-C arrives, the bar is not drawn again: the run then unwinds (workers
+    stopped, finished shards settled), and a redraw meanwhile put a frame below the terminal's ^C,
+    where the interruption's line belongs (seen on a busy machine). Otherwise Python's own
+    handler: KeyboardInterrupt."""
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        progress.stream.muted = True
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:  # not the main thread: signals are not ours to handle
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 MAX_SKIP_LINES = 20  # skipped files named one a line on stderr; the rest in one line
@@ -427,13 +451,14 @@ def convert_command(
 
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        summary = convert(
-            input_dir,
-            output_dir,
-            on_event=on_event,
-            progress=on_progress if progress.enabled else None,
-            **kw,
-        )
+        with bar_stops_at_ctrl_c(progress):
+            summary = convert(
+                input_dir,
+                output_dir,
+                on_event=on_event,
+                progress=on_progress if progress.enabled else None,
+                **kw,
+            )
     except Img2TFRecordError as e:
         progress.close(finished=False)
         answer.error(e)

@@ -196,13 +196,14 @@ def _update(input_dir: str, output_dir: str, as_json: bool, quiet: bool, kw: dic
         progress.update(images, nbytes)
 
     try:
-        summary = update(
-            input_dir,
-            output_dir,
-            on_event=on_event,
-            progress=on_progress if progress.enabled else None,
-            **kw,
-        )
+        with convert_cli.bar_stops_at_ctrl_c(progress):
+            summary = update(
+                input_dir,
+                output_dir,
+                on_event=on_event,
+                progress=on_progress if progress.enabled else None,
+                **kw,
+            )
     except Img2TFRecordError as e:
         progress.close(finished=False)
         answer.error(e)
