@@ -301,3 +301,21 @@ def test_update_keeps_masks_as_a_recorded_option(corpus, cli, tmp_path):
     got = mask_records(out)
     assert got["new.png"]["masks"] == [] and len(got["poly.png"]["masks"]) == 3
     assert json.loads((out / "dataset.json").read_text())["features"]["image/object/mask"] == "bytes"
+
+
+def test_masks_give_the_same_bytes_on_every_run_and_worker_count(corpus, cli, tmp_path):
+    """Two runs, one and two workers: every file byte-identical, the catalog (whose per-image boxes
+    digest covers the segmentations) included; dataset.json differs only in when it was made."""
+    root, ann = corpus
+    outs = [tmp_path / "one", tmp_path / "two"]
+    for out, workers in zip(outs, ("1", "2")):
+        _convert(cli, root, ann, out, "--workers", workers)
+    names = sorted(p.name for p in outs[0].iterdir())
+    assert names == sorted(p.name for p in outs[1].iterdir()) and "dataset.catalog" in names
+    for name in names:
+        one, two = ((out / name).read_bytes() for out in outs)
+        if name == "dataset.json":
+            one, two = (
+                {k: v for k, v in json.loads(x).items() if k not in ("created", "elapsed_seconds")} for x in (one, two)
+            )
+        assert one == two, name

@@ -88,8 +88,18 @@ def boxes_digest(objects: Objects | None) -> bytes:
         return bytes(8)
     import xxhash
 
-    plain = tuple(tuple(v) if isinstance(v, list) else v for v in objects)  # lists: read back from JSON (Beam)
-    return xxhash.xxh3_64_digest(repr(plain).encode("utf-8", "surrogateescape"))
+    return xxhash.xxh3_64_digest(repr(_plain(objects)).encode("utf-8", "surrogateescape"))
+
+
+def _plain(v: Any) -> Any:
+    """Nested tuples of plain values, however the plan holds them: lists read back from JSON
+    (Beam's plan file), NamedTuples, and --masks' rows of the COCO reader's store resolved to their
+    segmentations (its repr would be an object's address: no two runs would agree)."""
+    if isinstance(v, SegmentRows):
+        v = v.resolve()
+    if isinstance(v, (list, tuple)):
+        return tuple(_plain(x) for x in v)
+    return v
 
 
 class BoxCounts(NamedTuple):
