@@ -88,18 +88,19 @@ def boxes_digest(objects: Objects | None) -> bytes:
         return bytes(8)
     import xxhash
 
-    return xxhash.xxh3_64_digest(repr(_plain(objects)).encode("utf-8", "surrogateescape"))
+    masks = objects.masks
+    if isinstance(masks, SegmentRows):
+        masks = masks.resolve()
+    fields: list[Any] = [tuple(v) if isinstance(v, list) else v for v in objects[:-1]]  # lists: from JSON (Beam)
+    fields.append(None if masks is None else _plain(masks))
+    return xxhash.xxh3_64_digest(repr(tuple(fields)).encode("utf-8", "surrogateescape"))
 
 
 def _plain(v: Any) -> Any:
-    """Nested tuples of plain values, however the plan holds them: lists read back from JSON
-    (Beam's plan file), NamedTuples, and --masks' rows of the COCO reader's store resolved to their
-    segmentations (its repr would be an object's address: no two runs would agree)."""
-    if isinstance(v, SegmentRows):
-        v = v.resolve()
-    if isinstance(v, (list, tuple)):
-        return tuple(_plain(x) for x in v)
-    return v
+    """--masks' segmentations as nested tuples of plain values, however the plan holds them: read
+    back from JSON (Beam's plan file) or Segments; the rows of the COCO reader's store are resolved
+    first (their repr would be an object's address: no two runs would agree)."""
+    return tuple(_plain(x) for x in v) if isinstance(v, (list, tuple)) else v
 
 
 class BoxCounts(NamedTuple):
