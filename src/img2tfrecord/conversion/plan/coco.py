@@ -245,7 +245,11 @@ def _whole(f: _Hashed, kept: _Kept) -> None:
         if key == "images" and isinstance(value, list):
             kept.images_list = True
         item = {"images": IMG, "annotations": ANN, "categories": CAT}.get(key)
-        if item is not None and isinstance(value, list):
+        if item == ANN and isinstance(value, list):  # most of the elements: straight to their handler
+            box = kept._annotation
+            for element in value:
+                box(_element(ANN, element))
+        elif item is not None and isinstance(value, list):
             for element in value:
                 kept.add(item, _element(item, element))
 
@@ -257,19 +261,21 @@ def _no_constant(name: str) -> Any:
 def _element(item: str, element: Any) -> dict[str, Any] | None:
     """An element's fields as the stream gives them: an object or a list in a field is `_CONTAINER`,
     a bbox a list of numbers or None (not a list, or a list holding a list or an object)."""
-    if not isinstance(element, dict):
+    if type(element) is not dict:
         return None
-    cur: dict[str, Any] = {}
-    for name in _FIELDS[item]:
-        if name not in element:
-            continue
-        v = element[name]
-        if item == ANN and name == "bbox":
-            flat = isinstance(v, list) and not any(isinstance(x, (list, dict)) for x in v)
-            cur[name] = list(v) if flat else None
-        else:
-            cur[name] = _CONTAINER if isinstance(v, (list, dict)) else v
+    cur = {name: element[name] for name in _FIELDS[item] if name in element}
+    for name, v in cur.items():
+        if type(v) in _NESTED:  # json gives exactly list and dict for these
+            if item == ANN and name == "bbox":
+                cur[name] = None if any(type(x) in _NESTED for x in v) or type(v) is dict else list(v)
+            else:
+                cur[name] = _CONTAINER
+        elif item == ANN and name == "bbox":
+            cur[name] = None
     return cur
+
+
+_NESTED = (list, dict)
 
 
 class CocoImages(Mapping[str, ImageBoxes]):

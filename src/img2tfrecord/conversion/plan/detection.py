@@ -41,7 +41,7 @@ def clip(rel: str, ann: ImageBoxes, ids: dict[str, int], segments: Any = None) -
     """Clip and normalise one image's boxes; the dropped and clipped ones named; with `segments` (the
     COCO reader's store, --masks) each kept box's segmentation too, as rows of it."""
     w, h = (ann.width, ann.height) if ann.width > 0 and ann.height > 0 else (1, 1)
-    cols: dict[str, list[Any]] = {k: [] for k in Objects._fields[3:-1]}
+    kept: list[tuple[Any, ...]] = []  # per kept box: Objects' columns from xmin to truncated
     masks = array("q")  # a dropped box's mask goes with it; a clipped one keeps its whole mask (the image clips it)
     problems = []
     for i, b in enumerate(ann.boxes):
@@ -52,11 +52,10 @@ def clip(rel: str, ann: ImageBoxes, ids: dict[str, int], segments: Any = None) -
             continue
         x0, y0, x1, y1 = box
         area = b.area if b.area >= 0 and not why else (x1 - x0) * (y1 - y0)
-        values = (x0 / w, y0 / h, x1 / w, y1 / h, ids[b.name], b.name, b.is_crowd, area, b.difficult, b.truncated)
-        for k, v in zip(cols, values):
-            cols[k].append(v)
+        kept.append((x0 / w, y0 / h, x1 / w, y1 / h, ids[b.name], b.name, b.is_crowd, area, b.difficult, b.truncated))
         masks.append(b.mask)
-    source = Objects(ann.width, ann.height, ann.source_id, *(tuple(v) for v in cols.values()))
+    cols = tuple(zip(*kept)) if kept else ((),) * 10  # one pass to columns (10: xmin .. truncated)
+    source = Objects(ann.width, ann.height, ann.source_id, *cols)
     if segments is not None:
         source = source._replace(masks=SegmentRows(segments, masks))
     return Clipped(source, problems)
