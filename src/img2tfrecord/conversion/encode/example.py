@@ -52,6 +52,7 @@ from PIL import (
 from img2tfrecord import cstderr
 from img2tfrecord.conversion.encode import boxes
 from img2tfrecord.conversion.encode.source import (  # the read before the work (SkipImage is found here too)
+    EXIF_TRANSPOSE,
     JpegFrame,
     SkipImage,
     describe_error,
@@ -93,15 +94,6 @@ _PLUGINS: dict[str, Callable[[io.BytesIO], Image.Image]] = {  # Pillow's readers
     "BMP": BmpImagePlugin.BmpImageFile,
     "WebP": WebPImagePlugin.WebPImageFile,
 }
-_TRANSPOSE = {
-    2: Image.Transpose.FLIP_LEFT_RIGHT,
-    3: Image.Transpose.ROTATE_180,
-    4: Image.Transpose.FLIP_TOP_BOTTOM,
-    5: Image.Transpose.TRANSPOSE,
-    6: Image.Transpose.ROTATE_270,
-    7: Image.Transpose.TRANSVERSE,
-    8: Image.Transpose.ROTATE_90,
-}  # EXIF orientation -> what makes it upright
 
 
 class Result(NamedTuple):
@@ -211,7 +203,7 @@ def _turned(im: Image.Image) -> int:
     """The EXIF orientation `ImageOps.exif_transpose` applied to `im` (1: none): the tag it reads,
     cached by Pillow from that call."""
     orientation = im.getexif().get(0x0112, 1)
-    return orientation if orientation in _TRANSPOSE else 1
+    return orientation if orientation in EXIF_TRANSPOSE else 1
 
 
 def _jpeg(data: bytes, view: bytes, jpeg: JpegFrame, opts: EncodeOptions) -> Result:
@@ -223,7 +215,7 @@ def _jpeg(data: bytes, view: bytes, jpeg: JpegFrame, opts: EncodeOptions) -> Res
             payload, out_fmt, (h, w, c), depth = _transcode(None, "JPEG", opts, jpeg, view)
         except ValueError as e:
             raise SkipImage(f"JPEG: corrupt or truncated: {describe_error(e)}") from None
-        turned = jpeg.orientation if jpeg.orientation in _TRANSPOSE else 1
+        turned = jpeg.orientation if jpeg.orientation in EXIF_TRANSPOSE else 1
         digest = _digest(data)
         return Result("encoded", payload, out_fmt, h, w, c, None, False, len(data), digest, depth, None, source, turned)
     if opts.validate:
@@ -465,8 +457,8 @@ def _decode_jpeg(data: bytes, frame: JpegFrame, opts: EncodeOptions) -> Image.Im
         data, colorspace="GRAY" if frame.channels == 1 else "RGB", min_height=side, min_width=side, strict=opts.validate
     )
     im = Image.fromarray(arr[:, :, 0] if frame.channels == 1 else arr)  # uint8: L or RGB, from the shape
-    if frame.orientation in _TRANSPOSE:
-        im = im.transpose(_TRANSPOSE[frame.orientation])
+    if frame.orientation in EXIF_TRANSPOSE:
+        im = im.transpose(EXIF_TRANSPOSE[frame.orientation])
     return im
 
 

@@ -15,18 +15,8 @@ from typing import Any
 
 from PIL import Image
 
+from img2tfrecord.conversion.encode.source import EXIF_TRANSPOSE
 from img2tfrecord.conversion.plan.raw_boxes import Segment
-
-# EXIF orientation -> the transpose that turns it upright, as ImageOps.exif_transpose (encode.example's)
-_TRANSPOSE = {
-    2: Image.Transpose.FLIP_LEFT_RIGHT,
-    3: Image.Transpose.ROTATE_180,
-    4: Image.Transpose.FLIP_TOP_BOTTOM,
-    5: Image.Transpose.TRANSPOSE,
-    6: Image.Transpose.ROTATE_270,
-    7: Image.Transpose.TRANSVERSE,
-    8: Image.Transpose.ROTATE_90,
-}
 
 
 def rle_total(text: str) -> int:
@@ -90,8 +80,8 @@ def pngs(
     got = []
     for s in segments:
         im = Image.fromarray(mask.decode(_rle(mask, s, height, width)).copy(order="C"))  # uint8: mode L
-        if orientation in _TRANSPOSE:
-            im = im.transpose(_TRANSPOSE[orientation])
+        if orientation in EXIF_TRANSPOSE:
+            im = im.transpose(EXIF_TRANSPOSE[orientation])
         if im.size != out:
             im = im.resize(out, Image.Resampling.NEAREST)
         buf = io.BytesIO()

@@ -26,6 +26,19 @@ from img2tfrecord.format.images import NOT_IMAGES, describe_unknown, jpeg_header
 Image.MAX_IMAGE_PIXELS = None
 
 
+# EXIF orientation -> the transpose that turns it upright, as ImageOps.exif_transpose (the pixels
+# encode.example turns, and --masks' masks with them, encode.masks)
+EXIF_TRANSPOSE = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
+
+
 class SkipImage(Exception):
     """This file cannot become a record; the message says why (shown to the user)."""
 
