@@ -86,7 +86,9 @@ class _Retired(NamedTuple):
 
 
 _retired: list[_Retired] = []
-_retired_lock = threading.Lock()
+# Reentrant: a Holder's finalizer (`_retire`) runs wherever the garbage collector does, and that
+# can be inside `_reap` or `_retire` themselves, in the thread that holds the lock.
+_retired_lock = threading.RLock()
 _reaper: list[threading.Thread] = []  # the reaper thread while one runs
 _OURS = (os.path.normcase(weakref.__file__), os.path.normcase(__file__))
 
@@ -101,14 +103,19 @@ def _retire(fd: int) -> None:
         return
     with _retired_lock:
         _retired.append(_Retired(fd, threading.get_ident(), id(frame), frame.f_lasti))
-        if _reaper:
-            return
-        try:
-            thread = threading.Thread(target=_reap_until_done, name="img2tfrecord-close", daemon=True)
-            thread.start()
-        except RuntimeError:  # no new threads at interpreter shutdown: the process closes it
-            return
-        _reaper.append(thread)
+        _ensure_reaper()
+
+
+def _ensure_reaper() -> None:
+    """A reaper thread while anything is retired (the caller holds the lock)."""
+    if _reaper or not _retired:
+        return
+    try:
+        thread = threading.Thread(target=_reap_until_done, name="img2tfrecord-close", daemon=True)
+        thread.start()
+    except RuntimeError:  # no new threads at interpreter shutdown: the process closes them
+        return
+    _reaper.append(thread)
 
 
 def _moved_on(r: _Retired, frames: dict[int, Any]) -> bool:
@@ -122,18 +129,22 @@ def _moved_on(r: _Retired, frames: dict[int, Any]) -> bool:
 
 
 def _reap() -> bool:
-    """Close the retired folders whose statement has finished; whether any is left."""
+    """Close the retired folders whose statement has finished; whether any is left. The list is
+    taken whole first, so a folder retired meanwhile (a collection inside this) is not lost."""
     with _retired_lock:
-        frames = sys._current_frames()
-        keep = []
-        for r in _retired:
-            if _moved_on(r, frames):
-                _close(r.fd)
-            else:
-                keep.append(r)
-        _retired[:] = keep
-        del frames  # frames hold their locals: not a moment longer
-        return bool(keep)
+        pending = _retired[:]
+        _retired.clear()
+    frames = sys._current_frames()
+    keep = [r for r in pending if not _moved_on(r, frames)]
+    del frames  # frames hold their locals: not a moment longer
+    for r in pending:
+        if r not in keep:
+            _close(r.fd)
+    with _retired_lock:
+        _retired.extend(keep)
+        if threading.current_thread() not in _reaper:
+            _ensure_reaper()  # a reaper that found the list empty meanwhile may have ended
+        return bool(_retired)
 
 
 def _reap_until_done() -> None:
