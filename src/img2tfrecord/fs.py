@@ -40,6 +40,15 @@ TF_IO_SCHEMES = frozenset({"s3", "hdfs", "viewfs", "har", "az"})
 _tf_io: bool | None = None  # tensorflow-io imported in this process (None: not tried)
 
 
+def below(path: str, folder: str) -> bool:
+    """Whether `path` lies inside `folder` (not `folder` itself), as the paths are written: local
+    ones made absolute, remote ones compared as prefixes."""
+    if is_remote(folder) or is_remote(path):
+        return path.startswith(folder.rstrip("/") + "/")
+    top = os.path.abspath(folder)
+    return os.path.abspath(path).startswith(top.rstrip(os.sep) + os.sep)
+
+
 def recorded_path(path: str, input_dir: str) -> str:
     """`path` (an input file beside the images: --annotations, --metadata) as dataset.json records
     it: relative to INPUT when it lies inside INPUT, else absolute, so `update` and `convert --like`
@@ -47,10 +56,8 @@ def recorded_path(path: str, input_dir: str) -> str:
     if is_remote(path):
         return path
     full = os.path.abspath(path)
-    if not is_remote(input_dir):
-        top = os.path.abspath(input_dir)
-        if os.path.commonpath([full, top]) == top and full != top:
-            return os.path.relpath(full, top).replace(os.sep, "/")
+    if not is_remote(input_dir) and below(full, input_dir):
+        return os.path.relpath(full, os.path.abspath(input_dir)).replace(os.sep, "/")
     return full
 
 

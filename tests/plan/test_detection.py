@@ -399,3 +399,28 @@ def test_tensorflow_datasets_reads_the_boxes(coco_out: Any) -> None:
         for ex in tfds.builder_from_directory(str(out)).as_dataset(split="train")
     }
     assert got["plain.jpg"] == [1, 2] and got["empty.png"] == []
+
+
+@pytest.mark.parametrize("name, orientation", [("turned.png", 6), ("turned.webp", 8), ("mirrored.png", 3)])
+def test_boxes_turn_with_png_and_webp_pixels_turned_upright(
+    tmp_path: Path, cli: Any, name: str, orientation: int
+) -> None:
+    """The encoder turns PNG and WebP upright by their EXIF orientation too (not only JPEG's, read
+    without Pillow): the box still covers its object in the pixels TensorFlow decodes."""
+    size, box = (60, 40), [4, 6, 20, 10]
+    _image(tmp_path / "images" / name, size, [box], orientation)
+    coco = {
+        "images": [{"id": 1, "file_name": name, "width": size[0], "height": size[1]}],
+        "annotations": [{"id": 1, "image_id": 1, "bbox": box, "category_id": 1}],
+        "categories": [{"id": 1, "name": "cat"}],
+    }
+    (tmp_path / "ann.json").write_text(json.dumps(coco))
+    res = cli(
+        "convert", tmp_path / "images", tmp_path / "out", "--annotations", tmp_path / "ann.json", "--encoding", "png"
+    )
+    assert res.exit_code == 0, res.output
+    rec = od_records(tmp_path / "out")[name]
+    turned = orientation in (5, 6, 7, 8)
+    assert rec["pixels"].shape[:2] == ((size[0], size[1]) if turned else (size[1], size[0]))
+    colour = _centre_colour(rec, 0)
+    assert max(abs(a - b) for a, b in zip(colour, COLOURS[0])) < 40, colour

@@ -13,7 +13,6 @@ the first class. Images with no annotation are kept with no boxes, unless `--ski
 
 from __future__ import annotations
 
-import os
 from array import array
 from collections.abc import Iterable
 from typing import Any, NamedTuple
@@ -140,7 +139,8 @@ def discover_detection(
         presplit=False,
         split=split,
         seed=seed,
-        ignored=max(0, found.ignored - _annotation_files_below(input_dir, ann.files)),
+        # the annotation files read below INPUT were counted as ignored non-image files, which they are not
+        ignored=max(0, found.ignored - sum(fs.below(f, input_dir) for f in ann.files)),
         warnings=[],
         what="class",
         whats="classes",
@@ -234,12 +234,3 @@ def published(metadata: dict[str, Any], counts: BoxCounts, rels: Iterable[str]) 
     d["clipped"] = sum(p["reason"].endswith("clipped") for p in d["box_problems"])
     d["dropped"] = sum(p["reason"].endswith("dropped") for p in d["box_problems"])
     return metadata | {"xxh3_128": d["xxh3_128"], "detection": d}
-
-
-def _annotation_files_below(input_dir: str, files: list[str]) -> int:
-    """How many of the annotation files read lie below INPUT: the walk counted them as ignored
-    non-image files, which they are not (a YOLO folder beside its images would say thousands)."""
-    if fs.is_remote(input_dir):
-        return 0
-    top = os.path.abspath(input_dir) + os.sep
-    return sum(os.path.abspath(f).startswith(top) for f in files)

@@ -10,7 +10,6 @@ class's share exact, not every class's).
 
 from __future__ import annotations
 
-import os
 from array import array
 
 from img2tfrecord import fs
@@ -77,7 +76,7 @@ def discover_multi_label(
         per_class.setdefault(classes[k], {}).setdefault("", array("q")).append(n)
     if remote:
         stat_remote(table)
-    ignored = found.ignored - _inside(input_dir, meta.path)
+    ignored = found.ignored - fs.below(meta.path, input_dir)  # the whole-input walk counted it as an ignored file
     out = assemble(
         table,
         per_class,  # type: ignore[arg-type]
@@ -102,10 +101,3 @@ def discover_multi_label(
     if note := junk_note(found.report.junk_dirs):
         out.notes.append(note)
     return out
-
-
-def _inside(input_dir: str, path: str) -> bool:
-    """Whether the metadata file sits below INPUT (the whole-input walk counted it as an ignored file)."""
-    if fs.is_remote(input_dir):
-        return path.startswith(input_dir.rstrip("/") + "/")
-    return os.path.abspath(path).startswith(os.path.abspath(input_dir) + os.sep)
