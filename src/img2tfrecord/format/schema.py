@@ -14,6 +14,7 @@ parse with the `protobuf` runtime TensorFlow itself depends on.
 from __future__ import annotations
 
 import functools
+import math
 import re
 import struct
 from typing import Any, NamedTuple
@@ -194,8 +195,7 @@ def filename_problem(name: str) -> str | None:
     return None
 
 
-def _varint(n: int) -> bytes:
-    """Protobuf base-128 varint; negative int64s take ten bytes (two's complement), as protobuf does."""
+def _slow_varint(n: int) -> bytes:
     n &= 0xFFFFFFFFFFFFFFFF
     out = bytearray()
     while n > 0x7F:
@@ -205,15 +205,32 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
+_SMALL_VARINTS = tuple(_slow_varint(n) for n in range(1 << 14))  # every length and count of a record's small fields
+
+
+def _varint(n: int) -> bytes:
+    """Protobuf base-128 varint; negative int64s take ten bytes (two's complement), as protobuf does.
+    Values below 2**14 (lengths, ids, flags: ~100 a detection record) come from a table."""
+    if 0 <= n < 16384:
+        return _SMALL_VARINTS[n]
+    return _slow_varint(n)
+
+
 def _field(tag: int, body: bytes) -> bytes:
     """A length-delimited field: tag, length, bytes."""
     return bytes((tag,)) + _varint(len(body)) + body
 
 
+@functools.lru_cache(maxsize=4096)
+def _key_field(key: str) -> bytes:
+    return _field(0x0A, key.encode("ascii"))
+
+
 def _entry_head(key: str, value_len: int) -> bytes:
     """Head of one `Features.feature` map entry (key + Feature header) whose Feature holds `value_len` bytes."""
-    k = _field(0x0A, key.encode("ascii"))
-    return b"\x0a" + _varint(len(k) + 1 + len(_varint(value_len)) + value_len) + k + b"\x12" + _varint(value_len)
+    k = _key_field(key)
+    n = _varint(value_len)
+    return b"\x0a" + _varint(len(k) + 1 + len(n) + value_len) + k + b"\x12" + n
 
 
 def _bytes_feature(value: bytes) -> bytes:
@@ -249,29 +266,45 @@ def serialize_example(
     label: int,
     text: bytes,
     filename: bytes,
+    extra: tuple[MetaValue, ...] = (),
 ) -> bytes:
     """Serialize one image record: exactly `tf.train.Example.SerializeToString(deterministic=True)`.
 
     Encoded by hand because it is the hot path: building the message costs ~45 us per 100 KB
     image, this ~15 us (most of it the one copy of the payload). Deterministic serialization writes the
-    feature map sorted by key, so the entries below are in key order. `message_classes` parse
-    it back; tests compare the bytes with TensorFlow's.
+    feature map sorted by key, so the entries below are in key order. `extra`: features beyond the
+    fixed schema (metadata columns, a detection image's boxes), merged into that order; one of a
+    fixed key (a multi-label image's class/label and class/text) takes its place. `message_classes`
+    parse it back; tests compare the bytes with TensorFlow's.
     """
     n = len(encoded)
     inner = _varint(n)
     list_len = 1 + len(inner) + n  # BytesList: tag, length, payload
     feature_len = 1 + len(_varint(list_len)) + list_len  # Feature: bytes_list tag, length, BytesList
+    head = b"".join((_entry_head("image/encoded", feature_len), b"\x0a", _varint(list_len), b"\x0a", inner))
+    if extra:
+        return _with_extra(
+            {
+                "image/channels": _int_entry("image/channels", channels),
+                "image/class/label": _int_entry("image/class/label", label),
+                "image/class/text": _bytes_entry("image/class/text", text),
+                "image/colorspace": _bytes_entry("image/colorspace", COLORSPACES[channels].encode("ascii")),
+                "image/encoded": head,
+                "image/filename": _entry("image/filename", _bytes_feature(filename)),
+                "image/format": _bytes_entry("image/format", image_format.encode("ascii")),
+                "image/height": _int_entry("image/height", height),
+                "image/width": _int_entry("image/width", width),
+            },
+            encoded,
+            extra,
+        )
     before = b"".join(
         (
             _int_entry("image/channels", channels),
             _int_entry("image/class/label", label),
             _bytes_entry("image/class/text", text),
             _bytes_entry("image/colorspace", COLORSPACES[channels].encode("ascii")),
-            _entry_head("image/encoded", feature_len),
-            b"\x0a",
-            _varint(list_len),
-            b"\x0a",
-            inner,
+            head,
         )
     )
     after = b"".join(
@@ -286,55 +319,58 @@ def serialize_example(
     return b"".join((b"\x0a", _varint(features_len), before, encoded, after))  # Example.features(1)
 
 
+def _with_extra(entries: dict[str, bytes], encoded: bytes, extra: tuple[MetaValue, ...]) -> bytes:
+    """The record of `entries` (the fixed schema's, image/encoded's without its payload) and
+    `extra`'s, in key order, with the payload copied once."""
+    for key, kind, values in extra:  # plain lists too, after a Beam plan file's JSON
+        entries[key] = _entry(key, _list_feature(kind, values))
+    parts = []
+    for key in sorted(entries):
+        parts.append(entries[key])
+        if key == "image/encoded":
+            parts.append(encoded)
+    return b"".join((b"\x0a", _varint(sum(map(len, parts))), *parts))
+
+
 def _list_feature(kind: str, values: tuple[Any, ...]) -> bytes:
     """A Feature of any number of values, as protobuf's deterministic serialization writes it
     (packed int64 and float lists; an empty packed list is no field at all)."""
     if kind == "bytes":
-        return _field(0x0A, b"".join(_field(0x0A, v.encode("utf-8") if isinstance(v, str) else v) for v in values))
-    if kind == "int64":
-        body = b"".join(_varint(v) for v in values)
-        return _field(0x1A, _field(0x0A, body) if values else b"")
-    body = struct.pack(f"<{len(values)}f", *values)
-    return _field(0x12, _field(0x0A, body) if values else b"")
+        return _field(0x0A, b"".join(map(_bytes_value, values)))
+    if not values:
+        return _field(0x1A if kind == "int64" else 0x12, b"")
+    if kind == "int64":  # ids and flags take one byte each
+        small = max(values) < 0x80 and min(values) >= 0
+        return _field(0x1A, _field(0x0A, bytes(values) if small else b"".join(map(_varint, values))))
+    return _field(0x12, _field(0x0A, _floats(values)))
 
 
-def with_extra(record: bytes, extra: tuple[MetaValue, ...]) -> bytes:
-    """`record` (one `serialize_example` Example) with the features of `extra` added, or put in
-    place of the record's own of the same key (a multi-label image's class/label and class/text):
-    entries in key order, as deterministic serialization writes a map."""
-    if not extra:
-        return record
-    entries = dict(_entries(record))
-    for m in map(MetaValue._make, extra):  # lists again after a Beam plan file's JSON
-        entries[m.key] = _entry(m.key, _list_feature(m.kind, m.values))
-    body = b"".join(entries[k] for k in sorted(entries))
-    return b"\x0a" + _varint(len(body)) + body
+def _bytes_value(v: str | bytes) -> bytes:
+    """One BytesList value; a short text (a class name, an id) from a cache: they repeat."""
+    if isinstance(v, str) and len(v) <= 64:
+        return _short_text(v)
+    return _field(0x0A, v.encode("utf-8") if isinstance(v, str) else v)
 
 
-def _read_varint(data: bytes | memoryview, i: int) -> tuple[int, int]:
-    n = shift = 0
-    while True:
-        b = data[i]
-        n |= (b & 0x7F) << shift
-        i += 1
-        if b < 0x80:
-            return n, i
-        shift += 7
+@functools.lru_cache(maxsize=4096)
+def _short_text(v: str) -> bytes:
+    return _field(0x0A, v.encode("utf-8"))
 
 
-def _entries(record: bytes) -> list[tuple[str, bytes]]:
-    """(key, whole map entry bytes) of each feature of an Example as `serialize_example` writes it."""
-    view = memoryview(record)
-    length, i = _read_varint(view, 1)  # Example.features(1), length
-    out = []
-    end = i + length
-    while i < end:
-        start = i
-        n, j = _read_varint(view, i + 1)  # Features.feature(1) entry, its length
-        klen, k = _read_varint(view, j + 1)  # MapEntry.key(1)
-        out.append((bytes(view[k : k + klen]).decode("ascii"), bytes(view[start : j + n])))
-        i = j + n
-    return out
+def _floats(values: tuple[float, ...]) -> bytes:
+    """Little-endian float32s as C's cast makes them, as protobuf does: a number beyond float32's
+    range becomes an infinity (struct refuses it)."""
+    try:
+        return struct.pack(f"<{len(values)}f", *values)
+    except OverflowError:
+        return b"".join(map(_float32, values))
+
+
+def _float32(v: float) -> bytes:
+    try:
+        return struct.pack("<f", v)
+    except OverflowError:
+        return struct.pack("<f", math.copysign(math.inf, v))
 
 
 def parse_example(data: bytes) -> dict[str, list]:

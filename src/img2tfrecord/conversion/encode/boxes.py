@@ -59,7 +59,10 @@ def features(
     """The Object Detection API's features of one record; `width` x `height` the pixels as stored
     in the source file, `orientation` the EXIF turn the encoder applied (1: none), `out` the
     record's width and height (the masks' size)."""
-    boxes = [turn(b, orientation) for b in zip(objects.xmin, objects.ymin, objects.xmax, objects.ymax)]
+    xmin, ymin, xmax, ymax = objects.xmin, objects.ymin, objects.xmax, objects.ymax
+    if orientation not in (1, 0):
+        turned = [turn(b, orientation) for b in zip(xmin, ymin, xmax, ymax)]
+        xmin, ymin, xmax, ymax = (tuple(b[i] for b in turned) for i in range(4))
     scale = width * height if objects.width <= 0 else 1  # YOLO's areas are fractions of the image
     mask_feature: tuple[MetaValue, ...] = ()
     if objects.masks is not None:  # --masks
@@ -67,11 +70,11 @@ def features(
         mask_feature = (MetaValue("image/object/mask", "bytes", pngs),)
     return (
         MetaValue("image/key/sha256", "bytes", (hashlib.sha256(payload).hexdigest(),)),
-        MetaValue("image/object/area", "float", tuple(a * scale for a in objects.area)),
-        MetaValue("image/object/bbox/xmax", "float", tuple(b[2] for b in boxes)),
-        MetaValue("image/object/bbox/xmin", "float", tuple(b[0] for b in boxes)),
-        MetaValue("image/object/bbox/ymax", "float", tuple(b[3] for b in boxes)),
-        MetaValue("image/object/bbox/ymin", "float", tuple(b[1] for b in boxes)),
+        MetaValue("image/object/area", "float", objects.area if scale == 1 else tuple(a * scale for a in objects.area)),
+        MetaValue("image/object/bbox/xmax", "float", xmax),
+        MetaValue("image/object/bbox/xmin", "float", xmin),
+        MetaValue("image/object/bbox/ymax", "float", ymax),
+        MetaValue("image/object/bbox/ymin", "float", ymin),
         MetaValue("image/object/class/label", "int64", objects.label),
         MetaValue("image/object/class/text", "bytes", objects.text),
         MetaValue("image/object/difficult", "int64", objects.difficult),

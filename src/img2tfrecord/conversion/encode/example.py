@@ -75,7 +75,7 @@ from img2tfrecord.format.images import (
     sniff,
     tf_png_channels,
 )
-from img2tfrecord.format.schema import FORMAT_RAW, serialize_example, utf8_text, with_extra
+from img2tfrecord.format.schema import FORMAT_RAW, serialize_example, utf8_text
 
 # We enforce our own --max-pixels before decoding; Pillow's global limit would raise at open().
 Image.MAX_IMAGE_PIXELS = None
@@ -285,7 +285,11 @@ def _digest(data: bytes) -> str:
 def to_record(task: Task, result: Result) -> bytes:
     """The serialized Example of a non-skipped result."""
     assert result.payload is not None, "a skipped image has no record"
-    record = serialize_example(
+    extra = tuple(task.meta)  # a list after a Beam plan file's JSON
+    if task.objects is not None:  # an annotated image: the Object Detection API's features too
+        objects = Objects._make(task.objects)
+        extra += boxes.features(objects, result.payload, *result.source, result.turned, (result.width, result.height))
+    return serialize_example(
         encoded=result.payload,
         image_format=result.fmt,
         height=result.height,
@@ -294,12 +298,8 @@ def to_record(task: Task, result: Result) -> bytes:
         label=task.label,
         text=utf8_text(task.text).encode("utf-8"),
         filename=utf8_text(task.filename).encode("utf-8"),
+        extra=extra,
     )
-    if task.objects is not None:  # an annotated image: the Object Detection API's features too
-        objects = Objects._make(task.objects)
-        boxed = boxes.features(objects, result.payload, *result.source, result.turned, (result.width, result.height))
-        return with_extra(record, task.meta + boxed)
-    return with_extra(record, task.meta) if task.meta else record
 
 
 def _open(data: bytes, kind: str | None) -> Image.Image:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import re
 from array import array
@@ -39,6 +40,7 @@ MAX_METADATA_BYTES = 2_000_000_000
 KEY = "file_name"
 LABELS = "labels"
 _INT64 = 1 << 63
+_FLOAT32_OVERFLOW = 3.4028234663852886e38 + 2.0**103  # a float32 cast rounds this and above to infinity
 _NUMBER = re.compile(r"[+-]?\d+")
 
 
@@ -66,6 +68,7 @@ class Metadata:
     rows: dict[bytes, tuple[Any, ...]]  # rel -> one value per column (converted to the column's kind; text as str)
     labels: dict[bytes, list[str]] | None = None  # rel -> class names, when a `labels` column is there
     skipped: list[dict[str, str]] = field(default_factory=list)
+    refused: set[bytes] = field(default_factory=set)  # rels whose row is a skip already (its reason said once)
 
     def entry(self) -> dict[str, Any]:
         """dataset.json's `metadata` entry."""
@@ -112,6 +115,7 @@ def read_metadata(path: str, given: bool) -> Metadata:
     skipped = rows.skipped
     good: list[tuple[int, dict[str, Any]]] = []
     keys: dict[str, int] = {}
+    refused: set[bytes] = set()
     for line, row in rows.rows:
         rel, why = _file_name(row.get(KEY))
         if why:
@@ -120,13 +124,16 @@ def read_metadata(path: str, given: bool) -> Metadata:
             skipped.append(_skip(f"{name}:{line}", f"{KEY} {shown(rel)} has a row already (line {keys[rel]})"))
         elif why := _row_problem(row):
             skipped.append(_skip(rel, f"{name}:{line}: {why}"))
+            refused.add(rel.encode("utf-8", "surrogateescape"))
         else:
             keys[rel] = line
             good.append((line, row))
     names = sorted({k for _, r in good for k in r if k != KEY})
     columns = [_infer(c, good, name) for c in names]
     _check_columns(columns, name)
-    out = Metadata(path, name, file_digest(path), given, [c for c in columns if c.name != LABELS], {}, None, skipped)
+    out = Metadata(
+        path, name, file_digest(path), given, [c for c in columns if c.name != LABELS], {}, None, skipped, refused
+    )
     if any(c.name == LABELS for c in columns):
         out.labels = {}
     for line, row in good:
@@ -134,10 +141,12 @@ def read_metadata(path: str, given: bool) -> Metadata:
         missing = next((c.name for c in columns if c.name not in row), None)
         if missing is not None:
             skipped.append(_skip(rel, f"{name}:{line}: no value for column {missing}"))
+            refused.add(rel.encode("utf-8", "surrogateescape"))
             continue
         if out.labels is not None:
             if not row[LABELS]:
                 skipped.append(_skip(rel, f"{name}:{line}: {LABELS} is empty"))
+                refused.add(rel.encode("utf-8", "surrogateescape"))
                 continue
             out.labels[rel.encode("utf-8", "surrogateescape")] = list(row[LABELS])
         out.rows[rel.encode("utf-8", "surrogateescape")] = tuple(_convert(row[c.name], c) for c in out.columns)
@@ -217,7 +226,7 @@ def _kind(v: Any) -> str | None:
     if isinstance(v, int):
         return "int" if -_INT64 <= v < _INT64 else None
     if isinstance(v, float):
-        return "float"
+        return "float" if not _beyond_float32(v) else None
     if isinstance(v, str):
         return "str"
     if isinstance(v, list):
@@ -230,8 +239,16 @@ def _kind(v: Any) -> str | None:
     return None
 
 
+def _beyond_float32(v: float) -> bool:
+    """A finite number a float32 feature cannot hold (TensorFlow would store an infinity)."""
+    return math.isfinite(v) and abs(v) >= _FLOAT32_OVERFLOW
+
+
 def _row_problem(row: dict[str, Any]) -> str:
     for k, v in row.items():
+        big = [x for x in (v if isinstance(v, list) else [v]) if isinstance(x, float) and _beyond_float32(x)]
+        if k != KEY and big:
+            return f"column {k}: {big[0]!r} is beyond a float32's range (at most 3.4e+38 either side)"
         if k != KEY and _kind(v) is None:
             what = "null" if v is None else type(v).__name__
             return (
@@ -316,7 +333,7 @@ def join(meta: Metadata, prefix: bytes, names: list[bytes], sizes: array, mtimes
             out.sizes.append(size)
             out.mtimes.append(mtime)
             out.meta.append(meta.values(rel))
-        else:
+        elif rel not in meta.refused:  # a refused row's image was skipped with its reason
             out.unmatched.append(rel)
     return out
 

@@ -51,6 +51,8 @@ def discover_multi_label(
     kept: list[int] = []
     excluded: dict[str, int] = {}
     for i, rel in enumerate(found.names):
+        if rel in meta.refused:  # skipped with its row's reason
+            continue
         if rel not in meta.rows:
             skipped.append(no_row(meta, rel, split_of(decode_name(rel), seed, split)))
         elif outside := [c for c in meta.labels[rel] if c not in index]:
