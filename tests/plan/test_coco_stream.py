@@ -13,7 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from helpers import examples
 from img2tfrecord.conversion.plan.annotations import RawBox, _digest, read_annotations
 from img2tfrecord.errors import UsageError
 
@@ -168,7 +171,8 @@ def test_both_ways_read_odd_elements_alike(tmp_path: Path, monkeypatch: pytest.M
         ' {"id": 3, "file_name": ["z"]}, {"id": 4, "file_name": "./w.jpg", "id": 5}, null],'
         ' "annotations": [{"image_id": 1, "category_id": 1, "bbox": [1, 2, 3, 4], "iscrowd": [1], "area": {"a": 1}},'
         ' {"image_id": {"k": 1}, "category_id": 1, "bbox": [0, 0, 1, 1]}, {"image_id": 5, "category_id": 1, "bbox": [0, 0, 2, 2]},'
-        ' {"image_id": 1, "category_id": [1], "bbox": [0, 0, 1, 1]}, "x"], "info": {"images": []}}'
+        ' {"image_id": 1, "category_id": [1], "bbox": [0, 0, 1, 1]}, {"image_id": 1, "category_id": 1, "bbox": [5, 5, 1, "1"],'
+        ' "area": true, "iscrowd": "x"}, "x"], "info": {"images": []}}'
     )
     path = tmp_path / "odd.json"
     path.write_text(text)
@@ -233,3 +237,52 @@ def test_a_large_file_is_read_in_at_most_twice_its_size(tmp_path: Path, masks: s
     assert got["boxes"] == 200_000
     assert got["growth"] <= 2 * size, f"{got['growth']:,} bytes for a file of {size:,}"
     os.unlink(path)
+
+
+_SCALAR = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.floats(-1e3, 1e3, allow_nan=False),
+    st.sampled_from(["1.5", "x", "nan", "2", "", "1_0"]),
+)
+_VALUE = _SCALAR | st.lists(_SCALAR, max_size=5) | st.dictionaries(st.sampled_from(["a", "id"]), _SCALAR, max_size=2)
+_USUAL = st.fixed_dictionaries(
+    {
+        "image_id": st.integers(1, 4),
+        "category_id": st.integers(1, 3),
+        "bbox": st.lists(st.integers(-5, 50) | st.floats(-5, 50), min_size=4, max_size=4),
+        "area": st.floats(0, 100) | st.integers(0, 100),
+        "iscrowd": st.integers(0, 1),
+    }
+)
+_KEYS = ["image_id", "category_id", "bbox", "area", "iscrowd", "segmentation"]
+_ODD = st.tuples(
+    _USUAL,
+    st.dictionaries(st.sampled_from(_KEYS), _VALUE | st.lists(_SCALAR, min_size=4, max_size=4), max_size=2),
+    st.sets(st.sampled_from(_KEYS), max_size=2),
+).map(lambda t: {k: v for k, v in (t[0] | t[1]).items() if k not in t[2]})  # a usual one, a field or two odd or gone
+_ANNOTATION = _USUAL | _ODD | _VALUE
+
+
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(annotations=st.lists(_ANNOTATION, max_size=12))
+def test_both_ways_read_any_annotation_alike(tmp_path: Path, annotations: list[Any]) -> None:
+    """Any annotation element (usual, or with text, lists, objects, bools or nothing where numbers
+    and ids belong): the whole parse's fast path keeps what the stream keeps, and names the same problems."""
+    from img2tfrecord.conversion.plan import coco
+
+    data = {
+        "images": [{"id": i, "file_name": f"{i}.jpg", "width": 60, "height": 40} for i in range(1, 5)],
+        "annotations": annotations,
+        "categories": [{"id": c, "name": f"c{c}"} for c in range(1, 4)],
+    }
+    path = tmp_path / "instances.json"
+    path.write_text(json.dumps(data))
+    got = []
+    for below in (0, 1 << 40):
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(coco, "WHOLE_BELOW", below)
+            ann = read_annotations(str(path))
+        got.append(({k: tuple(v) for k, v in ann.by_name.items()}, ann.problems))
+    assert got[0] == got[1]
