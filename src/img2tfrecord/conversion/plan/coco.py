@@ -283,7 +283,7 @@ def _annotations(kept: _Kept, elements: list[Any]) -> None:
                     box_index(kept.annotations)
                     kept.annotations += 1
                     xywh((x, y, w, h))
-                    areas(float(area) if type(area) in (int, float, bool) else -1.0)
+                    areas(float(area) if isinstance(area, (int, float)) else -1.0)  # bool is an int, as in _box
                     crowds(1 if crowd else 0)
                     continue
         kept._annotation(_element(ANN, element))
