@@ -43,33 +43,31 @@ def clip(rel: str, ann: ImageBoxes, ids: dict[str, int], segments: Any = None) -
     kept: list[tuple[Any, ...]] = []  # per kept box: Objects' columns from xmin to truncated
     masks = array("q")  # a dropped box's mask goes with it; a clipped one keeps its whole mask (the image clips it)
     problems = []
-    for i, b in enumerate(ann.boxes):
-        why, box = _clipped(b, w, h)
+    for i, (name, bx0, by0, bx1, by1, crowd, area, difficult, truncated, mask) in enumerate(ann.boxes):
+        why, dropped = "", True
+        if not bx1 > bx0 or not by1 > by0:
+            why = "zero area: dropped"
+        else:
+            x0, y0, x1, y1 = max(bx0, 0.0), max(by0, 0.0), min(bx1, w), min(by1, h)
+            if not (x1 > x0 and y1 > y0):
+                why = "wholly outside the image: dropped"
+            else:
+                dropped = False
+                if x0 != bx0 or y0 != by0 or x1 != bx1 or y1 != by1:
+                    why = "partly outside the image: clipped"
+                if why or not area >= 0:  # clipped, or no area of its own: the box's
+                    area = (x1 - x0) * (y1 - y0)
         if why:
-            problems.append({"path": rel, "box": str(i), "class": b.name, "reason": why})
-        if box is None:
+            problems.append({"path": rel, "box": str(i), "class": name, "reason": why})
+        if dropped:
             continue
-        x0, y0, x1, y1 = box
-        area = b.area if b.area >= 0 and not why else (x1 - x0) * (y1 - y0)
-        kept.append((x0 / w, y0 / h, x1 / w, y1 / h, ids[b.name], b.name, b.is_crowd, area, b.difficult, b.truncated))
-        masks.append(b.mask)
+        kept.append((x0 / w, y0 / h, x1 / w, y1 / h, ids[name], name, crowd, area, difficult, truncated))
+        masks.append(mask)
     cols = tuple(zip(*kept)) if kept else ((),) * 10  # one pass to columns (10: xmin .. truncated)
     source = Objects(ann.width, ann.height, ann.source_id, *cols)
     if segments is not None:
         source = source._replace(masks=SegmentRows(segments, masks))
     return Clipped(source, problems)
-
-
-def _clipped(b: RawBox, w: float, h: float) -> tuple[str, tuple[float, float, float, float] | None]:
-    """(why, box): ("", box) inside; ("clipped ...", box) partly outside; ("...", None) dropped."""
-    if not b.xmax > b.xmin or not b.ymax > b.ymin:
-        return "zero area: dropped", None
-    x0, y0, x1, y1 = max(b.xmin, 0.0), max(b.ymin, 0.0), min(b.xmax, w), min(b.ymax, h)
-    if not (x1 > x0 and y1 > y0):
-        return "wholly outside the image: dropped", None
-    if (x0, y0, x1, y1) != (b.xmin, b.ymin, b.xmax, b.ymax):
-        return "partly outside the image: clipped", (x0, y0, x1, y1)
-    return "", (x0, y0, x1, y1)
 
 
 class Boxed(NamedTuple):
@@ -115,21 +113,32 @@ def discover_detection(
     count = empty = skipped_empty = 0
     matched: dict[str, str] = {}  # annotation entry -> the image it is of
     per_image: dict[str, int] = {}
+    kept: list[tuple[int, int, Objects]] = []  # (found's index, class, objects) of each image kept
     for i, name in enumerate(found.names):
         rel = decode_name(name)
+        shown = utf8_text(rel)
         got = _match(ann, rel, matched, ids)
-        cut = clip(utf8_text(rel), got or ImageBoxes(0, 0, rel, ()), ids, ann.segments)
-        if not cut.objects.label and skip_empty:
+        cut = clip(shown, got or ImageBoxes(0, 0, rel, ()), ids, ann.segments)
+        objects = cut.objects
+        if not objects.label and skip_empty:
             skipped_empty += 1
             continue
         problems += cut.problems
-        per_image[utf8_text(rel)] = len(cut.objects.label)
-        count += len(cut.objects.label)
-        empty += not cut.objects.label
-        k = min(cut.objects.label, default=1) - 1
-        (n,) = table.extend([groups[k]], [name], array("q", [found.sizes[i]]), array("q", [found.mtimes[i]]))
-        table.objects[n] = cut.objects._replace(source_id=cut.objects.source_id or rel)
-        table.meta[n] = _class_lists(cut.objects, label_offset)
+        per_image[shown] = len(objects.label)
+        count += len(objects.label)
+        empty += not objects.label
+        kept.append(
+            (i, min(objects.label, default=1) - 1, objects if objects.source_id else objects._replace(source_id=rel))
+        )
+    numbers = table.extend(
+        [groups[k] for _, k, _ in kept],
+        [found.names[i] for i, _, _ in kept],
+        array("q", [found.sizes[i] for i, _, _ in kept]),
+        array("q", [found.mtimes[i] for i, _, _ in kept]),
+    )
+    for n, (_, k, objects) in zip(numbers, kept):
+        table.objects[n] = objects
+        table.meta[n] = _class_lists(objects, label_offset)
         per_class.setdefault(classes[k], {}).setdefault("", array("q")).append(n)
     out = assemble(
         table,
@@ -171,7 +180,8 @@ def _match(ann: Annotations, rel: str, matched: dict[str, str], ids: dict[str, i
             f"{utf8_text(other)} and {utf8_text(rel)}: which one it describes is ambiguous; name the image by "
             "its path below the input folder in the annotations, or move one of them out"
         )
-    if unknown := sorted({b.name for b in got.boxes.boxes} - set(ids)):
+    if any(b.name not in ids for b in got.boxes.boxes):
+        unknown = sorted({b.name for b in got.boxes.boxes} - set(ids))
         raise UsageError(f"{option('annotations')}: {rel}: class {unknown[0]} is not in the class list")
     return got.boxes
 
