@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from img2tfrecord import fs
-from img2tfrecord.conversion.plan.annotations import Annotations, ImageBoxes, RawBox
+from img2tfrecord.conversion.plan.annotations import Annotations, ImageBoxes
 from img2tfrecord.conversion.plan.labels import check_class_names, class_list
 from img2tfrecord.conversion.plan.raw_boxes import SegmentRows
 from img2tfrecord.conversion.plan.splits import EXACT, Discovery, SplitRule, assemble
