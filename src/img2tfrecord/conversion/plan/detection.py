@@ -97,14 +97,7 @@ def discover_detection(
     (found,) = walk_classes([("", "", input_dir)], remote)
     if found.report.error is not None:
         raise DataError(f"cannot list input {input_dir}: {found.report.error}")
-    named = set(ann.classes)
-    check_class_names(sorted(named), "the class name", "rename it in the annotations")
-    if labels is None and known_classes is None:  # the annotations' own order (COCO's ids, YOLO's numbers)
-        if not ann.classes:
-            raise UsageError(f"{option('annotations', ann.path)}: the annotations name no class")
-        classes = list(ann.classes)
-    else:
-        classes = class_list(named, labels, "the annotations name no class", known_classes)
+    classes = _classes(ann, labels, known_classes)
     ids = {c: i + 1 for i, c in enumerate(classes)}
     table = ImageTable(input_dir, remote, classes, [i + label_offset for i in range(len(classes))], split_rel=True)
     groups = [table.new_group("", k) for k in range(len(classes))]
@@ -165,6 +158,18 @@ def discover_detection(
         out.notes.append(note)
     out.boxes = BoxCounts(per_image, problems, skipped_empty, ann.digest)
     return Boxed(out, problems, count, empty, skipped_empty)
+
+
+def _classes(ann: Annotations, labels: list[str] | None, known_classes: list[str] | None) -> list[str]:
+    """The class list: the annotations' own order (COCO's ids, YOLO's numbers), or --labels', or
+    an update's classes with the new ones after them."""
+    named = set(ann.classes)
+    check_class_names(sorted(named), "the class name", "rename it in the annotations")
+    if labels is not None or known_classes is not None:
+        return class_list(named, labels, "the annotations name no class", known_classes)
+    if not ann.classes:
+        raise UsageError(f"{option('annotations', ann.path)}: the annotations name no class")
+    return list(ann.classes)
 
 
 def _match(ann: Annotations, rel: str, matched: dict[str, str], ids: dict[str, int]) -> ImageBoxes | None:
