@@ -135,6 +135,35 @@ def test_report_has_one_overlay_per_box_in_percentages_of_the_thumbnail(detectio
     assert re.search(r'data-class="cat" data-value="2"', text) and re.search(r'data-class="dog" data-value="1"', text)
 
 
+def test_report_counts_every_records_boxes_per_class(detection: Path, tmp_path: Path) -> None:
+    """The boxes per class are dataset.json's, over every record, not the sampled thumbnails'
+    (one a class here, which hold fewer than the 3 boxes); for a dataset.json without them, the
+    thumbnails' count, said to be one."""
+    import shutil
+
+    from img2tfrecord.inspection.report import report
+
+    man = json.loads((detection / "dataset.json").read_text())
+    assert man["metadata"]["detection"]["boxes_per_class"] == {"cat": 2, "dog": 1}
+    html = tmp_path / "r.html"
+    report(detection, html, per_class=1)
+    text = html.read_text()
+    assert len(re.findall(r'<div class="box"', text)) < 3  # the sample does not hold every box
+    table = re.search(r'<table id="box-classes">.*?</table>', text, re.S)
+    assert table and re.findall(r'data-class="(\w+)" data-value="(\d+)"', table[0]) == [("cat", "2"), ("dog", "1")]
+    assert "on the sampled thumbnails" not in text
+
+    older = tmp_path / "older"
+    shutil.copytree(detection, older)
+    del man["metadata"]["detection"]["boxes_per_class"]
+    (older / "dataset.json").write_text(json.dumps(man, indent=2))
+    report(older, html, per_class=10)
+    text = html.read_text()
+    table = re.search(r'<table id="box-classes">.*?</table>', text, re.S)
+    assert table and "boxes on the sampled thumbnails" in table[0]
+    assert re.findall(r'data-class="(\w+)" data-value="(\d+)"', table[0]) == [("cat", "2"), ("dog", "1")]
+
+
 def _hostile(tmp_path: Path) -> Path:
     """A record whose boxes are every kind of wrong, beside one good box, and label lists of another length."""
     inf, nan = math.inf, math.nan

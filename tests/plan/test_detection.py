@@ -340,6 +340,8 @@ def test_inspect_counts_boxes_per_class_and_verifies(coco_out: Any, cli: Any) ->
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
     assert report["total"]["boxes"] == {"records": 6, "total": 6, "per_class": {"cat": 2, "dog": 2, "person": 2}}
+    detection = json.loads((out / "dataset.json").read_text())["metadata"]["detection"]
+    assert detection["boxes_per_class"] == report["total"]["boxes"]["per_class"]  # the encoder's skip's boxes left out
     assert sorted(r["boxes"] for r in report["total"]["first_records"]) == [0, 1, 1, 1, 2]
     text = cli("inspect", out).stdout
     assert "boxes: 6 in 6 records" in text

@@ -111,6 +111,8 @@ def test_changed_boxes_rewrite_only_their_images_records(tmp_path: Path, cli: An
     digest = read_annotations(str(ann)).digest
     assert man["metadata"]["xxh3_128"] == man["metadata"]["detection"]["xxh3_128"] == digest
     assert man["metadata"]["detection"]["boxes"] == len(NAMES) + 2
+    texts = [t.decode() for rec in recs.values() for t in rec["image/object/class/text"]]
+    assert man["metadata"]["detection"]["boxes_per_class"] == {c: texts.count(c) for c in ("cat", "dog", "zebra")}
     assert cli("inspect", out, "--verify").exit_code == 0
 
     # nothing changed since: up to date, nothing written

@@ -359,6 +359,8 @@ def _detection(v: Any, where: str) -> None:
     _optional(d, "annotations", f"{where}.", _str)
     for key in ("boxes", "clipped", "dropped", "empty_images", "skipped_empty"):
         _optional(d, key, f"{where}.", _whole)
+    for name, n in _obj(d.get("boxes_per_class", {}), f"{where}.boxes_per_class").items():
+        _whole(n, f"{where}.boxes_per_class.{name}")
     for i, p in enumerate(_list(d.get("box_problems", []), f"{where}.box_problems")):
         for key in ("path", "box", "reason"):
             _str(_obj(p, f"{where}.box_problems[{i}]").get(key), f"{where}.box_problems[{i}].{key}")

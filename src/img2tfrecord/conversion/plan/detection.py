@@ -14,6 +14,7 @@ the first class. Images with no annotation are kept with no boxes, unless `--ski
 from __future__ import annotations
 
 from array import array
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
@@ -105,7 +106,7 @@ def discover_detection(
     problems: list[dict[str, str]] = []
     count = empty = skipped_empty = 0
     matched: dict[str, str] = {}  # annotation entry -> the image it is of
-    per_image: dict[str, int] = {}
+    per_image: dict[str, tuple[str, ...]] = {}
     kept: list[tuple[int, int, Objects]] = []  # (found's index, class, objects) of each image kept
     for i, name in enumerate(found.names):
         rel = decode_name(name)
@@ -117,7 +118,7 @@ def discover_detection(
             skipped_empty += 1
             continue
         problems += cut.problems
-        per_image[shown] = len(objects.label)
+        per_image[shown] = objects.text
         count += len(objects.label)
         empty += not objects.label
         kept.append(
@@ -156,7 +157,7 @@ def discover_detection(
     )
     if note := junk_note(found.report.junk_dirs):
         out.notes.append(note)
-    out.boxes = BoxCounts(per_image, problems, skipped_empty, ann.digest)
+    out.boxes = BoxCounts(per_image, problems, skipped_empty, ann.digest, tuple(classes))
     return Boxed(out, problems, count, empty, skipped_empty)
 
 
@@ -213,6 +214,7 @@ def entry(ann: Annotations, boxed: Boxed, recorded: str) -> dict[str, Any]:
         | {
             "annotations": recorded,
             "boxes": boxed.boxes,
+            "boxes_per_class": per_class(boxed.found.boxes.classes, boxed.found.boxes.per_image.values()),
             "clipped": sum(p["reason"].endswith("clipped") for p in problems),
             "dropped": sum(p["reason"].endswith("dropped") for p in problems),
             "empty_images": boxed.empty,
@@ -222,6 +224,12 @@ def entry(ann: Annotations, boxed: Boxed, recorded: str) -> dict[str, Any]:
     }
 
 
+def per_class(classes: Iterable[str], per_image: Iterable[tuple[str, ...]]) -> dict[str, int]:
+    """dataset.json's `boxes_per_class`: every class, in label order, with the boxes of it."""
+    counts = Counter(name for names in per_image for name in names)
+    return {c: counts[c] for c in classes}
+
+
 def written(metadata: dict[str, Any], skipped: list[dict[str, str]], lost: list[Objects]) -> dict[str, Any]:
     """A detection dataset's `metadata` entry over the images written: the boxes of the images the
     encoder skipped (`lost`; their paths in `skipped`) are neither counted nor named."""
@@ -229,6 +237,9 @@ def written(metadata: dict[str, Any], skipped: list[dict[str, str]], lost: list[
     d = dict(metadata["detection"])
     d["box_problems"] = [p for p in d["box_problems"] if p["path"] not in gone]
     d["boxes"] -= sum(len(o.label) for o in lost)
+    if "boxes_per_class" in d:  # not in datasets made before it was
+        gone_boxes = Counter(name for o in lost for name in o.text)
+        d["boxes_per_class"] = {c: n - gone_boxes[c] for c, n in d["boxes_per_class"].items()}
     d["empty_images"] -= sum(not o.label for o in lost)
     d["clipped"] = sum(p["reason"].endswith("clipped") for p in d["box_problems"])
     d["dropped"] = sum(p["reason"].endswith("dropped") for p in d["box_problems"])
@@ -242,8 +253,9 @@ def published(metadata: dict[str, Any], counts: BoxCounts, rels: Iterable[str]) 
     shown = set(rels)
     d = dict(metadata["detection"]) | {"xxh3_128": counts.digest or metadata["detection"].get("xxh3_128")}
     kept = [counts.per_image[r] for r in shown if r in counts.per_image]
-    d["boxes"] = sum(kept)
-    d["empty_images"] = sum(not n for n in kept)
+    d["boxes"] = sum(map(len, kept))
+    d["boxes_per_class"] = per_class(counts.classes, kept)
+    d["empty_images"] = sum(not names for names in kept)
     d["skipped_empty"] = counts.skipped_empty
     d["box_problems"] = [p for p in counts.problems if p["path"] in shown]
     d["clipped"] = sum(p["reason"].endswith("clipped") for p in d["box_problems"])

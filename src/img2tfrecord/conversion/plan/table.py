@@ -113,10 +113,11 @@ class BoxCounts(NamedTuple):
     """A detection walk's boxes per image (conversion.plan.detection), kept on its `Discovery` so
     that an update can count the boxes of the version it publishes (`detection.published`)."""
 
-    per_image: dict[str, int]  # an image's path (as the records name it) -> its boxes kept
+    per_image: dict[str, tuple[str, ...]]  # an image's path (as the records name it) -> its kept boxes' classes
     problems: list[dict[str, str]]  # the boxes clipped or dropped: path, box, class, reason
     skipped_empty: int  # images left out by --skip-empty
     digest: str = ""  # the annotations' xxh3_128 as read now: an update's dataset.json records it
+    classes: tuple[str, ...] = ()  # the class list, in label order: `boxes_per_class`'s order
 
 
 class Group(NamedTuple):

@@ -143,10 +143,18 @@ def _detection(data: dict[str, Any]) -> dict[str, Any]:
         v = found.get(key)
         return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
 
+    per_class = found.get("boxes_per_class")
     return {
         "annotations": str(found.get("annotations") or ""),
         "format": str(found.get("format") or ""),
         **{k: count(k) for k in ("boxes", "clipped", "dropped", "empty_images", "skipped_empty")},
+        # every record's boxes per class, most first ({}: a dataset made before dataset.json kept them)
+        "per_class": sorted(
+            ((str(c), n) for c, n in per_class.items() if isinstance(n, int) and not isinstance(n, bool) and n >= 0),
+            key=lambda cn: -cn[1],
+        )
+        if isinstance(per_class, dict)
+        else [],
     }
 
 
