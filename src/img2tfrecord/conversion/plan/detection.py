@@ -204,7 +204,8 @@ def _class_lists(objects: Objects, label_offset: int) -> tuple[MetaValue, ...]:
 def entry(ann: Annotations, boxed: Boxed, recorded: str) -> dict[str, Any]:
     """dataset.json's `metadata` entry of a detection dataset: lists of classes per image, and `detection`;
     `recorded`: the annotations' path as dataset.json records it (fs.recorded_path)."""
-    problems = boxed.problems
+    problems, counts = boxed.problems, boxed.found.boxes
+    assert counts is not None, "a detection walk counts its boxes"
     return {
         "file": recorded,
         "xxh3_128": ann.digest,
@@ -214,7 +215,7 @@ def entry(ann: Annotations, boxed: Boxed, recorded: str) -> dict[str, Any]:
         | {
             "annotations": recorded,
             "boxes": boxed.boxes,
-            "boxes_per_class": per_class(boxed.found.boxes.classes, boxed.found.boxes.per_image.values()),
+            "boxes_per_class": per_class(counts.classes, counts.per_image.values()),
             "clipped": sum(p["reason"].endswith("clipped") for p in problems),
             "dropped": sum(p["reason"].endswith("dropped") for p in problems),
             "empty_images": boxed.empty,
