@@ -211,3 +211,34 @@ def test_letting_go_of_a_dataset_mid_read_never_hangs_and_frees_its_folder(base)
         pytest.fail(f"letting go of a dataset mid-read hung for {WAIT * 3} s")
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.split() == ["0", "False"] and res.stderr == ""
+
+
+def test_a_folder_let_go_in_a_collection_inside_the_closing_thread_is_closed(tmp_path: Path, monkeypatch: Any) -> None:
+    """A dataset in a reference cycle goes when the garbage collector runs, and that can be inside
+    the thread that closes let-go folders (its own pass allocates). Its folder is closed all the
+    same, and a publisher finds it free (it stayed open for as long as that thread ran: the folder
+    of an old version was never removed)."""
+    import types
+
+    from img2tfrecord.format import readers
+
+    folder = tmp_path / "version"
+    folder.mkdir()
+    collected = threading.Event()
+    # The closing thread's pause between passes, with a collection in it: compiled as readers.py's
+    # code, as a collection its own allocations start is (the finalizer looks past its frames).
+    hook = "def sleep(seconds):\n    if not collected.is_set():\n        gc.collect()\n        collected.set()\n    real(seconds)\n"
+    space: dict[str, Any] = {"gc": gc, "collected": collected, "real": readers.time.sleep}
+    exec(compile(hook, readers.__file__, "exec"), space)
+    monkeypatch.setattr(readers, "time", types.SimpleNamespace(sleep=space["sleep"]))
+    gc.disable()  # the cycle below goes in the closing thread's collection, not before
+    try:
+        in_cycle = readers.Holder(readers.pin(str(folder)))  # type: ignore[arg-type]
+        in_cycle.me = in_cycle  # type: ignore[attr-defined]
+        del in_cycle
+        plain = readers.Holder(readers.pin(str(folder)))  # type: ignore[arg-type]
+        del plain  # retired here, in this thread: the closing thread starts
+        assert collected.wait(WAIT)
+    finally:
+        gc.enable()
+    assert not readers.in_use(str(folder))

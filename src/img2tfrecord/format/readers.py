@@ -91,10 +91,19 @@ _retired: list[_Retired] = []
 _retired_lock = threading.RLock()
 _reaper: list[threading.Thread] = []  # the reaper thread while one runs
 _OURS = (os.path.normcase(weakref.__file__), os.path.normcase(__file__))
+_NO_FRAME = 0  # no frame has this id: moved on at the next pass
 
 
 def _retire(fd: int) -> None:
-    """A Holder's finalizer: note the folder and the frame that let it go; the reaper closes it."""
+    """A Holder's finalizer: note the folder and the frame that let it go; the reaper closes it.
+
+    A collection inside the reaper itself (its own pass allocates) has no statement of the user's
+    to wait for: the folder is closed by its next pass. (Watched like any other, its frame would
+    be the thread's `run`, which never moves on while the reaper runs: the folder never closed.)"""
+    if threading.current_thread() in _reaper:
+        with _retired_lock:
+            _retired.append(_Retired(fd, threading.get_ident(), _NO_FRAME, 0))
+        return
     frame: Any = sys._getframe(1)
     while frame is not None and os.path.normcase(frame.f_code.co_filename) in _OURS:
         frame = frame.f_back
@@ -130,17 +139,18 @@ def _moved_on(r: _Retired, frames: dict[int, Any]) -> bool:
 
 def _reap() -> bool:
     """Close the retired folders whose statement has finished; whether any is left. The list is
-    taken whole first, so a folder retired meanwhile (a collection inside this) is not lost."""
+    taken whole first, so a folder retired meanwhile (a collection inside this) is not lost; the
+    pass holds the lock, so `in_use` in another thread waits for it rather than finding a folder
+    this pass was about to close still open."""
     with _retired_lock:
         pending = _retired[:]
         _retired.clear()
-    frames = sys._current_frames()
-    keep = [r for r in pending if not _moved_on(r, frames)]
-    del frames  # frames hold their locals: not a moment longer
-    for r in pending:
-        if r not in keep:
-            _close(r.fd)
-    with _retired_lock:
+        frames = sys._current_frames()
+        keep = [r for r in pending if not _moved_on(r, frames)]
+        del frames  # frames hold their locals: not a moment longer
+        for r in pending:
+            if r not in keep:
+                _close(r.fd)
         _retired.extend(keep)
         if threading.current_thread() not in _reaper:
             _ensure_reaper()  # a reaper that found the list empty meanwhile may have ended
