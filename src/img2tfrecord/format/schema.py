@@ -205,14 +205,16 @@ def _slow_varint(n: int) -> bytes:
     return bytes(out)
 
 
-_SMALL_VARINTS = tuple(_slow_varint(n) for n in range(1 << 14))  # every length and count of a record's small fields
+_ONE_BYTE = tuple(bytes((n,)) for n in range(0x80))
 
 
 def _varint(n: int) -> bytes:
     """Protobuf base-128 varint; negative int64s take ten bytes (two's complement), as protobuf does.
-    Values below 2**14 (lengths, ids, flags: ~100 a detection record) come from a table."""
-    if 0 <= n < 16384:
-        return _SMALL_VARINTS[n]
+    One- and two-byte values (ids, flags, a feature's lengths: ~100 a detection record) without a loop."""
+    if 0 <= n < 0x80:
+        return _ONE_BYTE[n]
+    if 0x80 <= n < 0x4000:
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
     return _slow_varint(n)
 
 
