@@ -212,11 +212,11 @@ def test_skips_and_strict(tmp_path: Path, cli: Any) -> None:
 
 def test_a_refused_row_is_one_skip_and_float32_range(tmp_path: Path, cli: Any) -> None:
     """An image whose row is refused is skipped once, with the row's reason (not also as "no row");
-    a number a float32 cannot hold (TensorFlow would store an infinity) is such a reason, while
-    float32's largest, infinity and NaN are stored as TensorFlow stores them."""
+    a number a float32 cannot hold (TensorFlow would store an infinity) or an int64 cannot is such
+    a reason, while float32's largest, infinity and NaN are stored as TensorFlow stores them."""
     src = tmp_path / "in"
     rels = _tree(src)
-    values = [1e40, [0.5, -1e39], True, 3.4028234663852886e38, float("inf"), float("nan")]
+    values = [1e40, [0.5, -1e39], 2**63, 3.4028234663852886e38, float("inf"), float("nan")]
     (src / "metadata.jsonl").write_text(
         "".join(json.dumps({"file_name": r, "x": v}) + "\n" for r, v in zip(rels, values))
     )
@@ -233,6 +233,7 @@ def test_a_refused_row_is_one_skip_and_float32_range(tmp_path: Path, cli: Any) -
         reasons[rels[1]]
         == "metadata.jsonl:2: column x: -1e+39 is beyond a float32's range (at most 3.4e+38 either side)"
     )
+    assert reasons[rels[2]] == f"metadata.jsonl:3: column x: {2**63} is beyond an int64's range (-2**63 to 2**63-1)"
     assert [res.stderr.count(f"skipped: {r}:") for r in rels[:3]] == [1, 1, 1]
     got = {r: ex["image/x"] for r, ex in _parsed(tmp_path / "out").items()}
     assert got[rels[3]] == pytest.approx(3.4028234663852886e38) and got[rels[4]] == float("inf")

@@ -244,11 +244,20 @@ def _beyond_float32(v: float) -> bool:
     return math.isfinite(v) and abs(v) >= _FLOAT32_OVERFLOW
 
 
+def _out_of_range(v: Any) -> str:
+    """Why a number (or a list's first such number) cannot be stored as its feature's type, or ""."""
+    for x in v if isinstance(v, list) else [v]:
+        if isinstance(x, float) and _beyond_float32(x):
+            return f"{x!r} is beyond a float32's range (at most 3.4e+38 either side)"
+        if isinstance(x, int) and not isinstance(x, bool) and not -_INT64 <= x < _INT64:
+            return f"{x} is beyond an int64's range (-2**63 to 2**63-1)"
+    return ""
+
+
 def _row_problem(row: dict[str, Any]) -> str:
     for k, v in row.items():
-        big = [x for x in (v if isinstance(v, list) else [v]) if isinstance(x, float) and _beyond_float32(x)]
-        if k != KEY and big:
-            return f"column {k}: {big[0]!r} is beyond a float32's range (at most 3.4e+38 either side)"
+        if k != KEY and (why := _out_of_range(v)):
+            return f"column {k}: {why}"
         if k != KEY and _kind(v) is None:
             what = "null" if v is None else type(v).__name__
             return (
