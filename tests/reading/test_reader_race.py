@@ -213,32 +213,40 @@ def test_letting_go_of_a_dataset_mid_read_never_hangs_and_frees_its_folder(base)
     assert res.stdout.split() == ["0", "False"] and res.stderr == ""
 
 
-def test_a_folder_let_go_in_a_collection_inside_the_closing_thread_is_closed(tmp_path: Path, monkeypatch: Any) -> None:
+REAPER_COLLECTS = r"""
+import gc, sys, threading, types
+from img2tfrecord.format import readers
+folder = sys.argv[1]
+collected = threading.Event()
+# The closing thread's pause between passes, with a collection in it: compiled as readers.py's
+# code, as a collection its own allocations start is (the finalizer looks past its frames).
+hook = "def sleep(seconds):\n    if not collected.is_set():\n        gc.collect()\n        collected.set()\n    real(seconds)\n"
+space = {"gc": gc, "collected": collected, "real": readers.time.sleep}
+exec(compile(hook, readers.__file__, "exec"), space)
+readers.time = types.SimpleNamespace(sleep=space["sleep"])
+gc.disable()  # the cycle below goes in the closing thread's collection, not before
+in_cycle = readers.Holder(readers.pin(folder))
+in_cycle.me = in_cycle
+del in_cycle
+plain = readers.Holder(readers.pin(folder))
+del plain  # retired here, in this thread: the closing thread starts
+print(collected.wait(60), readers.in_use(folder))
+"""
+
+
+def test_a_folder_let_go_in_a_collection_inside_the_closing_thread_is_closed(tmp_path: Path) -> None:
     """A dataset in a reference cycle goes when the garbage collector runs, and that can be inside
     the thread that closes let-go folders (its own pass allocates). Its folder is closed all the
     same, and a publisher finds it free (it stayed open for as long as that thread ran: the folder
-    of an old version was never removed)."""
-    import types
-
-    from img2tfrecord.format import readers
+    of an old version was never removed). In a process of its own: a collection there collects
+    only this test's garbage."""
+    import subprocess
+    import sys
 
     folder = tmp_path / "version"
     folder.mkdir()
-    collected = threading.Event()
-    # The closing thread's pause between passes, with a collection in it: compiled as readers.py's
-    # code, as a collection its own allocations start is (the finalizer looks past its frames).
-    hook = "def sleep(seconds):\n    if not collected.is_set():\n        gc.collect()\n        collected.set()\n    real(seconds)\n"
-    space: dict[str, Any] = {"gc": gc, "collected": collected, "real": readers.time.sleep}
-    exec(compile(hook, readers.__file__, "exec"), space)
-    monkeypatch.setattr(readers, "time", types.SimpleNamespace(sleep=space["sleep"]))
-    gc.disable()  # the cycle below goes in the closing thread's collection, not before
-    try:
-        in_cycle = readers.Holder(readers.pin(str(folder)))  # type: ignore[arg-type]
-        in_cycle.me = in_cycle  # type: ignore[attr-defined]
-        del in_cycle
-        plain = readers.Holder(readers.pin(str(folder)))  # type: ignore[arg-type]
-        del plain  # retired here, in this thread: the closing thread starts
-        assert collected.wait(WAIT)
-    finally:
-        gc.enable()
-    assert not readers.in_use(str(folder))
+    res = subprocess.run(
+        [sys.executable, "-c", REAPER_COLLECTS, str(folder)], capture_output=True, text=True, timeout=WAIT * 2
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.split() == ["True", "False"] and res.stderr == ""

@@ -92,6 +92,7 @@ _retired_lock = threading.RLock()
 _reaper: list[threading.Thread] = []  # the reaper thread while one runs
 _OURS = (os.path.normcase(weakref.__file__), os.path.normcase(__file__))
 _NO_FRAME = 0  # no frame has this id: moved on at the next pass
+_REAPER = "img2tfrecord-close"  # the closing thread's name
 
 
 def _retire(fd: int) -> None:
@@ -100,7 +101,7 @@ def _retire(fd: int) -> None:
     A collection inside the reaper itself (its own pass allocates) has no statement of the user's
     to wait for: the folder is closed by its next pass. (Watched like any other, its frame would
     be the thread's `run`, which never moves on while the reaper runs: the folder never closed.)"""
-    if threading.current_thread() in _reaper:
+    if threading.current_thread().name == _REAPER:  # by name: it may not be in `_reaper` yet
         with _retired_lock:
             _retired.append(_Retired(fd, threading.get_ident(), _NO_FRAME, 0))
         return
@@ -120,7 +121,7 @@ def _ensure_reaper() -> None:
     if _reaper or not _retired:
         return
     try:
-        thread = threading.Thread(target=_reap_until_done, name="img2tfrecord-close", daemon=True)
+        thread = threading.Thread(target=_reap_until_done, name=_REAPER, daemon=True)
         thread.start()
     except RuntimeError:  # no new threads at interpreter shutdown: the process closes them
         return
@@ -141,20 +142,22 @@ def _reap() -> bool:
     """Close the retired folders whose statement has finished; whether any is left. The list is
     taken whole first, so a folder retired meanwhile (a collection inside this) is not lost; the
     pass holds the lock, so `in_use` in another thread waits for it rather than finding a folder
-    this pass was about to close still open."""
+    this pass was about to close still open. The threads' frames are let go after the lock: a
+    frame that ended meanwhile frees its locals then, and their finalizers may run anything."""
     with _retired_lock:
         pending = _retired[:]
         _retired.clear()
         frames = sys._current_frames()
         keep = [r for r in pending if not _moved_on(r, frames)]
-        del frames  # frames hold their locals: not a moment longer
         for r in pending:
             if r not in keep:
                 _close(r.fd)
         _retired.extend(keep)
         if threading.current_thread() not in _reaper:
             _ensure_reaper()  # a reaper that found the list empty meanwhile may have ended
-        return bool(_retired)
+        left = bool(_retired)
+    del frames  # frames hold their locals: not a moment longer
+    return left
 
 
 def _reap_until_done() -> None:
