@@ -283,42 +283,26 @@ def serialize_example(
     inner = _varint(n)
     list_len = 1 + len(inner) + n  # BytesList: tag, length, payload
     feature_len = 1 + len(_varint(list_len)) + list_len  # Feature: bytes_list tag, length, BytesList
-    head = b"".join((_entry_head("image/encoded", feature_len), b"\x0a", _varint(list_len), b"\x0a", inner))
+    entries = (  # in _FIXED_KEYS' order; image/encoded's without its payload
+        _int_entry("image/channels", channels),
+        _int_entry("image/class/label", label),
+        _bytes_entry("image/class/text", text),
+        _bytes_entry("image/colorspace", COLORSPACES[channels].encode("ascii")),
+        b"".join((_entry_head("image/encoded", feature_len), b"\x0a", _varint(list_len), b"\x0a", inner)),
+        _entry("image/filename", _bytes_feature(filename)),
+        _bytes_entry("image/format", image_format.encode("ascii")),
+        _int_entry("image/height", height),
+        _int_entry("image/width", width),
+    )
     if extra:
-        return _with_extra(
-            {
-                "image/channels": _int_entry("image/channels", channels),
-                "image/class/label": _int_entry("image/class/label", label),
-                "image/class/text": _bytes_entry("image/class/text", text),
-                "image/colorspace": _bytes_entry("image/colorspace", COLORSPACES[channels].encode("ascii")),
-                "image/encoded": head,
-                "image/filename": _entry("image/filename", _bytes_feature(filename)),
-                "image/format": _bytes_entry("image/format", image_format.encode("ascii")),
-                "image/height": _int_entry("image/height", height),
-                "image/width": _int_entry("image/width", width),
-            },
-            encoded,
-            extra,
-        )
-    before = b"".join(
-        (
-            _int_entry("image/channels", channels),
-            _int_entry("image/class/label", label),
-            _bytes_entry("image/class/text", text),
-            _bytes_entry("image/colorspace", COLORSPACES[channels].encode("ascii")),
-            head,
-        )
-    )
-    after = b"".join(
-        (
-            _entry("image/filename", _bytes_feature(filename)),
-            _bytes_entry("image/format", image_format.encode("ascii")),
-            _int_entry("image/height", height),
-            _int_entry("image/width", width),
-        )
-    )
+        return _with_extra(dict(zip(_FIXED_KEYS, entries)), encoded, extra)
+    before, after = b"".join(entries[:_PAYLOAD_AFTER]), b"".join(entries[_PAYLOAD_AFTER:])
     features_len = len(before) + n + len(after)
     return b"".join((b"\x0a", _varint(features_len), before, encoded, after))  # Example.features(1)
+
+
+_FIXED_KEYS = tuple(sorted(FEATURE_TYPES))  # the fixed schema's keys, in the order a record holds them
+_PAYLOAD_AFTER = _FIXED_KEYS.index("image/encoded") + 1  # entries up to image/encoded's head precede the payload
 
 
 def _with_extra(entries: dict[str, bytes], encoded: bytes, extra: tuple[MetaValue, ...]) -> bytes:

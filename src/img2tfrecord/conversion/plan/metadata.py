@@ -220,13 +220,14 @@ def _file_name(value: Any) -> tuple[str, str]:
 
 
 def _kind(v: Any) -> str | None:
-    """int, float, str; list:int / list:float / list:str / list: (empty); None for no usable type."""
+    """int, float, str; list:int / list:float / list:str / list: (empty); None for no usable type.
+    (A number out of its type's range is `_out_of_range`'s, which `_row_problem` asks first.)"""
     if isinstance(v, bool) or v is None:
         return None
     if isinstance(v, int):
-        return "int" if -_INT64 <= v < _INT64 else None
+        return "int"
     if isinstance(v, float):
-        return "float" if not _beyond_float32(v) else None
+        return "float"
     if isinstance(v, str):
         return "str"
     if isinstance(v, list):
