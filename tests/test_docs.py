@@ -106,3 +106,37 @@ def test_make_demo_runs_as_the_makefile_says(tmp_path: Path, cli) -> None:
     detection = json.loads((tmp_path / "out-detection/dataset.json").read_text())["metadata"]["detection"]
     assert (detection["format"], detection["boxes"], detection["clipped"], detection["dropped"]) == ("coco", 30, 0, 0)
     assert (tmp_path / "out/contact-sheet.png").is_file()
+
+
+# Options of other tools that the docs name: pip's, pytest-xdist's and Beam's pipeline options named in
+# prose (those inside --beam-options' quotes are left out); the benchmarks' are read from their argparse calls.
+OTHER_TOOLS_OPTIONS = {"--no-deps", "--no-cache-dir", "--target", "--dist", "--help"}
+BEAM_PIPELINE_OPTIONS = {"--runner", "--project", "--region", "--parallelism"}
+
+
+def _our_options() -> set[str]:
+    import click
+
+    from img2tfrecord.cli import main
+
+    ctx = click.Context(main)
+    commands = [main] + [main.get_command(ctx, name) for name in main.list_commands(ctx)]
+    return {o for c in commands if c is not None for p in c.params for o in [*p.opts, *p.secondary_opts]}
+
+
+def test_every_option_the_docs_name_exists() -> None:
+    """An option named in prose or in an example is one `--help` lists (a renamed option leaves no stale word)."""
+    bench = {
+        o for p in (ROOT / "bench").glob("*.py") for o in re.findall(r"add_argument\(\s*\"(--[a-z-]+)\"", p.read_text())
+    }
+    known = _our_options() | bench | OTHER_TOOLS_OPTIONS | BEAM_PIPELINE_OPTIONS
+    stale = []
+    for path in documents():
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if "# exit 2" in line or line.startswith("error:"):  # a usage error's example and what it prints
+                continue
+            line = re.sub(r"--beam-options[ =]\"[^\"]*\"?|--[a-z]+_[a-z_]+=?\S*", "", line)
+            stale += [
+                f"{path.name}:{n}: {o}" for o in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", line) if o not in known
+            ]
+    assert not stale, "options no command has: " + ", ".join(stale)

@@ -164,3 +164,14 @@ def test_every_function_is_at_most_80_lines():
                 if n > 80:
                     long.append(f"{name}.{node.name}: {n} lines (line {node.lineno})")
     assert not long, "\n".join(long)
+
+
+def test_the_cli_takes_its_choice_lists_from_the_library():
+    """A `click.Choice` of literal strings in cli/ would drift from what the library accepts (conversion.plan.options)."""
+    literal = []
+    for path in sorted((PKG / "cli").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "Choice" and node.args:
+                if isinstance(node.args[0], (ast.List, ast.Tuple, ast.Set)):
+                    literal.append(f"{path.name}:{node.lineno}")
+    assert not literal, literal

@@ -248,7 +248,7 @@ def _boxes_text(s: dict[str, Any]) -> str:
 )
 @click.option(
     "--split-rule",
-    type=click.Choice(["exact", "hash"]),
+    type=click.Choice(options.SPLIT_RULES),
     default="exact",
     show_default=True,
     help="How --split picks an image's split: exact (shares per class exact to one image) or hash (a pure function of the path's hash: shares follow the fractions only on average; what datasets made before the exact rule use). Recorded in dataset.json; update keeps it.",

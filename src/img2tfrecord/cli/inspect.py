@@ -273,7 +273,7 @@ def _problem(p: dict[str, Any], compressed: bool = False) -> str:
     "extract_dir",
     type=click.Path(file_okay=False),
     metavar="DIR",
-    help="Write the first -n images to DIR/<class>/<filename> (RAW as PNG); `convert DIR` rebuilds them.",
+    help="Write the first -n images to DIR/<class>/<filename>, or DIR/<split>/<class>/<filename> for a split dataset (RAW as PNG); `convert DIR` rebuilds them.",
 )
 @click.option("--all", "extract_all", is_flag=True, help="With --extract: every image, not just -n.")
 @click.option(

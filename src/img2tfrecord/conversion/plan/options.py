@@ -13,6 +13,7 @@ from img2tfrecord.fs import CHECKSUMS
 
 # The allowed values of the options (the CLI's click.Choice lists are these).
 ENGINES = ("local", "beam")
+SPLIT_RULES = ("exact", "hash")  # --split-rule: exact shares per class, or the path's hash alone
 COMPRESSION_CHOICES = ("gzip", "zlib")
 CHECKSUM_CHOICES = CHECKSUMS
 

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import xxhash
 
 from img2tfrecord.conversion.plan import quota
+from img2tfrecord.conversion.plan.options import SPLIT_RULES as SPLIT_RULES  # re-exported: the walk's users
 from img2tfrecord.conversion.plan.table import BoxCounts, ImageTable, TaskView, decode_name, encode_name
 from img2tfrecord.errors import UsageError, option, plural
 from img2tfrecord.format.manifest import shown
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
 SPLIT_DIR_NAMES = {"train": "train", "validation": "validation", "val": "validation", "test": "test"}
 
 
-SPLIT_RULES = ("exact", "hash")
 OLD_RULE = "hash"  # what a dataset.json without `split_rule` was made by
 
 
