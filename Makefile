@@ -133,14 +133,15 @@ docs-screenshot: $(STAMP)
 	REPORT_SCREENSHOT=$(CURDIR)/docs/images/report.png $(BIN)/python -m pytest -q -p no:randomly \
 	  tests/inspection/test_report_browser.py -k test_chromium_shows_the_page_from_disk_alone
 
-# Two steps: sample_data's class folders into out/, then the same images with their boxes
-# (sample_data/annotations.json, a COCO set) into out-detection/, the Object Detection API's records.
+# Two steps, into demo/ (ignored by git; the README's quick start then writes out/ itself): sample_data's
+# class folders into demo/out/, then the same images with their boxes (sample_data/annotations.json, a
+# COCO set) into demo/out-detection/, the Object Detection API's records.
 demo: $(STAMP)
-	rm -rf out out-detection
-	$(BIN)/img2tfrecord convert sample_data out --split train=0.8,validation=0.2 --shards train=2,validation=1 --index
-	$(BIN)/img2tfrecord inspect out --verify --contact-sheet out/contact-sheet.png
-	$(BIN)/img2tfrecord convert sample_data out-detection --annotations sample_data/annotations.json --split train=0.8,validation=0.2
-	$(BIN)/img2tfrecord inspect out-detection --verify
+	rm -rf demo
+	$(BIN)/img2tfrecord convert sample_data demo/out --split train=0.8,validation=0.2 --shards train=2,validation=1 --index
+	$(BIN)/img2tfrecord inspect demo/out --verify --contact-sheet demo/contact-sheet.png
+	$(BIN)/img2tfrecord convert sample_data demo/out-detection --annotations sample_data/annotations.json --split train=0.8,validation=0.2
+	$(BIN)/img2tfrecord inspect demo/out-detection --verify
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
@@ -161,5 +162,5 @@ bench-plan: $(STAMP)  # only the plan benchmark (convert --dry-run on 1 M files 
 	$(BIN)/python bench/run.py --only plan
 
 clean:
-	rm -rf $(VENV) $(BEAM_VENV) $(LATEST_VENV) $(LATEST_BEAM_VENV) $(FLOOR_VENV) out out-detection site build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache bench/.cache
+	rm -rf $(VENV) $(BEAM_VENV) $(LATEST_VENV) $(LATEST_BEAM_VENV) $(FLOOR_VENV) demo out sheet.png site build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache bench/.cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -23,8 +23,11 @@ def _runnable(path: Path) -> list[Block]:
     return [b for b in blocks(path) if b.language in RUN_LANGUAGES and b.not_run is None]
 
 
-@pytest.mark.parametrize("path", [p for p in documents() if _runnable(p)], ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize(
+    "path", [p for p in documents() if _runnable(p) and p != README], ids=lambda p: str(p.relative_to(ROOT))
+)
 def test_every_example_of_the_document_runs(path: Path, tmp_path: Path) -> None:
+    """README.md's run after `make demo`: test_the_readme_runs_in_order_after_make_demo."""
     session = Session(tmp_path)
     for block in _runnable(path):
         session.run(block)
@@ -81,31 +84,47 @@ def test_no_words_about_how_the_project_was_built() -> None:
             assert not HISTORY.search(line), f"{path.relative_to(ROOT)}:{n}: {line}"
 
 
-def test_make_demo_runs_as_the_makefile_says(tmp_path: Path, cli) -> None:
-    """`make demo`'s img2tfrecord commands (the README's first command), run as written in a copy of
-    sample_data: both steps succeed, and the second writes the sample's boxes."""
+def test_the_readme_runs_in_order_after_make_demo(tmp_path: Path, cli) -> None:
+    """A newcomer's first five minutes: `make demo`'s img2tfrecord commands as the Makefile has them, then
+    every README block in order, in one copy of the checkout's sample_data and .gitignore: each succeeds,
+    the demo writes the sample's boxes, and nothing is left that git would list as untracked."""
     import json
     import shlex
     import shutil
+    import subprocess
 
     recipe = ROOT.joinpath("Makefile").read_text().split("\ndemo:", 1)[1].split("\n\n", 1)[0]
     steps = [
         shlex.split(line.split("/img2tfrecord ", 1)[1]) for line in recipe.splitlines() if "/img2tfrecord " in line
     ]
-    assert [s[:2] for s in steps] == [["convert", "sample_data"], ["inspect", "out"]] + [
+    assert [s[:2] for s in steps] == [["convert", "sample_data"], ["inspect", "demo/out"]] + [
         ["convert", "sample_data"],
-        ["inspect", "out-detection"],
+        ["inspect", "demo/out-detection"],
     ]
-    shutil.copytree(ROOT / "sample_data", tmp_path / "sample_data")
+    session = Session(tmp_path / "checkout")
+    shutil.copy(ROOT / ".gitignore", session.folder / ".gitignore")
     with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(tmp_path)
+        mp.chdir(session.folder)
         for step in steps:
             res = cli(*step)
             assert res.exit_code == 0, (step, res.output)
         assert "no problems" in res.output
-    detection = json.loads((tmp_path / "out-detection/dataset.json").read_text())["metadata"]["detection"]
+    detection = json.loads((session.folder / "demo/out-detection/dataset.json").read_text())["metadata"]["detection"]
     assert (detection["format"], detection["boxes"], detection["clipped"], detection["dropped"]) == ("coco", 30, 0, 0)
-    assert (tmp_path / "out/contact-sheet.png").is_file()
+    assert (session.folder / "demo/contact-sheet.png").is_file()
+
+    for block in _runnable(README):
+        session.run(block)
+    subprocess.run(["git", "init", "-q"], cwd=session.folder, check=True)
+    listed = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"],
+        cwd=session.folder,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    left = [line[3:] for line in listed if not line[3:].startswith(("sample_data/", ".gitignore"))]
+    assert left == [], "files the README's examples leave in a checkout, not ignored by .gitignore"
 
 
 # Options of other tools that the docs name: pip's, pytest-xdist's and Beam's pipeline options named in
