@@ -106,3 +106,15 @@ def test_search_answers_from_disk(site: Path) -> None:
             browser.close()
     assert hits and all(h.startswith("file://") for h in hits)
     assert any("inspecting.html" in h for h in hits)
+
+
+def test_the_api_reference_lists_every_keyword_convert_takes(site: Path) -> None:
+    """Generated from the signatures (mkdocs_hooks.py): a keyword added to convert() or plan_job shows up."""
+    import re
+
+    from img2tfrecord.conversion.convert import _PARAMETERS
+
+    page = (site / "reference" / "api.html").read_text(encoding="utf-8")
+    rows = re.findall(r"<tr>\s*<td><code>(\w+)</code></td>\s*<td><code>([^<]+)</code></td>", page)
+    assert [name for name, _ in rows] == list(_PARAMETERS)
+    assert dict(rows)["split_rule"] == "str" and "one quoted string" in page

@@ -249,13 +249,13 @@ def test_library_convert_with_workers_needs_no_main_guard(tmp_path):
     assert res.stdout.split() == ["2", "12"]
 
 
-def run_in_terminal(*args: str, interrupt_when: bytes | None = None) -> tuple[int, bytes]:
-    """Run `img2tfrecord ARGS` with stdin/stdout/stderr on a pseudo-terminal of 40x120 (a 0-column
-    one makes tqdm draw nothing) and return its exit code and every byte the terminal received.
-    `interrupt_when`: a regex; SIGINT once the output matches it."""
+def run_in_terminal(*args: str, interrupt_when: bytes | None = None, columns: int = 120) -> tuple[int, bytes]:
+    """Run `img2tfrecord ARGS` with stdin/stdout/stderr on a pseudo-terminal of 40 rows and
+    `columns` (a 0-column one makes tqdm draw nothing) and return its exit code and every byte the
+    terminal received. `interrupt_when`: a regex; SIGINT once the output matches it."""
     master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP")}
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP") and k not in ("COLUMNS", "LINES")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "img2tfrecord", *map(str, args)], stdin=slave, stdout=slave, stderr=slave, env=env
     )
@@ -289,8 +289,35 @@ def test_progress_bar_ends_at_100_percent_on_its_own_line(slow_input, tmp_path):
     assert bar.endswith(b"\r\n"), bar[-300:]  # the terminal's "\n"
     last_frame = bar[:-2].rsplit(b"\r", 1)[-1]
     assert last_frame.startswith(b"100%|") and b"| 240/240 [" in last_frame, last_frame
-    assert summary.count(b"\n") == 2 and summary.endswith(b"\r\n")  # the summary, then the report command
-    assert summary.split(b"\r\n")[1].startswith(b"See it in a browser: img2tfrecord report ")
+    assert summary.endswith(b"\r\n")  # the summary (wrapped to the terminal), then the report command
+    assert summary.split(b"\r\n")[-2].startswith(b"See it in a browser: img2tfrecord report ")
+
+
+def test_the_summary_wraps_at_word_boundaries_in_an_80_column_terminal(tmp_path):
+    """The terminal broke the one-line summary mid-word ("(122 imag" / "es/s"): in a terminal it
+    is wrapped by words to the width, continued lines indented; piped, it stays one line."""
+    make_dataset(tmp_path / "in", {"a": 6, "b": 6})
+    rc, out = run_in_terminal(
+        "convert", tmp_path / "in", tmp_path / "out", "--split", "train=0.5,validation=0.5", columns=80
+    )
+    assert rc == 0, out[-2000:]
+    text = out.decode().split("Wrote ", 1)[1]
+    lines = ("Wrote " + text).rstrip("\r\n").split("\r\n")
+    assert lines[-1].startswith("See it in a browser: img2tfrecord report /")  # a command: whole, to copy
+    assert len(lines) >= 3 and all(len(line) < 80 for line in lines[:-1]), lines
+    assert all(line.startswith("  ") for line in lines[1:-1]), lines  # continued lines of the first sentence
+    words = " ".join(line.strip() for line in lines[:-1])
+    assert re.fullmatch(
+        r"Wrote 12 images \(train: 6 in 1 shard, validation: 6 in 1 shard\) of 2 classes to \S+: "
+        r"[\d.]+ [KM]B of shards from [\d.]+ [KM]B of source images, in [\d.]+ m?s "
+        r"\([\d,]+ images/s( including start-up, [\d,]+ images/s after it)?; [\d.]+ [KMG]?B/s of source images\)\.",
+        words,
+    ), words
+    piped = subprocess.run(
+        [sys.executable, "-m", "img2tfrecord", "convert", str(tmp_path / "in"), str(tmp_path / "out2")],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "80"},
+    )  # fmt: skip
+    assert piped.returncode == 0 and len(piped.stderr.splitlines()) == 2, piped.stderr
 
 
 def test_interruption_message_starts_on_its_own_line(slow_input, tmp_path):

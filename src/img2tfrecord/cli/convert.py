@@ -162,7 +162,9 @@ def _summary_text(s: dict[str, Any]) -> str:
             f"{splits}): the interrupted run had published it; nothing left to do"
         )
     if s["dry_run"]:
-        lines = [f"Plan for {s['input']} -> {s['output']} (dry run, nothing written):"]
+        # counted from the walk: no image is opened, so one that does not decode is in the plan and
+        # skipped by the real run (reading a million headers would make the plan a conversion's cost)
+        lines = [f"Plan for {s['input']} -> {s['output']} (dry run: nothing written, images counted, not read):"]
         lines.append(
             f"  {plural(len(classes), 'class', 'classes')}: {', '.join(classes[:10])}{' ...' if len(classes) > 10 else ''}"
         )

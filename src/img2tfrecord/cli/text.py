@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import sys
+import textwrap
 
 import click
 
@@ -42,8 +44,8 @@ def report(text: str, err: bool) -> None:
 
     The stream that failed is swapped for os.devnull, so Python's flush at exit fails no more."""
     try:
-        click.echo(text, err=err)
         stream = sys.stderr if err else sys.stdout
+        click.echo(fit_to_terminal(text, stream), err=err)
         if stream is not None:
             stream.flush()
     except OSError:
@@ -53,3 +55,31 @@ def report(text: str, err: bool) -> None:
                 sys.stderr = sink
             else:
                 sys.stdout = sink
+
+
+_COMMAND = re.compile(r"(^|: )img2tfrecord [a-z]")
+
+
+def fit_to_terminal(text: str, stream: object) -> str:
+    """`text` wrapped at word boundaries to the terminal's width when `stream` is a terminal (the
+    terminal itself would break a long summary mid-word: "(122 imag" / "es/s"); a continued line
+    is indented two more than its first. Piped or captured output stays one line per fact, for
+    scripts that grep it. A word longer than the width (a path) is left whole, and so is a line
+    that gives a command to run (`See it in a browser: img2tfrecord report out`): copied, it is one."""
+    isatty = getattr(stream, "isatty", None)
+    if isatty is None or not isatty():
+        return text
+    width = shutil.get_terminal_size().columns - 1  # a line as wide as the terminal makes some wrap twice
+    if width < 20:
+        return text
+    lines = []
+    for line in text.split("\n"):
+        if _COMMAND.search(line):
+            lines.append(line)
+            continue
+        indent = line[: len(line) - len(line.lstrip(" "))]
+        wrapped = textwrap.wrap(
+            line, width, subsequent_indent=indent + "  ", break_long_words=False, break_on_hyphens=False
+        )
+        lines.extend(wrapped or [line])
+    return "\n".join(lines)

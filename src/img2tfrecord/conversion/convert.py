@@ -67,7 +67,8 @@ def convert(
 ) -> dict[str, Any]:
     """Convert an image folder into a sharded TFRecord dataset and return the run's summary.
 
-    `options` are those of `plan_job` (shards, split, seed, labels, encoding, resize, ...).
+    `options`: the `convert` command's options as keywords (shards, split, seed, labels, encoding,
+    resize, ...; the API reference lists each with its type, default and meaning).
     `like`: an existing dataset whose recorded options, shard request and labels (with their
     numbers) this run takes; `options` given beside it override only what they name.
     `on_event(kind, message)` receives "warning" and "skipped" messages as they happen;
