@@ -131,6 +131,9 @@ def gather(man: Manifest, cat: Catalog | None) -> Facts:
     )
 
 
+MAX_BOX_PROBLEMS = 200  # listed on the page; dataset.json keeps every one
+
+
 def _detection(data: dict[str, Any]) -> dict[str, Any]:
     """dataset.json's `metadata.detection` (convert --annotations): the boxes written, clipped, dropped;
     {} for a dataset without boxes, or an entry not shaped as one."""
@@ -144,7 +147,21 @@ def _detection(data: dict[str, Any]) -> dict[str, Any]:
         return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
 
     per_class = found.get("boxes_per_class")
+    problems = found.get("box_problems")
     return {
+        # which boxes were clipped or dropped, and why: a count alone sends the reader to dataset.json
+        "problems": [
+            {
+                "path": str(p.get("path", "")),
+                "box": p.get("box", "?"),
+                "cls": str(p.get("class", "")),
+                "reason": str(p.get("reason", "")),
+            }
+            for p in problems[:MAX_BOX_PROBLEMS]
+            if isinstance(p, dict)
+        ]
+        if isinstance(problems, list)
+        else [],
         "annotations": str(found.get("annotations") or ""),
         "format": str(found.get("format") or ""),
         **{k: count(k) for k in ("boxes", "clipped", "dropped", "empty_images", "skipped_empty")},

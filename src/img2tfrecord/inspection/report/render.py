@@ -6,10 +6,13 @@ escaping; only the SVG that matplotlib wrote (its own text escaped by matplotlib
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
+from markupsafe import Markup, escape
+
 from img2tfrecord._version import __version__
-from img2tfrecord.errors import size_text
+from img2tfrecord.errors import plural, size_text
 
 if TYPE_CHECKING:
     from img2tfrecord.inspection.report.facts import Facts
@@ -17,8 +20,6 @@ if TYPE_CHECKING:
 
 
 def _charts(f: Facts) -> dict[str, str]:
-    from markupsafe import Markup
-
     from img2tfrecord.inspection.report import charts
 
     flagged = f.flagged_classes
@@ -44,6 +45,15 @@ def _charts(f: Facts) -> dict[str, str]:
 
 CHANGES = ("added", "removed", "changed")
 
+# After these a long name may wrap ("a_very_long_name.png" as "a_very_long_" / "name.png"), so the
+# browser breaks it mid-word only where a part is wider than its column.
+_BREAK_AFTER = re.compile(r"([_\-./\\ ]+)")
+
+
+def breakable(text: object) -> Markup:
+    """`text` escaped, with a line-break opportunity (<wbr>) after each separator in it."""
+    return Markup(_BREAK_AFTER.sub(r"\1<wbr>", str(escape(text))))
+
 
 def page(
     f: Facts, sample: Sample | None, dups: list[DupGroup], origins: list[dict[str, Any]], per_class: int, seed: int
@@ -60,6 +70,8 @@ def page(
     env.filters["human"] = size_text  # the units every message uses
     env.filters["pct"] = lambda x: f"{100 * x:.1f}%"
     env.filters["num"] = lambda n: f"{n:,}"
+    env.filters["plural"] = plural  # "1 record", "2 records"
+    env.filters["breakable"] = breakable
     template = env.get_template("report.html.j2")
     return template.render(
         f=f,
@@ -70,5 +82,9 @@ def page(
         per_class=per_class,
         seed=seed,
         tool_version=__version__,
+        # update and compact make version N from version N - 1: the digest alone says nothing to a reader
+        parent_version=f.lineage["version"] - 1
+        if isinstance(f.lineage.get("version"), int) and f.lineage["version"] > 1
+        else None,
         dup_groups_total=int(f.duplicates.get("group_count") or len(f.duplicates.get("groups") or [])),
     )
