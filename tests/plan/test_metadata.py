@@ -296,3 +296,26 @@ def test_update_and_like(tmp_path: Path, cli: Any) -> None:
     assert res.exit_code == 0, res.output
     assert _parsed(out)["cat/later.png"]["image/n"] == 100
     assert cli("update", src, out).exit_code == 0
+
+
+def test_csv_whole_numbers_with_a_sign_are_int64_and_exact(tmp_path: Path, cli: Any) -> None:
+    """metadata.csv's `-2`, `+5` are whole numbers as `7` is: the column is int64 and every value
+    is exact in the record, read by TensorFlow's parser with an int64 spec (a float32 column fails
+    that parse, and would hold -9007199254740993 as -9007199254740992)."""
+    import tensorflow as tf
+
+    src = tmp_path / "in"
+    rels = _tree(src)
+    cells = ["-2", "+5", "7", "-9007199254740993", "+9223372036854775807", "-9223372036854775808"]
+    (src / "metadata.csv").write_text("file_name,n\n" + "".join(f"{r},{v}\n" for r, v in zip(rels, cells)))
+    res = cli("convert", src, tmp_path / "out", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["skipped"] == []
+    assert _manifest(tmp_path / "out")["metadata"]["columns"] == {"n": {"type": "int64", "list": False}}
+    spec = {"image/n": tf.io.FixedLenFeature([], tf.int64), "image/filename": tf.io.FixedLenFeature([], tf.string)}
+    got = {}
+    for shard in (tmp_path / "out").glob("train-*"):
+        for raw in tf.data.TFRecordDataset(str(shard)):
+            ex = tf.io.parse_single_example(raw, spec)
+            got[ex["image/filename"].numpy().decode()] = int(ex["image/n"].numpy())
+    assert got == {r: int(v) for r, v in zip(rels, cells)}
