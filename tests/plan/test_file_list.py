@@ -138,3 +138,35 @@ def test_dry_run_with_a_list(cli, tree, tmp_path):
     assert res.exit_code == 0, res.output
     plan = json.loads(res.stdout)
     assert plan["images"] == 4 and plan["classes"] == sorted({r.split("/")[0] for r in rows[:4]})
+
+
+def test_split_names_are_case_insensitive_as_split_folders_are(cli, tmp_path):
+    """Split folders Train/, Val/, TEST/ and a list's split cells Train, Val, TEST, validation, VAL
+    name the same three splits: `load(out, "validation")` reads the Val images of either."""
+    from img2tfrecord import load
+
+    root = tmp_path / "in"
+    folders = {"Train": {"cat": 3, "dog": 2}, "Val": {"cat": 2, "dog": 1}, "TEST": {"cat": 1, "dog": 1}}
+    want: dict[str, set[str]] = {}
+    rows = []
+    for i, (folder, classes) in enumerate(folders.items()):
+        split = {"Train": "train", "Val": "validation", "TEST": "test"}[folder]
+        files = make_dataset(root / folder, classes, seed=i)
+        for cls, paths in files.items():
+            for k, p in enumerate(paths):
+                cell = {"Val": ["Val", "validation", "VAL"][k % 3]}.get(folder, folder)
+                rows.append(f"{p.relative_to(root).as_posix()},{cls},{cell}\n")
+                want.setdefault(split, set()).add(p.relative_to(root).as_posix())
+    (tmp_path / "list.csv").write_text("".join(rows))
+    listed, walked = tmp_path / "listed", tmp_path / "walked"
+    res = cli("convert", root, listed, "--file-list", tmp_path / "list.csv")
+    assert res.exit_code == 0, res.output
+    res = cli("convert", root, walked)
+    assert res.exit_code == 0, res.output
+    for out in (listed, walked):
+        assert set(json.loads((out / "dataset.json").read_text())["splits"]) == set(want)
+        for split, rels in want.items():
+            got = {ex["image/filename"].numpy().decode() for ex in load(out, split, as_dict=True)}
+            if out == walked:  # the walk names a record by its path below the split folder
+                rels = {r.split("/", 1)[1] for r in rels}
+            assert got == rels, (out.name, split)

@@ -296,3 +296,81 @@ def test_update_and_like(tmp_path: Path, cli: Any) -> None:
     assert res.exit_code == 0, res.output
     assert _parsed(out)["cat/later.png"]["image/n"] == 100
     assert cli("update", src, out).exit_code == 0
+
+
+def test_csv_whole_numbers_with_a_sign_are_int64_and_exact(tmp_path: Path, cli: Any) -> None:
+    """metadata.csv's `-2`, `+5` are whole numbers as `7` is: the column is int64 and every value
+    is exact in the record, read by TensorFlow's parser with an int64 spec (a float32 column fails
+    that parse, and would hold -9007199254740993 as -9007199254740992)."""
+    import tensorflow as tf
+
+    src = tmp_path / "in"
+    rels = _tree(src)
+    cells = ["-2", "+5", "7", "-9007199254740993", "+9223372036854775807", "-9223372036854775808"]
+    (src / "metadata.csv").write_text("file_name,n\n" + "".join(f"{r},{v}\n" for r, v in zip(rels, cells)))
+    res = cli("convert", src, tmp_path / "out", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["skipped"] == []
+    assert _manifest(tmp_path / "out")["metadata"]["columns"] == {"n": {"type": "int64", "list": False}}
+    spec = {"image/n": tf.io.FixedLenFeature([], tf.int64), "image/filename": tf.io.FixedLenFeature([], tf.string)}
+    got = {}
+    for shard in (tmp_path / "out").glob("train-*"):
+        for raw in tf.data.TFRecordDataset(str(shard)):
+            ex = tf.io.parse_single_example(raw, spec)
+            got[ex["image/filename"].numpy().decode()] = int(ex["image/n"].numpy())
+    assert got == {r: int(v) for r, v in zip(rels, cells)}
+
+
+def _class_labels(out: Path) -> dict[str, list[int]]:
+    """image/filename -> image/class/label of every record, by TensorFlow's parser."""
+    import tensorflow as tf
+
+    spec = {"image/class/label": tf.io.VarLenFeature(tf.int64), "image/filename": tf.io.FixedLenFeature([], tf.string)}
+    got = {}
+    for sp in _manifest(out)["splits"].values():
+        for sh in sp["shards"]:
+            for raw in tf.data.TFRecordDataset(str(out / sh["file"])):
+                ex = tf.io.parse_single_example(raw, spec)
+                got[ex["image/filename"].numpy().decode()] = ex["image/class/label"].values.numpy().tolist()
+    return got
+
+
+def test_multi_label_with_label_offset_shifts_every_label(tmp_path: Path, cli: Any) -> None:
+    """--label-offset 1 on a multi-label dataset: every number in image/class/label is its class's
+    index in labels.txt plus one, in the records convert writes and in those later updates add, a
+    class added through the `convert --like OUT --overwrite` that update advises included (it takes
+    the next number, after the old classes, not its sorted place); load() gives the same lists and
+    `inspect --verify` passes."""
+    import img2tfrecord
+
+    src, out = tmp_path / "in", tmp_path / "out"
+    rows = _multi_label_tree(src)
+    rows.append({"file_name": "later.png", "labels": ["bird", "dog"], "n": 9})  # its image comes later
+    _jsonl(src / "metadata.jsonl", rows)
+    res = cli("convert", src, out, "--split", "train=0.5,test=0.5", "--label-offset", "1")
+    assert res.exit_code == 0, res.output
+    save(natural_image(20, 16, 99), src / "later.png")
+    res = cli("update", src, out)
+    assert res.exit_code == 0, res.output
+    first = {"bird": 1, "cat": 2, "dog": 3}
+    assert _class_labels(out) == {r["file_name"]: [first[c] for c in r["labels"]] for r in rows}
+    rows.append({"file_name": "newest.png", "labels": ["ant", "cat"], "n": 10})  # a new class, its image later
+    _jsonl(src / "metadata.jsonl", rows)
+    assert cli("update", src, out).exit_code == 2  # the metadata changed: convert --like, as it advises
+    res = cli("convert", src, out, "--like", out, "--overwrite")
+    assert res.exit_code == 0, res.output
+    save(natural_image(20, 16, 98), src / "newest.png")
+    res = cli("update", src, out)
+    assert res.exit_code == 0, res.output
+    assert _manifest(out)["label_offset"] == 1 and (out / "labels.txt").read_text() == "bird\ncat\ndog\nant\n"
+    number = {"bird": 1, "cat": 2, "dog": 3, "ant": 4}
+    want = {r["file_name"]: [number[c] for c in r["labels"]] for r in rows}
+    assert _class_labels(out) == want
+    loaded = {
+        ex["image/filename"].numpy().decode(): ex["label"].numpy().tolist()
+        for split in ("train", "test")
+        for ex in img2tfrecord.load(out, split, as_dict=True)
+    }
+    assert loaded == want
+    res = cli("inspect", out, "--verify")
+    assert res.exit_code == 0 and "no problems" in res.output, res.output

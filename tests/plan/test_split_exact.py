@@ -365,3 +365,25 @@ def test_update_and_compact_help_describe_the_rule(cli) -> None:
     assert "No image changes split" in text and "furthest below its share" in text
     text = " ".join(cli("compact", "--help").output.split())
     assert "--rebalance" in text and "--export-list" in text and "keeps its split" in text
+
+
+def test_uneven_groups_are_placed_biggest_first_so_shares_stay_exact(tmp_path: Path, cli) -> None:
+    """--split-group with one big patient among small ones: the biggest go first (they are the
+    hardest to fit), so each class of 10 gets exactly 6 train and 4 validation images; placed
+    smallest or in hash order first, a big patient finds no split with room for it."""
+    src, out = tmp_path / "in", tmp_path / "out"
+    patients = {"c00": [6, 1, 1, 1, 1], "c01": [4, 1, 1, 1, 1, 1, 1], "c02": [3, 3, 2, 1, 1], "c03": [5, 2, 1, 1, 1]}
+    seed = 0
+    for c, sizes in patients.items():
+        for p, n in enumerate(sizes):
+            for k in range(n):
+                _image(src / c / f"p{c[1:]}{p}_{k}.png", seed)
+                seed += 1
+    r = cli("convert", src, out, "--split", "train=0.6,validation=0.4", "--split-group", r"/(p\d+)_")
+    assert r.exit_code == 0, r.output
+    placed = _record_splits(out)
+    assert len(placed) == 40
+    groups = {rel: rel.split("/")[1].split("_")[0] for rel in placed}
+    assert not _crossing(placed, groups)
+    counts = _counts(placed)
+    assert {c: (counts[c, "train"], counts[c, "validation"]) for c in patients} == {c: (6, 4) for c in patients}

@@ -146,18 +146,18 @@ def walk(
     fixed = options.get("labels")  # the dataset was made with --labels: that list is the set of classes
     split, seed = options.get("split"), int(options.get("seed") or 0)
     labels = list(old_classes) if fixed is not None else None
+    known = None if fixed is not None else list(old_classes)  # the labels written in a record keep their meaning
+    offset = int(options.get("label_offset") or 0)
     rule = recorded_rule(options)
     if split and rule.name != "hash" and cat is not None:
         rule = rule._replace(prior=prior_of(cat.rels.blob, cat.rels.ends, cat.splits.codes, cat.splits.values, seed))
     if file_list:
         found = discover_file_list(input_dir, file_list, split=split, seed=seed, labels=labels, rule=rule)
     elif isinstance(metadata, Annotations):  # a detection dataset: its images with their boxes, ids kept
-        skip_empty, known = bool(options.get("skip_empty")), None if fixed is not None else list(old_classes)
-        offset = int(options.get("label_offset") or 0)
         found = discover_detection(
             input_dir,
             metadata,
-            skip_empty=skip_empty,
+            skip_empty=bool(options.get("skip_empty")),
             split=split,
             seed=seed,
             label_offset=offset,
@@ -165,8 +165,17 @@ def walk(
             known_classes=known,
             rule=rule,
         ).found
-    elif metadata is not None and metadata.labels is not None:
-        found = discover_multi_label(input_dir, metadata, split=split, seed=seed, labels=labels, rule=rule)
+    elif metadata is not None and metadata.labels is not None:  # its records' label lists are written here
+        found = discover_multi_label(
+            input_dir,
+            metadata,
+            split=split,
+            seed=seed,
+            label_offset=offset,
+            labels=labels,
+            known_classes=known,
+            rule=rule,
+        )
     else:
         found = discover(input_dir, split=split, seed=seed, labels=labels, rule=rule, metadata=metadata)
     table = _table(found)
@@ -174,7 +183,6 @@ def walk(
         stat_remote(table)
     texts = [utf8_text(c) for c in table.classes]
     final = updated_class_list(list(old_classes), texts).classes if fixed is None else list(old_classes)
-    offset = int(options.get("label_offset") or 0)
     position = {c: i for i, c in enumerate(final)}
     table.labels[:] = [position[t] + offset for t in texts]
     found.classes = final
