@@ -234,6 +234,24 @@ def names(pinned: Pin, folder: str) -> bool:
     return (here.st_dev, here.st_ino) == (named.st_dev, named.st_ino)
 
 
+def open_folder(directory: Any) -> Manifest | None:
+    """A dataset folder's dataset.json, read through the folder held open (a shared flock, as
+    `load()` holds it): the Manifest reads the folder's other files there too (`Manifest.at`,
+    `ShardRef.source`), so inspect and report read the version whose dataset.json they read,
+    whole, whatever is published meanwhile. By name where it cannot be held (remote, no flock)."""
+    folder = str(directory)
+    pinned = None if fs.is_remote(folder) else pin(folder)
+    if pinned is None:
+        check_complete(folder)
+        return read_manifest(directory)
+    holder = Holder(pinned)  # the folder is let go when the last reader of it is
+    check_complete(folder, pinned.prefix)
+    man = read_manifest(directory, pinned.prefix)
+    if man is not None:
+        man.reads, man.holder = fs.as_path(pinned.prefix), holder
+    return man
+
+
 # --------------------------------------------------------------------------- load()'s files
 
 
