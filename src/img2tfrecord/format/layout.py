@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from img2tfrecord import fs
 from img2tfrecord.errors import DataError, UsageError, option, plural, said
 from img2tfrecord.format.images import MAX_PIXELS
-from img2tfrecord.format.journal import unfinished_beside
+from img2tfrecord.format.journal import switch_cut_short, unfinished_beside
 from img2tfrecord.format.manifest import LABELS_NAME, MAX_MANIFEST_BYTES, ManifestError, parse_manifest
 from img2tfrecord.format.manifest import MANIFEST_NAME as MANIFEST
 from img2tfrecord.format.naming import _AUX_SUFFIXES, PUBLISHING_NAME, SHARD_RE, STAGING_DIR, shard_split
@@ -181,7 +181,16 @@ def check_complete(directory: str, via: str | None = None) -> None:
 
 def refuse_unfinished(output: str) -> None:
     """DataError when `output` does not exist but an interrupted run into it left its workspace beside
-    it (`.out.img2tfrecord/`: finished shards kept for --resume), saying so and both ways on."""
+    it (`.out.img2tfrecord/`: finished shards kept for --resume), saying so and both ways on; or
+    when the switch of a new version was cut short between its two renames, where the dataset is
+    and the command that puts it back and finishes the run (as `update --dry-run` says it)."""
+    pending = switch_cut_short(output)
+    if pending is not None:
+        raise DataError(
+            f"{output} does not exist: the publish of its new version was cut short between its two renames "
+            f"(no atomic exchange here), and the dataset is in {pending.aside}; to put it back and finish the "
+            f"publish, {said('run: ' + shlex.join(pending.command), _python_call(pending.command))}"
+        )
     left = unfinished_beside(output)
     if left is None:
         return
@@ -195,6 +204,14 @@ def refuse_unfinished(output: str) -> None:
         f"{left.done} of its {plural(left.total, 'shard')} finished; to finish it, {finish}; to discard it, "
         f"remove {left.folder}"
     )
+
+
+def _python_call(command: list[str]) -> str:
+    """`command` (img2tfrecord's) as the Python call that does the same, for messages to Python."""
+    if command[1] == "convert":
+        return "call convert() again as it was called, with resume=True"
+    args = ", ".join(repr(a) for a in command[2:] if not a.startswith("--"))
+    return f"call {command[1]}({args}{', resume=True' if '--resume' in command else ''})"
 
 
 def is_shard_candidate(path: fs.AnyPath) -> bool:

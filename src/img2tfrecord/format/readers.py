@@ -43,6 +43,7 @@ from img2tfrecord.format.layout import (
     glob_paths,
     is_shard_candidate,
     read_manifest,
+    refuse_unfinished,
     shard_files_in,
     special_kind,
 )
@@ -286,6 +287,8 @@ def split_files(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         raise UsageError(f"load: {text!r} is {kind}, not a TFRecord file or a dataset directory")
     files = [os.fspath(m) for m in glob_paths(text) if is_shard_candidate(m)]
     if not files:
+        if not p.exists():  # a run into it killed, or its switch cut short: what to run, as inspect says it
+            refuse_unfinished(text)
         raise UsageError(f"load: {text!r} is no directory, file or glob that matches shard files")
     return Source(files, files, None, None)
 
