@@ -29,7 +29,8 @@ def case(tmp_path_factory):
     root = tmp_path_factory.mktemp("inspectrace")
     make_dataset(root / "in", {"a": 6, "b": 6}, size=(16, 12))
     img2tfrecord.convert(str(root / "in"), str(root / "v1"), shards=3, workers=1)
-    save(natural_image(18, 14, 7), root / "in" / "a" / "added.jpg", quality=90)
+    (root / "in" / "c").mkdir()  # a new class: labels.txt differs between the versions too
+    save(natural_image(18, 14, 7), root / "in" / "c" / "added.jpg", quality=90)
     return root
 
 
@@ -107,4 +108,5 @@ def test_report_reads_the_version_it_opened_while_an_update_publishes(out, tmp_p
     assert f"{V1_RECORDS} records, 2 classes, {V1_RECORDS} thumbnails" in res.output, res.output
     text = page.read_text()
     assert "added.jpg" not in text
-    assert "unreadable" not in text.lower(), "a thumbnail of version 1 was read from version 2's shards"
+    assert "could not be shown" not in text, "a thumbnail of version 1 was read from version 2's shards"
+    assert text.count("data:image/jpeg;base64,") == V1_RECORDS
