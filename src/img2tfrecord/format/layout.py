@@ -32,8 +32,8 @@ class Manifest:
     data: dict[str, Any]
     # Where its files are read: the folder held open by the reader (`format.readers.open_folder`:
     # /proc/self/fd/N), so it reads the version whose dataset.json it read; None: by `dir`.
-    reads: fs.AnyPath | None = field(default=None, repr=False)
-    holder: Any = field(default=None, repr=False)  # keeps that folder open while this lives
+    reads: fs.AnyPath | None = field(default=None, repr=False, compare=False)
+    holder: Any = field(default=None, repr=False, compare=False)  # keeps that folder open while this lives
 
     @property
     def folder(self) -> fs.AnyPath:
