@@ -7,8 +7,10 @@ verifies and equals the old version or the new one.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -302,3 +304,62 @@ def test_a_dry_run_after_a_kill_between_the_two_renames_says_what_to_run(case, t
     r = cli("update", case / "in", out, "--resume")
     assert r.exit_code == 0, r.output
     assert visible(out) == visible(case / "v2")
+
+
+def _killed_between_the_two_renames(case: Path, tmp: Path, before: str, *args: str | Path) -> Path:
+    """OUTPUT (a copy of `before`) after `img2tfrecord ARGS OUTPUT ...` was killed between the two
+    renames of a switch without RENAME_EXCHANGE: OUTPUT renamed aside, the new version not yet in."""
+    out = fresh(case, tmp, before)
+    log = tmp / "clean.log"
+    res = run(["-e", "trace=renameat2,rename", *NO_EXCHANGE], *args, log=str(log))
+    assert res.returncode == 0, res.stderr
+    traced = calls(log)
+    switch = next(i for i, c in enumerate(traced) if "RENAME_EXCHANGE" in c[2])
+    second = [(name, n) for name, n, _ in traced[switch + 1 :] if name == "rename"][1]
+    out = fresh(case, tmp, before)
+    spec = f"inject=rename:signal=SIGKILL:when={second[1]}"
+    res = run(["-e", "trace=renameat2,rename", *NO_EXCHANGE, "-e", spec], *args)
+    assert res.returncode == -9 and not out.exists(), res.stderr
+    return out
+
+
+@pytest.mark.parametrize("command", ["update", "compact", "convert --overwrite"])
+def test_inspect_and_report_after_a_kill_between_the_two_renames_say_what_to_run(case, tmp_path, cli, command):
+    """Issue 38, item 22: OUTPUT is missing, its dataset in the workspace: inspect and report say
+    where it is and the command that puts it back and finishes the run; that command, run exactly
+    as printed, publishes the new version, which verifies."""
+    out = tmp_path / "out"
+    args: list[str | Path] = {
+        "update": ["update", case / "in", out],
+        "compact": ["compact", out],
+        "convert --overwrite": ["convert", case / "in", out, "--overwrite", "--shards", "2"],
+    }[command]
+    out = _killed_between_the_two_renames(case, tmp_path, "v2" if command == "compact" else "v1", *args)
+    aside = os.path.join(workspace(str(out)).shown_root, "previous")
+    said = []
+    for argv in (["inspect", out], ["inspect", out, "--json"], ["report", out, "-o", tmp_path / "page.html"]):
+        r = cli(*argv)
+        assert r.exit_code == 1 and "cut short between its two renames" in r.output, (argv, r.output)
+        assert f"the dataset is in {aside}" in r.output, (argv, r.output)
+        if "--json" in argv:
+            error = json.loads(r.stdout)["error"]["message"]
+            assert "Traceback" not in r.output and "run: " in error, r.output
+        said.append(r.output.rsplit("run: ", 1)[1].split('"')[0].strip())
+    assert len(set(said)) == 1, said
+    from img2tfrecord.errors import DataError
+
+    with pytest.raises(DataError, match=f"cut short between its two renames.*the dataset is in {re.escape(aside)}"):
+        img2tfrecord.load(str(out))
+    assert os.path.isdir(aside) and not (tmp_path / "page.html").exists()  # nothing touched by readers
+    advised = shlex.split(said[0])
+    assert advised[0] == "img2tfrecord" and advised[1] == command.split()[0], advised
+    r = cli(*advised[1:])  # exactly as printed
+    assert r.exit_code == 0, (advised, r.output)
+    want = {"update": "v2", "compact": "v3"}.get(command)
+    if want is not None:
+        assert visible(out) == visible(case / want)
+    else:  # the convert's new version: two shards of every image
+        assert sorted(p.name for p in out.glob("train-*")) == ["train-00000-of-00002", "train-00001-of-00002"]
+    r = cli("inspect", out, "--verify", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["total"]["records"] == 13, r.output
+    assert not os.path.lexists(workspace(str(out)).root)

@@ -17,6 +17,7 @@ from img2tfrecord import fs
 
 JOURNAL_NAME = "journal.jsonl"
 WORKSPACE_SUFFIX = ".img2tfrecord"
+ASIDE_NAME = "previous"  # in the workspace: OUTPUT's old version, between a plain-rename switch's two renames
 
 
 def workspace_name(output_name: str) -> str:
@@ -61,3 +62,38 @@ def unfinished_beside(output: str) -> Unfinished | None:
     total = len(shards) if isinstance(shards, dict) else len(lines) - 1
     ok = isinstance(command, list) and all(isinstance(c, str) for c in command) and "command" not in first
     return Unfinished(folder, len(lines) - 1, total, command if ok else None)
+
+
+class CutShort(NamedTuple):
+    """A switch without RENAME_EXCHANGE killed between its two renames: OUTPUT is missing, its
+    dataset renamed aside into the workspace, the new version beside it (conversion.write.publish)."""
+
+    aside: str  # where the dataset is now, as the user's OUTPUT spells it
+    command: list[str]  # the command that puts it back and finishes the run that was cut short
+
+
+def switch_cut_short(output: str) -> CutShort | None:
+    """The pending version of an `output` that does not exist (local), or None.
+
+    Every update, compact or convert of OUTPUT first renames the dataset back (`recover`); the
+    command advised is the one that also finishes the run: `update IN OUT --resume` (IN as the
+    journal's command line gives it), the journal's convert with --resume, or (no journal: a
+    compact) `compact OUT`."""
+    if fs.is_remote(output) or os.path.lexists(output):
+        return None
+    head, name = os.path.split(os.path.normpath(output))
+    folder = os.path.join(head, workspace_name(name))
+    aside = os.path.join(folder, ASIDE_NAME)
+    if not os.path.isdir(aside):
+        return None
+    lines = entries(folder)
+    first = lines[0] if lines else {}
+    line = first.get("command_line")
+    line = line if isinstance(line, list) and len(line) > 3 and all(isinstance(c, str) for c in line) else None
+    if not lines:
+        command = ["img2tfrecord", "compact", output]
+    elif first.get("command") == "update":
+        command = ["img2tfrecord", "update", line[2] if line else "INPUT", output, "--resume"]
+    else:
+        command = [*line, "--resume"] if line else ["img2tfrecord", "convert", "INPUT", output, "--resume"]
+    return CutShort(aside, command)

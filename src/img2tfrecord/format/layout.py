@@ -7,7 +7,7 @@ import glob
 import os
 import shlex
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from img2tfrecord import fs
 from img2tfrecord.errors import DataError, UsageError, option, plural, said
 from img2tfrecord.format.images import MAX_PIXELS
-from img2tfrecord.format.journal import unfinished_beside
+from img2tfrecord.format.journal import switch_cut_short, unfinished_beside
 from img2tfrecord.format.manifest import LABELS_NAME, MAX_MANIFEST_BYTES, ManifestError, parse_manifest
 from img2tfrecord.format.manifest import MANIFEST_NAME as MANIFEST
 from img2tfrecord.format.naming import _AUX_SUFFIXES, PUBLISHING_NAME, SHARD_RE, STAGING_DIR, shard_split
@@ -30,6 +30,19 @@ class Manifest:
 
     dir: fs.AnyPath
     data: dict[str, Any]
+    # Where its files are read: the folder held open by the reader (`format.readers.open_folder`:
+    # /proc/self/fd/N), so it reads the version whose dataset.json it read; None: by `dir`.
+    reads: fs.AnyPath | None = field(default=None, repr=False, compare=False)
+    holder: Any = field(default=None, repr=False, compare=False)  # keeps that folder open while this lives
+
+    @property
+    def folder(self) -> fs.AnyPath:
+        """The folder as it is read (`reads`, else `dir`); messages name `dir`."""
+        return self.reads if self.reads is not None else self.dir
+
+    def at(self, name: str) -> fs.AnyPath:
+        """The path to read the folder's file `name` by (messages name `dir / name`)."""
+        return self.folder / name
 
     @property
     def classes(self) -> list[str]:
@@ -89,16 +102,25 @@ class ShardRef:
     manifest: Manifest | None = None
     entry: dict[str, Any] | None = field(default=None, repr=False)
 
+    @property
+    def source(self) -> fs.AnyPath:
+        """The path to read the file by: through the folder its reader holds open, if one does."""
+        if self.manifest is not None and self.manifest.reads is not None and self.entry is not None:
+            return self.manifest.at(self.path.name)
+        return self.path
 
-def read_manifest(directory: str | os.PathLike[str]) -> Manifest | None:
+
+def read_manifest(directory: str | os.PathLike[str], via: str | None = None) -> Manifest | None:
     """The directory's dataset.json, None if it has none; a broken one is a DataError whose one
-    line names the field (`manifest.parse_manifest`, the one validation every reader shares)."""
+    line names the field (`manifest.parse_manifest`, the one validation every reader shares).
+    `via`: the same folder as a reader holds it open (`format.readers`), read there."""
     folder = fs.as_path(directory)
     path = folder / MANIFEST
-    if not path.is_file():
+    source = fs.as_path(via) / MANIFEST if via is not None else path
+    if not source.is_file():
         return None
     try:
-        with path.open("rb") as f:  # read no more than a manifest can be, whatever the file holds
+        with source.open("rb") as f:  # read no more than a manifest can be, whatever the file holds
             data = parse_manifest(f.read(MAX_MANIFEST_BYTES + 1))
     except OSError as e:
         raise DataError(f"{path}: cannot read the manifest: {e.strerror or e}") from e
@@ -108,14 +130,15 @@ def read_manifest(directory: str | os.PathLike[str]) -> Manifest | None:
     return Manifest(folder, data)
 
 
-def incomplete_reason(directory: str) -> str | None:
+def incomplete_reason(directory: str, via: str | None = None) -> str | None:
     """Why a dataset folder is not a complete dataset, or None (local or remote, e.g. gs://).
 
     convert writes dataset.json last: shard files without it, beside a run's staging folder, a
     half-written dataset.json or labels.txt, are a publish that has not finished (on object
     stores, where there is no atomic switch, that is a state a reader can see). And without a
     dataset.json, each split's `NAME-NNNNN-of-NNNNN` files must be exactly 0..NNNNN-1 of one
-    count. (What dataset.json itself holds is checked where it is parsed.)"""
+    count. (What dataset.json itself holds is checked where it is parsed.) `via`: as `read_manifest`'s."""
+    directory = via if via is not None else directory
     try:
         names = set(fs.listdir(directory))
     except Exception:  # unreadable: the caller's own access says why
@@ -141,10 +164,10 @@ def incomplete_reason(directory: str) -> str | None:
     return None
 
 
-def check_complete(directory: str) -> None:
+def check_complete(directory: str, via: str | None = None) -> None:
     """Refuse (DataError, one line) a folder that `incomplete_reason` finds incomplete."""
-    why = incomplete_reason(directory)
-    if why is not None and fs.exists(fs.join(directory, STAGING_DIR, PUBLISHING_NAME)):
+    why = incomplete_reason(directory, via)
+    if why is not None and fs.exists(fs.join(via if via is not None else directory, STAGING_DIR, PUBLISHING_NAME)):
         raise DataError(
             f"{directory} is an incomplete dataset ({why}): the publish of its new version was cut short; the next "
             f"update or compact of it, or the same convert with {option('resume', True)}, finishes it"
@@ -158,7 +181,16 @@ def check_complete(directory: str) -> None:
 
 def refuse_unfinished(output: str) -> None:
     """DataError when `output` does not exist but an interrupted run into it left its workspace beside
-    it (`.out.img2tfrecord/`: finished shards kept for --resume), saying so and both ways on."""
+    it (`.out.img2tfrecord/`: finished shards kept for --resume), saying so and both ways on; or
+    when the switch of a new version was cut short between its two renames, where the dataset is
+    and the command that puts it back and finishes the run (as `update --dry-run` says it)."""
+    pending = switch_cut_short(output)
+    if pending is not None:
+        raise DataError(
+            f"{output} does not exist: the publish of its new version was cut short between its two renames "
+            f"(no atomic exchange here), and the dataset is in {pending.aside}; to put it back and finish the "
+            f"publish, {said('run: ' + shlex.join(pending.command), _python_call(pending.command))}"
+        )
     left = unfinished_beside(output)
     if left is None:
         return
@@ -172,6 +204,14 @@ def refuse_unfinished(output: str) -> None:
         f"{left.done} of its {plural(left.total, 'shard')} finished; to finish it, {finish}; to discard it, "
         f"remove {left.folder}"
     )
+
+
+def _python_call(command: list[str]) -> str:
+    """`command` (img2tfrecord's) as the Python call that does the same, for messages to Python."""
+    if command[1] == "convert":
+        return "call convert() again as it was called, with resume=True"
+    args = ", ".join(repr(a) for a in command[2:] if not a.startswith("--"))
+    return f"call {command[1]}({args}{', resume=True' if '--resume' in command else ''})"
 
 
 def is_shard_candidate(path: fs.AnyPath) -> bool:
@@ -246,12 +286,24 @@ def _nearby(p: fs.AnyPath) -> str:
     return f" ({parent} has: {', '.join(names)}{more})" if names else ""
 
 
-def resolve_paths(paths: Iterable[str | os.PathLike[str]], split: str | None = None) -> list[ShardRef]:
+def open_by_name(directory: fs.AnyPath) -> Manifest | None:
+    """A dataset folder's dataset.json read by name, the folder checked complete first."""
+    check_complete(str(directory))
+    return read_manifest(directory)
+
+
+def resolve_paths(
+    paths: Iterable[str | os.PathLike[str]],
+    split: str | None = None,
+    open_folder: Callable[[fs.AnyPath], Manifest | None] = open_by_name,
+) -> list[ShardRef]:
     """Turn inspect's PATH arguments into shard files.
 
     A PATH is a file, a glob, an output directory (its dataset.json lists the shards; without one,
     the files named like shards), or a prefix that matches exactly one shard file. Anything
-    missing or ambiguous is a UsageError naming what it matched.
+    missing or ambiguous is a UsageError naming what it matched. `open_folder` reads a dataset
+    folder's dataset.json (`format.readers.open_folder`: holding the folder open, so that its
+    shards are read from the version whose dataset.json was read).
     """
     refs: list[ShardRef] = []
     cache: dict[fs.AnyPath, Manifest | None] = {}
@@ -262,8 +314,7 @@ def resolve_paths(paths: Iterable[str | os.PathLike[str]], split: str | None = N
             refuse_unfinished(text)
         if p.is_dir() or (p.is_file() and p.name == MANIFEST):
             d = p if p.is_dir() else p.parent
-            check_complete(str(d))
-            man = read_manifest(d)
+            man = open_folder(d)
             if man is not None:
                 refs.extend(man.shards(split))
                 continue

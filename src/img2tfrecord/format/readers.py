@@ -43,6 +43,7 @@ from img2tfrecord.format.layout import (
     glob_paths,
     is_shard_candidate,
     read_manifest,
+    refuse_unfinished,
     shard_files_in,
     special_kind,
 )
@@ -234,6 +235,24 @@ def names(pinned: Pin, folder: str) -> bool:
     return (here.st_dev, here.st_ino) == (named.st_dev, named.st_ino)
 
 
+def open_folder(directory: Any) -> Manifest | None:
+    """A dataset folder's dataset.json, read through the folder held open (a shared flock, as
+    `load()` holds it): the Manifest reads the folder's other files there too (`Manifest.at`,
+    `ShardRef.source`), so inspect and report read the version whose dataset.json they read,
+    whole, whatever is published meanwhile. By name where it cannot be held (remote, no flock)."""
+    folder = str(directory)
+    pinned = None if fs.is_remote(folder) else pin(folder)
+    if pinned is None:
+        check_complete(folder)
+        return read_manifest(directory)
+    holder = Holder(pinned)  # the folder is let go when the last reader of it is
+    check_complete(folder, pinned.prefix)
+    man = read_manifest(directory, pinned.prefix)
+    if man is not None:
+        man.reads, man.holder = fs.as_path(pinned.prefix), holder
+    return man
+
+
 # --------------------------------------------------------------------------- load()'s files
 
 
@@ -268,6 +287,8 @@ def split_files(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         raise UsageError(f"load: {text!r} is {kind}, not a TFRecord file or a dataset directory")
     files = [os.fspath(m) for m in glob_paths(text) if is_shard_candidate(m)]
     if not files:
+        if not p.exists():  # a run into it killed, or its switch cut short: what to run, as inspect says it
+            refuse_unfinished(text)
         raise UsageError(f"load: {text!r} is no directory, file or glob that matches shard files")
     return Source(files, files, None, None)
 

@@ -52,12 +52,12 @@ class Loaded:
 
 def load_catalog(man: Manifest) -> Loaded | None:
     """`man.dir`'s catalog, if it has one (datasets of older versions have none)."""
-    path = man.dir / catalog.CATALOG_NAME
-    if not path.is_file():
+    path, source = man.dir / catalog.CATALOG_NAME, man.at(catalog.CATALOG_NAME)  # read where the reader holds it
+    if not source.is_file():
         return None
     out = Loaded(str(path))
     try:
-        data = path.read_bytes()
+        data = source.read_bytes()
         cat = catalog.decode(data)
     except (OSError, catalog.CatalogError) as e:
         out.problems.append(f"unreadable: {e}")

@@ -237,16 +237,16 @@ def _check_dataset(
     if not covered:
         return
     listed_files = {s["file"] for info in man.splits.values() for s in info.get("shards") or []}
-    for p in children(man.dir):
+    for p in children(man.folder):  # the folder as read (held open), named as given
         m = SHARD_RE.match(p.name)
         if m and p.is_file() and p.name not in listed_files and (split is None or m["split"] == split):
-            sink.append(Problem(str(p), None, None, f"a shard file that {MANIFEST} does not list"))
-    labels = man.dir / LABELS
-    if split is None and man.classes and not labels.is_file():  # convert always writes it beside dataset.json
+            sink.append(Problem(str(man.dir / p.name), None, None, f"a shard file that {MANIFEST} does not list"))
+    labels, source = man.dir / LABELS, man.at(LABELS)
+    if split is None and man.classes and not source.is_file():  # convert always writes it beside dataset.json
         sink.append(Problem(str(labels), None, None, f"missing ({MANIFEST} lists {len(man.classes)} classes)"))
     elif split is None and man.classes:
         try:
-            lines = labels.read_text(encoding="utf-8").splitlines()
+            lines = source.read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as e:
             sink.append(Problem(str(labels), None, None, f"unreadable: {e}"))
         else:

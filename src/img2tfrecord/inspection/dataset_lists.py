@@ -28,11 +28,12 @@ CROSSING_SHOWN = 1000  # groups listed in the report at most (the count is alway
 
 def dataset_catalog(man: Manifest | None, what: str) -> Catalog:
     """The catalog of the one dataset folder inspected; UsageError when there is none."""
-    path = None if man is None else man.dir / catalog_file.CATALOG_NAME
-    if path is None or not path.is_file():
+    source = None if man is None else man.at(catalog_file.CATALOG_NAME)  # where the reader holds it
+    if man is None or source is None or not source.is_file():
         raise UsageError(f"{what} reads a dataset's catalog: give one output folder made by convert as PATH")
+    path = man.dir / catalog_file.CATALOG_NAME  # as messages name it
     try:
-        return catalog_file.decode(path.read_bytes())
+        return catalog_file.decode(source.read_bytes())
     except catalog_file.CatalogError as e:
         raise UsageError(f"{path}: {e}") from None
 

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from img2tfrecord import cstderr
 from img2tfrecord.errors import DataError, UsageError, option
-from img2tfrecord.format import framing
+from img2tfrecord.format import framing, readers
 from img2tfrecord.format.catalog import Catalog
 from img2tfrecord.format.framing import FramingError, TFRecordFile
 from img2tfrecord.format.layout import Manifest, ShardRef, pixel_limit, resolve_paths
@@ -240,7 +240,7 @@ def inspect(
     number. Usage errors (bad paths, non-empty extract dir) raise before any reading.
     `split_group` and `export_list` read the one dataset folder's catalog (inspection.dataset_lists).
     """
-    refs = resolve_paths(paths, split)
+    refs = resolve_paths(paths, split, readers.open_folder)  # each dataset folder held: one version read
     listed = _catalog_of(refs, split_group, export_list)
     by_split = len({r.split for r in refs}) > 1  # extract into SPLIT/CLASS/ so the splits stay apart
     extractor = Extractor(extract_dir, None if extract_all else records, by_split) if extract_dir is not None else None
@@ -304,7 +304,7 @@ def _read_all(
     tally = _Tally(Stats(records))
     if decoder is not None and progress:
         _Progress.starting(decoder)
-    bar = _Progress(sum(r.path.stat().st_size for r in refs if r.path.is_file()), progress and verify)
+    bar = _Progress(sum(r.source.stat().st_size for r in refs if r.source.is_file()), progress and verify)
     feeds = _Feeds(records, verify, decoder, extractor, sheet, bar, _read_limit(verify, extractor))
     read: deque[_Read] = deque()
 
@@ -384,9 +384,10 @@ def _scan_file(
     stats = Stats(feeds.keep_first)
     fr = FileReport(ref, stats)
     probs = _Problems(str(ref.path), sink)
-    if not ref.path.is_file():
+    source = ref.source  # the path shown is ref.path; this is where it is read
+    if not source.is_file():
         fr.exists = False
-        if ref.path.exists():
+        if source.exists():
             probs.add(None, None, "not a regular file")
         else:
             probs.add(None, None, "listed in dataset.json but missing" if ref.entry is not None else "missing")
@@ -397,10 +398,10 @@ def _scan_file(
         algorithm = next(
             (a for a in CHECKSUMS if feeds.verify and ref.entry and ref.entry.get(a)), None
         )  # the one dataset.json recorded
-        f = TFRecordFile(ref.path, checksum=algorithm, max_record_bytes=feeds.read_limit)
+        f = TFRecordFile(source, checksum=algorithm, max_record_bytes=feeds.read_limit)
     except DataError as e:
-        probs.add(None, None, str(e).removeprefix(f"{ref.path}: "))
-        stats.bytes = ref.path.stat().st_size
+        probs.add(None, None, str(e).removeprefix(f"{source}: "))
+        stats.bytes = source.stat().st_size
         fr.problems = probs.count
         feeds.bar.update(stats.bytes)
         return fr, probs
@@ -431,7 +432,7 @@ def _scan_records(
     first. Returns the bytes given to the progress bar (the rest is given once the file ends)."""
     man = ref.manifest
     _keep_first, verify, decoder, extractor, sheet, bar, read_limit = feeds
-    index_file = ref.path.with_name(str((ref.entry or {}).get("index") or ref.path.name + ".idx"))
+    index_file = ref.source.with_name(str((ref.entry or {}).get("index") or ref.path.name + ".idx"))
     idx = _IndexChecker(index_file, probs) if verify and f.compression == "none" and index_file.is_file() else None
     counts = class_counts.setdefault((id(man), ref.split), Counter()) if man is not None and ref.split else None
     max_pixels = pixel_limit(man)

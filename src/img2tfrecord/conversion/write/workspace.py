@@ -16,14 +16,14 @@ from img2tfrecord import fs
 from img2tfrecord.conversion.write.output_lock import WORKSPACE_LOCK
 from img2tfrecord.errors import UsageError, option
 from img2tfrecord.format.catalog import CATALOG_NAME
-from img2tfrecord.format.journal import JOURNAL_NAME, workspace_name
+from img2tfrecord.format.journal import ASIDE_NAME, JOURNAL_NAME, workspace_name
 from img2tfrecord.format.manifest import LABEL_MAP_NAME, LABELS_NAME, MANIFEST_NAME
 from img2tfrecord.format.naming import LOCK_NAME, PUBLISHING_NAME, SHARD_RE, STAGING_DIR
 from img2tfrecord.format.tfds import FILE_NAMES as TFDS_NAMES
 
 JOURNAL = JOURNAL_NAME  # finished shards, for --resume: conversion.write.resume writes it under this name
 BUILD = "dataset"
-ASIDE = "previous"  # the old version, after a plain-rename switch
+ASIDE = ASIDE_NAME  # the old version, after a plain-rename switch (readers look for it: format.journal)
 OLD = "old-"  # old versions, kept while a reader holds them (`format.readers`)
 PUBLISHED = "published"
 

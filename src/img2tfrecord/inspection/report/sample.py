@@ -133,7 +133,7 @@ def read_thumbs(man: Manifest, cat: Catalog, rows: Iterable[int]) -> tuple[dict[
         rs.sort(key=offsets.__getitem__)
         at = {offsets[r]: r for r in rs}
         try:
-            records = list(framing.records_at(man.dir / shard, [offsets[r] for r in rs], man.compression))
+            records = list(framing.records_at(man.at(shard), [offsets[r] for r in rs], man.compression))
         except (OSError, framing.FramingError):
             records = []
         for rec in records:
