@@ -136,9 +136,9 @@ docs-screenshot: $(STAMP)
 # Two steps: sample_data's class folders into out/, then the same images with their boxes
 # (sample_data/annotations.json, a COCO set) into out-detection/, the Object Detection API's records.
 demo: $(STAMP)
-	rm -rf out out-detection
+	rm -rf out out-detection out-contact-sheet.png
 	$(BIN)/img2tfrecord convert sample_data out --split train=0.8,validation=0.2 --shards train=2,validation=1 --index
-	$(BIN)/img2tfrecord inspect out --verify --contact-sheet out/contact-sheet.png
+	$(BIN)/img2tfrecord inspect out --verify --contact-sheet out-contact-sheet.png
 	$(BIN)/img2tfrecord convert sample_data out-detection --annotations sample_data/annotations.json --split train=0.8,validation=0.2
 	$(BIN)/img2tfrecord inspect out-detection --verify
 
@@ -161,5 +161,5 @@ bench-plan: $(STAMP)  # only the plan benchmark (convert --dry-run on 1 M files 
 	$(BIN)/python bench/run.py --only plan
 
 clean:
-	rm -rf $(VENV) $(BEAM_VENV) $(LATEST_VENV) $(LATEST_BEAM_VENV) $(FLOOR_VENV) out out-detection site build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache bench/.cache
+	rm -rf $(VENV) $(BEAM_VENV) $(LATEST_VENV) $(LATEST_BEAM_VENV) $(FLOOR_VENV) out out-detection out-contact-sheet.png site build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache bench/.cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

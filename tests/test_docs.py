@@ -105,4 +105,4 @@ def test_make_demo_runs_as_the_makefile_says(tmp_path: Path, cli) -> None:
         assert "no problems" in res.output
     detection = json.loads((tmp_path / "out-detection/dataset.json").read_text())["metadata"]["detection"]
     assert (detection["format"], detection["boxes"], detection["clipped"], detection["dropped"]) == ("coco", 30, 0, 0)
-    assert (tmp_path / "out/contact-sheet.png").is_file()
+    assert (tmp_path / "out-contact-sheet.png").is_file()  # beside the dataset: never inside it

@@ -40,7 +40,12 @@ def report_hint(out: str) -> str:
     help="Thumbnails per class (a seeded sample; 0: none).",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the thumbnail sample.")
-def report_command(out: str, html: str | None, per_class: int, seed: int) -> None:
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace an existing HTML page img2tfrecord did not write (an earlier report is replaced without it).",
+)
+def report_command(out: str, html: str | None, per_class: int, seed: int, force: bool) -> None:
     """Write one self-contained HTML page about the dataset in OUT: counts per split and class,
     thumbnails per class, image sizes and formats, skipped files, duplicates and versions.
 
@@ -54,7 +59,7 @@ def report_command(out: str, html: str | None, per_class: int, seed: int) -> Non
     from img2tfrecord.inspection.report import report
 
     try:
-        w = report(out, html, per_class=per_class, seed=seed)
+        w = report(out, html, per_class=per_class, seed=seed, force=force)
     except Img2TFRecordError as e:
         click.echo(f"error: {safe(str(e))}", err=True)
         sys.exit(e.exit_code)
