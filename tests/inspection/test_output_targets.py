@@ -104,6 +104,9 @@ def test_never_renames_over_what_is_not_a_regular_file(cli, made, tmp_path: Path
     (tmp_path / "pics").mkdir()
     for target, said in _special_files(tmp_path / "pics", ".png"):
         _refused(cli("inspect", out, "--contact-sheet", target, "--force"), said)
+    if Path("/dev/full").is_char_device():  # the issue's case: run as root, it became a regular file
+        _refused(cli("report", out, "-o", "/dev/full", "--force"), "is a device")
+        assert Path("/dev/full").is_char_device()
     assert Path(os.devnull).is_char_device()
     assert (tmp_path / "fifo.html").is_fifo() and (tmp_path / "dir.html").resolve() == tmp_path
 
@@ -175,3 +178,13 @@ def test_report_to_an_unwritable_path_is_one_line(cli, made) -> None:
         assert res.exit_code == 2 and "Traceback" not in res.output, res.output
         assert len(res.stderr.strip().splitlines()) == 1 and res.stderr.startswith("error: "), res.stderr
     assert not [p for p in os.listdir("/proc") if p.startswith((".x.html", "x.html"))]
+
+
+def test_report_of_the_current_folder_goes_beside_it(cli, made, tmp_path: Path, monkeypatch) -> None:
+    """`report .` run inside the dataset folder: its default page is OUT-report.html beside the
+    folder, by the folder's name (`.-report.html` would be inside it, and is refused)."""
+    _, out = made
+    monkeypatch.chdir(out)
+    res = cli("report", ".", "-n", "0")
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "o-report.html").is_file() and not list(out.glob("*.html"))

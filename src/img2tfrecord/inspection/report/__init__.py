@@ -36,8 +36,12 @@ class Written:
 
 
 def default_path(out: str | os.PathLike[str]) -> str:
-    """OUT-report.html beside the dataset folder (a file inside it would be left behind by the next update)."""
-    return os.fspath(out).rstrip("/\\") + "-report.html"
+    """OUT-report.html beside the dataset folder (a file inside it would be left behind by the next
+    update, and is refused); OUT named `.` or `..` by its full path (`report .` in the dataset)."""
+    text = os.fspath(out).rstrip("/\\")
+    if os.path.basename(text) in ("", ".", ".."):
+        text = os.path.abspath(text or os.sep).rstrip("/\\")
+    return text + "-report.html"
 
 
 def report(
