@@ -303,3 +303,31 @@ def test_a_bug_still_answers_before_its_traceback(tmp_path, monkeypatch, dataset
         "error": {"kind": "internal", "message": "RuntimeError: a bug"},
         "warnings": [],
     }
+
+
+def test_a_bugs_answer_comes_before_its_traceback_in_a_real_process(tmp_path, dataset):
+    """The same in a process of its own, stdout and stderr into one pipe: the object is flushed
+    first, Python's traceback follows it."""
+    import subprocess
+    import sys
+
+    _, out = dataset
+    code = (
+        "import sys, img2tfrecord.inspection.report.facts as f\n"
+        "def bug(*a, **k): raise RuntimeError('a bug')\n"
+        "f.gather = bug\n"
+        "from img2tfrecord.cli import main\n"
+        "main(['report', sys.argv[1], '-o', sys.argv[2], '--json'], prog_name='img2tfrecord')\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code, str(out), str(tmp_path / "r.html")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 1, res.stdout
+    first, rest = res.stdout.split("\n", 1)
+    assert json.loads(first)["error"] == {"kind": "internal", "message": "RuntimeError: a bug"}
+    assert rest.startswith("Traceback (most recent call last):") and rest.rstrip().endswith("RuntimeError: a bug")
+    assert not (tmp_path / "r.html").exists()
