@@ -60,6 +60,7 @@ ONE_WORKER_MODULES = frozenset(
         "test_cli_process",
         "test_contract",
         "test_faults",
+        "test_output_faults",
         "test_remote",
         "test_resume_published",
         "test_robustness",

@@ -1,4 +1,4 @@
-"""The CI contract: with --json, convert, update, compact and inspect print exactly one JSON object
+"""The CI contract: with --json, convert, update, compact, inspect and report print exactly one JSON object
 on stdout on every exit (0, 1, 2, 130), `ok` and `exit_code` first, and on failure `error: {kind,
 message}` with what the run learnt. Also --strict naming every unusable image, and compact of a
 compact dataset doing nothing.
@@ -242,3 +242,92 @@ def test_help_stays_text_and_a_command_run_alone_answers_too(cli, tmp_path):
 
     res = CliRunner().invoke(compact_command, [str(tmp_path / "none"), "--json"])
     assert answer(res, 2)["error"]["kind"] == "usage"
+
+
+# ---- report ----
+
+
+def test_report_answers_on_every_exit(cli, tmp_path, monkeypatch, dataset):
+    _, out = dataset
+    page = tmp_path / "r.html"
+    data = answer(cli("report", out, "-o", page, "-n", "1", "--json"), 0)
+    assert data["path"] == str(page) and data["bytes"] == page.stat().st_size
+    assert (data["records"], data["classes"], data["thumbnails"], data["flagged"]) == (12, 2, 2, 0)
+    for args, said in [
+        (["report", tmp_path / "none", "-o", page, "--json"], "no dataset.json"),
+        (["report", "--json"], "Missing argument 'OUT'"),
+        (["report", out, "-o", out / "r.html", "--json"], "is inside the dataset folder"),
+        (["report", out, "-o", page, "-n", "-1", "--json"], "'-n' / '--per-class': -1 is not in the range"),
+    ]:
+        error = answer(cli(*args), 2)["error"]
+        assert error["kind"] == "usage" and said in error["message"], error
+    interrupt(monkeypatch, "img2tfrecord.inspection.report.facts.gather")
+    data = answer(cli("report", out, "-o", page, "--json"), 130)
+    assert data["error"]["kind"] == "interrupted"
+
+
+@pytest.mark.parametrize("command", ["report", "inspect", "update"])
+def test_json_before_the_command_name_is_the_commands(cli, tmp_path, dataset, command):
+    """`img2tfrecord --json CMD ...` answers as `img2tfrecord CMD --json ...` does, on success and on failure."""
+    src, out = dataset
+    where = {"report": [out, "-o", tmp_path / "r.html"], "inspect": [out], "update": [src, out, "--dry-run"]}
+    assert answer(cli("--json", command, *where[command]), 0)["ok"] is True
+    error = answer(cli("--json", command, tmp_path / "none", *where[command][1:]), 2)["error"]
+    assert error["kind"] == "usage", error
+
+
+@pytest.mark.parametrize("command", ["report", "inspect"])
+def test_a_bug_still_answers_before_its_traceback(tmp_path, monkeypatch, dataset, command):
+    """An unexpected internal error (a bug: here a RuntimeError where the command does its work) is
+    not caught as if it were expected: it reaches Python, which prints its traceback, and the one
+    JSON answer is printed on the way out, exit 1, kind `internal`."""
+    from click.testing import CliRunner
+
+    from img2tfrecord.cli import main
+
+    def bug(*args: Any, **kw: Any) -> None:
+        raise RuntimeError("a bug")
+
+    _, out = dataset
+    target = {
+        "report": "img2tfrecord.inspection.report.facts.gather",
+        "inspect": "img2tfrecord.inspection.scan._read_all",
+    }
+    monkeypatch.setattr(target[command], bug)
+    res = CliRunner().invoke(main, [command, str(out), "--json"])
+    assert isinstance(res.exception, RuntimeError) and str(res.exception) == "a bug"
+    data = json.loads(res.stdout)
+    assert data == {
+        "ok": False,
+        "exit_code": 1,
+        "error": {"kind": "internal", "message": "RuntimeError: a bug"},
+        "warnings": [],
+    }
+
+
+def test_a_bugs_answer_comes_before_its_traceback_in_a_real_process(tmp_path, dataset):
+    """The same in a process of its own, stdout and stderr into one pipe: the object is flushed
+    first, Python's traceback follows it."""
+    import subprocess
+    import sys
+
+    _, out = dataset
+    code = (
+        "import sys, img2tfrecord.inspection.report.facts as f\n"
+        "def bug(*a, **k): raise RuntimeError('a bug')\n"
+        "f.gather = bug\n"
+        "from img2tfrecord.cli import main\n"
+        "main(['report', sys.argv[1], '-o', sys.argv[2], '--json'], prog_name='img2tfrecord')\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code, str(out), str(tmp_path / "r.html")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 1, res.stdout
+    first, rest = res.stdout.split("\n", 1)
+    assert json.loads(first)["error"] == {"kind": "internal", "message": "RuntimeError: a bug"}
+    assert rest.startswith("Traceback (most recent call last):") and rest.rstrip().endswith("RuntimeError: a bug")
+    assert not (tmp_path / "r.html").exists()

@@ -64,9 +64,10 @@ def _one_line(call: Callable[[], T]) -> T:
 
 class LazyGroup(click.Group):
     def main(self, args: Any = None, *rest: Any, **kw: Any) -> Any:
-        """click's main, and on the way out, whatever ended the command (a return, an error, a
-        usage error click found, Ctrl-C), the one JSON answer `--json` asked for (cli/answer.py)."""
-        argv = list(sys.argv[1:] if args is None else args)
+        """click's main (a `--json` before the command's name moved after it: `answer.hoisted`), and
+        on the way out, whatever ended the command (a return, an error, a usage error click found,
+        Ctrl-C), the one JSON answer `--json` asked for (cli/answer.py)."""
+        argv = answer.hoisted(list(sys.argv[1:] if args is None else args))
         if kw.get("standalone_mode") is False:
             return super().main(argv, *rest, **kw)
         return answer.answered(lambda a: super(LazyGroup, self).main(a, *rest, **kw), argv)

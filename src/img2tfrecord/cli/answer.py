@@ -1,4 +1,4 @@
-"""`--json`'s contract: every exit of convert, update, compact and inspect answers with one JSON object.
+"""`--json`'s contract: every exit of convert, update, compact, inspect and report answers with one JSON object.
 
 A CI script parses stdout whatever happened, so stdout holds exactly one object on every exit
 (0, 1, 2, 130, 143): `ok` and `exit_code` first; on success the command's summary (or report);
@@ -22,7 +22,7 @@ import click
 from img2tfrecord.cli.text import report, safe
 from img2tfrecord.errors import Img2TFRecordError
 
-COMMANDS = ("convert", "update", "compact", "inspect")  # the commands that take --json
+COMMANDS = ("convert", "update", "compact", "inspect", "report")  # the commands that take --json
 
 
 @dataclass
@@ -61,6 +61,16 @@ def begin(argv: list[str], command: str | None = None) -> Answer:
         words = words[words.index(command) + 1 :] if command else []
     _current = Answer(wanted=command in COMMANDS and "--json" in words)
     return _current
+
+
+def hoisted(argv: list[str]) -> list[str]:
+    """`--json CMD ARGS` as `CMD --json ARGS`: the group itself takes only --help and --version,
+    so a `--json` typed before the command's name is the command's (click would refuse it)."""
+    at = next((i for i, w in enumerate(argv) if not w.startswith("-")), None)
+    if at is None or "--json" not in argv[:at]:
+        return argv
+    before = [w for w in argv[:at] if w != "--json"]
+    return [*before, argv[at], "--json", *argv[at + 1 :]]
 
 
 def answered(main: Callable[[list[str]], Any], argv: list[str], command: str | None = None) -> Any:

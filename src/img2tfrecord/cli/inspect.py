@@ -283,6 +283,11 @@ def _problem(p: dict[str, Any], compressed: bool = False) -> str:
     help="Write a grid of thumbnails, a row per class (up to -n each), as FILE's extension says: .png, .jpg, .webp, .bmp, .tif.",
 )
 @click.option(
+    "--force",
+    is_flag=True,
+    help="With --contact-sheet: replace an existing picture img2tfrecord did not write (an earlier sheet is replaced without it).",
+)
+@click.option(
     "--split",
     help="Only the shards of this split (from dataset.json, else the file name); a PATH with none of them is refused.",
 )
@@ -311,6 +316,7 @@ def inspect_command(
     extract_dir: str | None,
     extract_all: bool,
     contact_sheet: str | None,
+    force: bool,
     split: str | None,
     per_file: bool,
     workers: int | None,
@@ -349,13 +355,14 @@ def inspect_command(
             workers=workers,
             split_group=split_group,
             export_list=export_list,
+            force=force,
         )
     except Img2TFRecordError as e:
         answer.error(e)
     except KeyboardInterrupt:
-        made = [f for f in (extract_dir, contact_sheet) if f]
+        # the contact sheet is written whole at the end or not at all (inspection.outputs)
         interrupted(
-            "interrupted: nothing was checked to the end" + f"; {' and '.join(made)} may be incomplete" * bool(made)
+            "interrupted: nothing was checked to the end" + f"; {extract_dir} may be incomplete" * bool(extract_dir)
         )
     data = report.to_dict()
     answer.result(data, indent=2)

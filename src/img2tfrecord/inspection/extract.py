@@ -12,6 +12,7 @@ from pathlib import Path
 from img2tfrecord.errors import DataError, UsageError, option
 from img2tfrecord.format.images import _EXTENSIONS, image_problem, sniff_image_format
 from img2tfrecord.format.schema import FORMAT_RAW
+from img2tfrecord.inspection import outputs
 from img2tfrecord.inspection.records import RecordInfo
 
 _MAX_NAME_BYTES = 200  # file systems allow 255 per component; leave room for "~k" and ".png"
@@ -53,8 +54,17 @@ class Extractor:
     (`dog/a.jpg` -> `dog/a.jpg.png`), which keeps names unique and recognisable.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], limit: int | None, by_split: bool = False) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        limit: int | None,
+        by_split: bool = False,
+        read: Iterable[str | os.PathLike[str]] = (),
+    ) -> None:
+        """`read`: the dataset folders being inspected, where DIR must not be (`outputs`)."""
         self.dir = Path(directory)
+        given = option("extract_dir", str(self.dir), cli="extract")
+        outputs.check_folder(self.dir, given, read)
         if self.dir.exists() and (not self.dir.is_dir() or any(self.dir.iterdir())):
             raise UsageError(
                 f"{self.dir}: exists and is not an empty directory; {option('extract_dir', cli='extract')} needs a new or empty one"
@@ -65,7 +75,7 @@ class Extractor:
         self.skipped = 0
         self.renamed = 0  # images written under another name than their image/filename (a clash)
         self._used: set[str] = set()
-        self.dir.mkdir(parents=True, exist_ok=True)
+        outputs.make_folder(self.dir, given)
 
     def _split_dir(self, split: str | None) -> str:
         return _safe_name(split or "unsplit") + "/" if self.by_split else ""
@@ -130,7 +140,12 @@ class Extractor:
         target = self.dir / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(target, "xb") as f:  # never overwrite, never follow a planted link
-            f.write(data)
+            try:
+                f.write(data)
+                f.flush()
+            except BaseException:  # a full disk: no half image left behind
+                target.unlink(missing_ok=True)
+                raise
 
 
 def _raw_to_png(info: RecordInfo) -> bytes | None:

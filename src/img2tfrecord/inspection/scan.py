@@ -230,6 +230,7 @@ def inspect(
     workers: int | None = None,
     split_group: str | None = None,
     export_list: str | os.PathLike[str] | None = None,
+    force: bool = False,
 ) -> Report:
     """Read every record of the shards PATHs name, once, and report on them.
 
@@ -237,18 +238,25 @@ def inspect(
     and of thumbnails per class. `verify` adds image decoding, schema and manifest checks, on
     `workers` threads (default: one per core), one file each at a time: TensorFlow's decoders
     and the CRC release the GIL, so files verify in parallel; the report is the same whatever the
-    number. Usage errors (bad paths, non-empty extract dir) raise before any reading.
+    number. Usage errors (bad paths, non-empty extract dir) raise before any reading, as does an
+    extract dir or a contact sheet inside a dataset folder or over a file they must not replace
+    (inspection.outputs; `force`: the sheet may replace a picture img2tfrecord did not write).
     `split_group` and `export_list` read the one dataset folder's catalog (inspection.dataset_lists).
     """
+    if force and contact_sheet is None:
+        raise UsageError(f"{option('force')} only goes with {option('contact_sheet')}")
     refs = resolve_paths(paths, split, readers.open_folder)  # each dataset folder held: one version read
     listed = _catalog_of(refs, split_group, export_list)
+    manifests = {id(r.manifest): r.manifest for r in refs if r.manifest is not None}
+    read = [*(m.dir for m in manifests.values()), *(p for p in paths if os.path.isdir(p))]  # no output in them
     by_split = len({r.split for r in refs}) > 1  # extract into SPLIT/CLASS/ so the splits stay apart
-    extractor = Extractor(extract_dir, None if extract_all else records, by_split) if extract_dir is not None else None
-    sheet = ContactSheet(contact_sheet, records) if contact_sheet is not None else None
+    extractor = (
+        Extractor(extract_dir, None if extract_all else records, by_split, read) if extract_dir is not None else None
+    )
+    sheet = ContactSheet(contact_sheet, records, force, read) if contact_sheet is not None else None
     if workers is not None and workers < 1:
         raise UsageError(f"bad {option('workers', workers)}: must be >= 1")
     decoder = Decoder(workers or os.cpu_count() or 1) if verify else None
-    manifests = {id(r.manifest): r.manifest for r in refs if r.manifest is not None}
     catalogs = {k: load_catalog(m) for k, m in manifests.items()} if verify else {}
     for man in manifests.values():
         if extractor:

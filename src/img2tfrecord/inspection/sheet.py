@@ -1,8 +1,10 @@
 """`inspect --contact-sheet`: a picture with a row of thumbnails per class, for eyeballing a dataset.
 
 Written in the format its file name's extension names (PNG, JPEG, WebP, BMP, TIFF); any other
-extension is a usage error before anything is read. Class names are drawn with a font that has
-their characters (`fonts.label`), in a column as wide as the longest name (within bounds). A
+extension is a usage error before anything is read, as is a FILE it must not replace
+(`outputs.check_file`). The picture is encoded whole, marked as ours in its metadata, and written
+by `outputs.write_file`. Class names are drawn with a font that has their characters
+(`fonts.label`), in a column as wide as the longest name (within bounds). A
 detection record's boxes are outlined on its thumbnail in its classes' colours (`boxes`); a
 record without them is drawn as before, byte for byte.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import io
 import os
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,7 @@ from img2tfrecord.errors import UsageError, option, said
 from img2tfrecord.format.images import MAX_PIXELS, image_problem
 from img2tfrecord.format.layout import Manifest
 from img2tfrecord.format.schema import FORMAT_RAW
-from img2tfrecord.inspection import fonts
+from img2tfrecord.inspection import fonts, outputs
 from img2tfrecord.inspection.boxes import MAX_DRAWN, draw_boxes
 from img2tfrecord.inspection.extract import _raw_to_png
 from img2tfrecord.inspection.records import RecordInfo
@@ -44,6 +47,30 @@ FORMATS = {
     ".tiff": "TIFF",
 }
 _SAVE_OPTIONS: dict[str, dict[str, Any]] = {"JPEG": {"quality": 90}, "WEBP": {"quality": 90}}
+
+
+def _marked(fmt: str) -> dict[str, Any]:
+    """Save options that put outputs.SHEET_MARKER in the picture's metadata, so the next
+    `--contact-sheet` to this file knows it may replace it (a BMP has no place for it)."""
+    from PIL import PngImagePlugin
+
+    marker = outputs.SHEET_MARKER
+    if fmt == "PNG":
+        info = PngImagePlugin.PngInfo()
+        info.add_text("Software", marker)
+        return {"pnginfo": info}
+    if fmt == "JPEG":
+        return {"comment": marker}
+    if fmt == "WEBP":
+        rdf = "http://www.w3.org/1999/02/22-rdf-syntax-ns#"
+        xmp = (
+            f'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="{rdf}"><rdf:Description'
+            f' xmlns:xmp="http://ns.adobe.com/xap/1.0/" xmp:CreatorTool="{marker}"/></rdf:RDF></x:xmpmeta>'
+        )
+        return {"xmp": xmp.encode()}
+    if fmt == "TIFF":
+        return {"tiffinfo": {305: marker}}  # the Software tag
+    return {}
 
 
 def contact_sheet_size(rows: int, per_row: int, label_width: int = LABEL_WIDTH) -> tuple[int, int]:
@@ -111,21 +138,26 @@ class ContactSheet:
     are counted in `omitted`.
     """
 
-    def __init__(self, path: str | os.PathLike[str], per_class: int) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        per_class: int,
+        force: bool = False,
+        read: Iterable[str | os.PathLike[str]] = (),
+    ) -> None:
+        """`read`: the dataset folders being inspected, where the sheet must not go (`outputs`);
+        `force`: replace a picture img2tfrecord did not write."""
         self.path = Path(path)
         if per_class < 1:
             raise UsageError(
                 f"{option('contact_sheet')} needs {said('-n', 'records')} of at least 1 (thumbnails per class)"
             )
-        if self.path.parent and not self.path.parent.is_dir():
-            raise UsageError(f"{self.path}: its directory does not exist")
-        if self.path.is_dir():
-            raise UsageError(f"{self.path}: is a directory; give a .png file name")
         fmt = FORMATS.get(self.path.suffix.lower())
         if fmt is None:
             raise UsageError(
                 f"{option('contact_sheet', str(self.path))}: unknown picture extension {self.path.suffix or '(none)'!r}; name a .png, .jpg, .webp, .bmp or .tif file"
             )
+        self.target = outputs.check_file(self.path, outputs.SHEET, force, read)
         self.format: str = fmt
         self.per_class = min(per_class, MAX_SHEET_CELLS)
         self.max_rows = max(1, min(MAX_SHEET_ROWS, MAX_SHEET_CELLS // self.per_class))
@@ -207,7 +239,9 @@ class ContactSheet:
                 sheet.paste(thumb, (left, top))
                 if (key, i) in self.drawn:
                     draw_boxes(draw, self.drawn[key, i], left, top, thumb.width, thumb.height)
-        sheet.save(self.path, self.format, **_SAVE_OPTIONS.get(self.format, {}))
+        buf = io.BytesIO()
+        sheet.save(buf, self.format, **_SAVE_OPTIONS.get(self.format, {}), **_marked(self.format))
+        outputs.write_file(self.target, str(self.path), buf.getvalue())
         return {
             "file": str(self.path),
             "format": self.format,

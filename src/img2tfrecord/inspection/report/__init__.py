@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from img2tfrecord.errors import UsageError, option
+from img2tfrecord.inspection import outputs
 from img2tfrecord.inspection.report import facts as facts_mod
 from img2tfrecord.inspection.report.facts import Facts
 from img2tfrecord.inspection.report.sample import DupGroup, Sample
@@ -35,33 +36,39 @@ class Written:
 
 
 def default_path(out: str | os.PathLike[str]) -> str:
-    """OUT-report.html beside the dataset folder (a file inside it would be left behind by the next update)."""
-    return os.fspath(out).rstrip("/\\") + "-report.html"
+    """OUT-report.html beside the dataset folder (a file inside it would be left behind by the next
+    update, and is refused); OUT named `.` or `..` by its full path (`report .` in the dataset)."""
+    text = os.fspath(out).rstrip("/\\")
+    if os.path.basename(text) in ("", ".", ".."):
+        text = os.path.abspath(text or os.sep).rstrip("/\\")
+    return text + "-report.html"
 
 
 def report(
-    out: str | os.PathLike[str], html: str | os.PathLike[str] | None = None, *, per_class: int = 8, seed: int = 0
+    out: str | os.PathLike[str],
+    html: str | os.PathLike[str] | None = None,
+    *,
+    per_class: int = 8,
+    seed: int = 0,
+    force: bool = False,
 ) -> Written:
-    """Write the HTML report of the dataset in `out` to `html` (default: `default_path(out)`)."""
+    """Write the HTML report of the dataset in `out` to `html` (default: `default_path(out)`).
+
+    `html` is a new file or an earlier report, outside any dataset folder (`outputs.check_file`:
+    a UsageError before anything is read); `force` lets it replace any other HTML page. The page
+    is written whole or not at all (`outputs.write_file`)."""
     if per_class < 0:
         raise UsageError(f"bad {option('per_class', per_class)}: must be >= 0")
     path = os.fspath(html) if html is not None else default_path(out)
-    if os.path.isdir(path):
-        raise UsageError(f"{path}: is a directory; give an .html file name")
-    parent = os.path.dirname(path)
-    if parent and not os.path.isdir(parent):
-        raise UsageError(f"{path}: its directory does not exist")
+    target = outputs.check_file(path, outputs.REPORT, force, [out])
     man, cat = facts_mod.load(os.fspath(out))
     f = facts_mod.gather(man, cat)
     sample = _sample(f, per_class, seed)
     dups = _duplicate_groups(f)
-    text = _page(f, sample, dups, per_class, seed)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    data = _page(f, sample, dups, per_class, seed).encode("utf-8")
+    outputs.write_file(target, path, data)
     shown = sum(len(ts) for ts in sample.by_class.values()) if sample else 0
-    return Written(path, len(text.encode()), f.records, len(f.classes), shown, f.flagged)
+    return Written(path, len(data), f.records, len(f.classes), shown, f.flagged)
 
 
 def _sample(f: Facts, per_class: int, seed: int) -> Sample | None:

@@ -3,7 +3,8 @@
 matplotlib draws without a display (its `Figure` alone, no pyplot state) and writes SVG whose text
 stays text (`svg.fonttype: none`, shown in the page's own fonts), with ids from a fixed salt and no
 date, so the same dataset gives the same page. The numbers are in the page's tables too: a chart
-is for the eye.
+is for the eye. Every string is drawn as written: no mathtext (`$...$`), and a legend entry
+whose name starts with `_` is shown (matplotlib hides such labels unless they are given).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ FLAG = "#d62728"
 RC: Any = {
     "svg.fonttype": "none",
     "svg.hashsalt": "img2tfrecord",
+    "text.parse_math": False,  # names are text: `$x^$` is a class, not a formula matplotlib cannot parse
     "font.size": 9,
     # measured with these (the browser draws the text in its own fonts): a CJK one when installed
     "font.sans-serif": ["DejaVu Sans", "IPAGothic", "IPAPGothic", "Noto Sans CJK JP", "Droid Sans Fallback"],
@@ -77,8 +79,9 @@ def split_class_chart(
                 tick.set_fontweight("bold")
         ax.invert_yaxis()
         ax.set_xlabel("records")
-        if splits:
-            ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+        if splits:  # handles and labels given: a split named `_val` is listed (a label with `_` first is not)
+            handles = ax.containers[: len(splits)]
+            ax.legend(handles, list(splits), loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     return _svg(fig)
 
 
