@@ -20,10 +20,11 @@ from typing import Any, NamedTuple
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.plan.annotations import Annotations, ImageBoxes
-from img2tfrecord.conversion.plan.labels import check_class_names, class_list
+from img2tfrecord.conversion.plan.labels import check_class_list, class_list
 from img2tfrecord.conversion.plan.raw_boxes import SegmentRows
 from img2tfrecord.conversion.plan.splits import EXACT, Discovery, SplitRule, assemble
 from img2tfrecord.conversion.plan.table import BoxCounts, ImageTable, Objects, decode_name
+from img2tfrecord.conversion.plan.voc import stored_size
 from img2tfrecord.conversion.plan.walk import check_input, walk_classes
 from img2tfrecord.conversion.plan.walk_text import junk_note
 from img2tfrecord.errors import DataError, UsageError, option
@@ -108,10 +109,16 @@ def discover_detection(
     matched: dict[str, str] = {}  # annotation entry -> the image it is of
     per_image: dict[str, tuple[str, ...]] = {}
     kept: list[tuple[int, int, Objects]] = []  # (found's index, class, objects) of each image kept
+    unusable: list[dict[str, str]] = []  # images whose annotation names them but cannot give their boxes
     for i, name in enumerate(found.names):
         rel = decode_name(name)
         shown = utf8_text(rel)
         got = _match(ann, rel, matched, ids)
+        if got is not None and not isinstance(got, str) and got.width <= 0 and ann.format == "voc":
+            got = _sized(got, fs.join(input_dir, rel))
+        if isinstance(got, str):
+            unusable.append({"path": shown, "split": "", "reason": got})
+            continue
         cut = clip(shown, got or ImageBoxes(0, 0, rel, ()), ids, ann.segments)
         objects = cut.objects
         if not objects.label and skip_empty:
@@ -152,6 +159,7 @@ def discover_detection(
     )
     out.skipped = sorted(
         [{"path": utf8_text(r), "split": "", "reason": why} for r, why in found.report.skipped]
+        + unusable
         + [{"path": p["path"], "split": "", "reason": p["reason"]} for p in ann.problems + ann.not_found(matched)],
         key=lambda s: s["path"],
     )
@@ -163,9 +171,12 @@ def discover_detection(
 
 def _classes(ann: Annotations, labels: list[str] | None, known_classes: list[str] | None) -> list[str]:
     """The class list: the annotations' own order (COCO's ids, YOLO's numbers), or --labels', or
-    an update's classes with the new ones after them."""
+    an update's classes with the new ones after them. The annotations' own list is checked first,
+    with --labels too: two COCO categories (or YOLO numbers) of one name are refused, naming them."""
     named = set(ann.classes)
-    check_class_names(sorted(named), "the class name", "rename it in the annotations")
+    ids = ann.class_ids or range(len(ann.classes))
+    kind = "category id" if ann.format == "coco" else "class number"
+    check_class_list(ann.classes, ids, option("annotations", ann.path), kind)
     if labels is not None or known_classes is not None:
         return class_list(named, labels, "the annotations name no class", known_classes)
     if not ann.classes:
@@ -173,10 +184,20 @@ def _classes(ann: Annotations, labels: list[str] | None, known_classes: list[str
     return list(ann.classes)
 
 
-def _match(ann: Annotations, rel: str, matched: dict[str, str], ids: dict[str, int]) -> ImageBoxes | None:
-    """The boxes of the image at `rel`, its annotation entry noted in `matched`; UsageError when
-    that entry is already another image's (two files of one name: which one it describes is a
-    guess) or names a class outside the class list."""
+def _sized(got: ImageBoxes, path: str) -> ImageBoxes | str:
+    """A VOC annotation without <size> (or of 0x0) with the image's stored size, from its header,
+    so its pixel boxes are normalised by it (not read as YOLO's normalised ones); or why not."""
+    size = stored_size(path)
+    if size is None:
+        return "its annotation gives no <size> and the image's header gives none"
+    return got._replace(width=size[0], height=size[1])
+
+
+def _match(ann: Annotations, rel: str, matched: dict[str, str], ids: dict[str, int]) -> ImageBoxes | str | None:
+    """The boxes of the image at `rel`, its annotation entry noted in `matched`, or why its
+    annotation cannot give them (the image is skipped); UsageError when that entry is already
+    another image's (two files of one name: which one it describes is a guess) or names a class
+    outside the class list."""
     got = ann.lookup(rel)
     if got is None:
         return None
@@ -186,6 +207,8 @@ def _match(ann: Annotations, rel: str, matched: dict[str, str], ids: dict[str, i
             f"{utf8_text(other)} and {utf8_text(rel)}: which one it describes is ambiguous; name the image by "
             "its path below the input folder in the annotations, or move one of them out"
         )
+    if got.boxes is None:
+        return got.unusable
     if any(b.name not in ids for b in got.boxes.boxes):
         unknown = sorted({b.name for b in got.boxes.boxes} - set(ids))
         raise UsageError(f"{option('annotations')}: {rel}: class {unknown[0]} is not in the class list")
