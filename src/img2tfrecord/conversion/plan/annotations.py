@@ -70,7 +70,7 @@ class Annotations:
             if key in self.by_name:
                 return Match(self.stem_of.get(key, key), self.by_name[key])
             if (bad := self.bad_name.get(key)) is not None:
-                return Match(key, None, bad.reason)
+                return Match(key, None, bad.image)
         parts = os.path.splitext(rel)[0].split("/")
         for i in range(len(parts)):
             stem = "/".join(parts[i:])
@@ -78,7 +78,7 @@ class Annotations:
             if (got := self.by_stem.get(stem)) is not None:
                 return Match(stem, got)
             if (bad := self.bad_stem.get(stem)) is not None:
-                return Match(stem, None, f"its annotation {bad.path} is unusable: {bad.reason}")
+                return Match(stem, None, bad.image)
         return None
 
     def named(self, entry: str) -> str:
@@ -97,12 +97,13 @@ class Annotations:
                 for k in self.by_name
                 if k not in matched
             ]
-        unusable = [*self.bad_name.items(), *self.bad_stem.items()]
+        used = {bad.path for k, bad in [*self.bad_name.items(), *self.bad_stem.items()] if k in matched}
+        unusable = {bad.path: bad.reason for bad in [*self.bad_name.values(), *self.bad_stem.values()]}
         return [
             {"path": self.origin.get(k, k), "reason": "its image is not found below the input folder (or not an image)"}
             for k in self.by_stem
             if k not in matched
-        ] + [{"path": bad.path, "reason": bad.reason} for k, bad in unusable if k not in matched]
+        ] + [{"path": path, "reason": why} for path, why in unusable.items() if path not in used]
 
 
 class Match(NamedTuple):

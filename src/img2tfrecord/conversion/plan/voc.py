@@ -25,10 +25,16 @@ MAX_PIXELS_SIDE = 1 << 31  # a width or height beyond any image a decoder reads 
 
 
 class Unusable(NamedTuple):
-    """An annotation entry that names an image but cannot give its boxes: its file, and why."""
+    """An annotation entry that names an image but cannot give its boxes: its file, and why, as
+    said of the file (listed when no image matched it) and of the image (skipped)."""
 
     path: str
     reason: str
+    image: str
+
+
+def _unusable(rel: str, why: str) -> Unusable:
+    return Unusable(rel, why, f"its annotation {rel} {why}")
 
 
 class VocRead(NamedTuple):
@@ -67,10 +73,10 @@ def read_voc(top: str, xmls: list[str]) -> VocRead:
             root = ET.parse(os.path.join(top, rel)).getroot()
         except ET.ParseError as e:
             line, column = e.position
-            bad_stem[stem] = Unusable(rel, f"not well-formed XML (line {line}, column {column + 1})")
+            bad_stem[stem] = _unusable(rel, f"is not well-formed XML (line {line}, column {column + 1})")
             continue
         except (OSError, RecursionError) as e:
-            bad_stem[stem] = Unusable(rel, f"cannot read it: {getattr(e, 'strerror', None) or type(e).__name__}")
+            bad_stem[stem] = _unusable(rel, f"cannot be read: {getattr(e, 'strerror', None) or type(e).__name__}")
             continue
         if root.tag != "annotation":
             problems.append(
@@ -83,7 +89,7 @@ def read_voc(top: str, xmls: list[str]) -> VocRead:
             width, height = _size(root)
             objects = tuple(_object(o, n) for n, o in enumerate(root.iter("object")))
         except BadVoc as e:
-            bad = Unusable(rel, f"not a usable Pascal VOC annotation: {e}")
+            bad = _unusable(rel, f"is not a usable Pascal VOC annotation: {e}")
             bad_stem[stem] = bad
             if filename:
                 bad_name.setdefault(filename, bad)
@@ -92,10 +98,14 @@ def read_voc(top: str, xmls: list[str]) -> VocRead:
         if filename in by_name or filename in bad_name:  # two XMLs of one image
             first = origin[stem_of[filename]] if filename in by_name else bad_name[filename].path
             bad_name[filename] = Unusable(
-                first, f"two annotations name it, {first} and {rel}: which one holds its boxes is ambiguous"
+                first,
+                f"names one image with {rel} (not found below the input folder)",
+                f"two annotations name it, {first} and {rel}: which one holds its boxes is ambiguous; remove one",
             )
             by_name.pop(filename, None)
-            by_stem.pop(stem_of.pop(filename, ""), None)
+            stem_of.pop(filename, None)
+            by_stem.pop(os.path.splitext(first)[0], None)
+            bad_stem.pop(os.path.splitext(first)[0], None)
             continue
         names.update(b.name for b in objects)
         if filename:
