@@ -54,6 +54,7 @@ class Annotations:
     alias: dict[str, str] = field(default_factory=dict)  # YOLO: another key an image is known by -> by_stem key
     bad_name: dict[str, Unusable] = field(default_factory=dict)  # VOC: a <filename> whose boxes are unusable
     bad_stem: dict[str, Unusable] = field(default_factory=dict)  # VOC: an XML's stem, likewise
+    split_folders: dict[str, str] | None = None  # YOLO: a data.yaml's split folders -> split (plan.yolo.image_split)
 
     def entry(self) -> dict[str, Any]:
         """The part of dataset.json's `metadata.detection` that names the annotations."""
@@ -264,4 +265,5 @@ def _yolo(top: str, files: list[str], problems: list[dict[str, str]], names_file
         got.origin,
         [os.path.join(top, f) for f in got.read],
         alias=got.alias,
+        split_folders=got.split_folders,
     )

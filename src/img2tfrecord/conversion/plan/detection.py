@@ -13,6 +13,7 @@ the first class. Images with no annotation are kept with no boxes, unless `--ski
 
 from __future__ import annotations
 
+import os
 from array import array
 from collections import Counter
 from collections.abc import Iterable
@@ -27,7 +28,8 @@ from img2tfrecord.conversion.plan.table import BoxCounts, ImageTable, Objects, d
 from img2tfrecord.conversion.plan.voc import stored_size
 from img2tfrecord.conversion.plan.walk import check_input, walk_classes
 from img2tfrecord.conversion.plan.walk_text import junk_note
-from img2tfrecord.errors import DataError, UsageError, option
+from img2tfrecord.conversion.plan.yolo import image_split
+from img2tfrecord.errors import DataError, UsageError, option, plural
 from img2tfrecord.format.schema import MetaValue, utf8_text
 
 
@@ -109,6 +111,9 @@ def discover_detection(
     matched: dict[str, str] = {}  # annotation entry -> the image it is of
     per_image: dict[str, tuple[str, ...]] = {}
     kept: list[tuple[int, int, Objects]] = []  # (found's index, class, objects) of each image kept
+    by_folder = ann.split_folders is not None and not split  # YOLO: its split folders may give the splits
+    base = os.path.realpath(input_dir).replace(os.sep, "/") if by_folder and not remote else input_dir.rstrip("/")
+    folder_of: list[str] = []  # by_folder: each kept image's split, "" when no folder gives one
     unusable: list[dict[str, str]] = []  # images whose annotation names them but cannot give their boxes
     for i, name in enumerate(found.names):
         rel = decode_name(name)
@@ -131,27 +136,31 @@ def discover_detection(
         kept.append(
             (i, min(objects.label, default=1) - 1, objects if objects.source_id else objects._replace(source_id=rel))
         )
+        if by_folder:
+            folder_of.append(image_split(f"{base}/{rel}", ann.split_folders or {}))
+    warnings: list[str] = []
+    keys = _folder_splits(folder_of, [decode_name(found.names[i]) for i, _, _ in kept], warnings)
     numbers = table.extend(
         [groups[k] for _, k, _ in kept],
         [found.names[i] for i, _, _ in kept],
         array("q", [found.sizes[i] for i, _, _ in kept]),
         array("q", [found.mtimes[i] for i, _, _ in kept]),
     )
-    for n, (_, k, objects) in zip(numbers, kept):
+    for j, (n, (_, k, objects)) in enumerate(zip(numbers, kept)):
         table.objects[n] = objects
         table.meta[n] = _class_lists(objects, label_offset)
-        per_class.setdefault(classes[k], {}).setdefault("", array("q")).append(n)
+        per_class.setdefault(classes[k], {}).setdefault(folder_of[j] if keys else "", array("q")).append(n)
     out = assemble(
         table,
         per_class,  # type: ignore[arg-type]
         {},
-        list(split) if split else ["train"],
-        presplit=False,
+        keys or (list(split) if split else ["train"]),
+        presplit=bool(keys),
         split=split,
         seed=seed,
         # the annotation files read below INPUT were counted as ignored non-image files, which they are not
         ignored=max(0, found.ignored - sum(fs.below(f, input_dir) for f in ann.files)),
-        warnings=[],
+        warnings=warnings,
         what="class",
         whats="classes",
         no_images=f"no images found in {input_dir}",
@@ -182,6 +191,24 @@ def _classes(ann: Annotations, labels: list[str] | None, known_classes: list[str
     if not ann.classes:
         raise UsageError(f"{option('annotations', ann.path)}: the annotations name no class")
     return list(ann.classes)
+
+
+def _folder_splits(folder_of: list[str], rels: list[str], warnings: list[str]) -> list[str]:
+    """The splits the images' folders give (YOLO's data.yaml or `images/train/`), in train,
+    validation, test order, when every image is in one; else none, and when some are, a warning
+    naming an image that is in none (the images are split as without folders: by `--split`)."""
+    named = set(folder_of) - {""}
+    if not named:
+        return []
+    if "" in folder_of:
+        outside = [r for r, s in zip(rels, folder_of) if not s]
+        warnings.append(
+            f"{plural(len(outside), 'image')} {'is' if len(outside) == 1 else 'are'} in no split folder of the "
+            f"annotations (e.g. {utf8_text(outside[0])}), so the split folders ({', '.join(sorted(named))}) are "
+            f"not used: every image goes to train; give {option('split')} to draw splits, or move them"
+        )
+        return []
+    return [s for s in ("train", "validation", "test") if s in named]
 
 
 def _sized(got: ImageBoxes, path: str) -> ImageBoxes | str:

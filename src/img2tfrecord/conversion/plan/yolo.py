@@ -11,7 +11,10 @@ name; its `names:` is a list or a mapping of class numbers to names. A gap in th
 (`{0: a, 2: c}`) is kept as given: the classes are numbered in class-number order from 1 in
 label_map.pbtxt, as COCO's category ids are, and a box of a number no name is given to is a box
 problem. Its `train:`, `val:` and `test:` entries that name `.txt` lists of images are not
-labels.
+labels; those that name folders (`train: images/train`, relative to `path:`) are the splits an
+image below them goes to when `--split` is not given (`image_split`; `val` is `validation`), as a
+folder walk's `train/` and `validation/` are. Without such entries, an image's folder after its
+last `images` one (`images/val/x.jpg`) names its split when it is a split name.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any, NamedTuple
 
 from img2tfrecord.conversion.plan.labels import MAX_LABELS_BYTES, check_class_list, read_text_input
 from img2tfrecord.conversion.plan.raw_boxes import ImageBoxes, RawBox
+from img2tfrecord.conversion.plan.splits import SPLIT_DIR_NAMES
 from img2tfrecord.errors import UsageError, option
 
 YOLO_CLASS_FILES = ("classes.txt", "obj.names", "data.yaml", "data.yml")
@@ -39,11 +43,20 @@ class YoloRead(NamedTuple):
     origin: dict[str, str]  # a stem -> its txt
     problems: list[dict[str, str]]  # lines that are no box of a class named
     read: list[str]  # the classes file and the txts, relative to the folder
+    split_folders: dict[str, str]  # a data.yaml's split folders (real paths) -> their split
+
+
+class ClassNames(NamedTuple):
+    """A classes file read: class number -> name, and what a data.yaml says of the files."""
+
+    numbers: dict[int, str]
+    lists: set[str]  # the image-list files its train:/val:/test: name (`train.txt`), normalised paths
+    folders: dict[str, str]  # the folders they name (real paths) -> their split (train, validation, test)
 
 
 def read_yolo(top: str, files: list[str], names_file: str, max_bytes: int) -> YoloRead:
     """Read the classes file `names_file` and every label txt among `files` (relative to `top`)."""
-    numbers, lists = class_names(os.path.join(top, names_file), names_file)
+    numbers, lists, folders = class_names(os.path.join(top, names_file), names_file)
     classes = [numbers[k] for k in sorted(numbers)]
     txts = [
         f
@@ -68,7 +81,7 @@ def read_yolo(top: str, files: list[str], names_file: str, max_bytes: int) -> Yo
                 objects.append(box)
         by_stem[os.path.splitext(rel)[0]] = ImageBoxes(0, 0, rel, tuple(objects))
     origin = {os.path.splitext(rel)[0]: rel for rel in txts}
-    return YoloRead(classes, by_stem, _aliases(by_stem), origin, problems, [names_file, *txts])
+    return YoloRead(classes, by_stem, _aliases(by_stem), origin, problems, [names_file, *txts], folders)
 
 
 def _box(line: str, numbers: dict[int, str]) -> RawBox | str:
@@ -110,26 +123,50 @@ def _aliases(by_stem: dict[str, ImageBoxes]) -> dict[str, str]:
     return out
 
 
-def class_names(path: str, shown: str) -> tuple[dict[int, str], set[str]]:
-    """Class number -> name, from a classes file (one name a line, numbered from 0) or a data.yaml;
-    and the image-list files a data.yaml names (`train: train.txt`), as normalised paths. Checked
-    by `labels.check_class_list`: two numbers of one name are refused."""
+def class_names(path: str, shown: str) -> ClassNames:
+    """Class number -> name, from a classes file (one name a line, numbered from 0) or a data.yaml,
+    with the image lists and split folders a data.yaml names. Checked by `labels.check_class_list`:
+    two numbers of one name are refused."""
     where = f"{option('annotations')}: {shown}"
     text = read_text_input(path, f"the YOLO classes file {path}", MAX_LABELS_BYTES)
     lists: set[str] = set()
+    folders: dict[str, str] = {}
     if path.endswith((".yaml", ".yml")):
         data = _yaml(text, where)
         numbers = _yaml_names(data, where)
+        base = os.path.dirname(os.path.abspath(path))
+        roots = {"", given.strip()} if isinstance(given := data.get("path"), str) else {""}
         for key in SPLIT_KEYS:
             for entry in v if isinstance(v := data.get(key), list) else [v]:
-                if isinstance(entry, str) and entry.lower().endswith(".txt"):
-                    base = os.path.dirname(os.path.abspath(path))
-                    root = given if isinstance(given := data.get("path"), str) else ""
-                    lists.update(os.path.normpath(os.path.join(base, r, entry)) for r in {"", root})
+                if not isinstance(entry, str) or not entry.strip():
+                    continue
+                places = [os.path.normpath(os.path.join(base, r, entry.strip())) for r in roots]
+                if entry.lower().endswith(".txt"):
+                    lists.update(places)
+                else:
+                    folders.update(
+                        (os.path.realpath(p).replace(os.sep, "/"), SPLIT_DIR_NAMES[key])
+                        for p in places
+                        if os.path.isdir(p)
+                    )
     else:
         numbers = dict(enumerate(ln.strip() for ln in text.splitlines() if ln.strip()))
     check_class_list(list(numbers.values()), list(numbers), where, "class number")
-    return numbers, lists
+    return ClassNames(numbers, lists, folders)
+
+
+def image_split(path: str, folders: dict[str, str]) -> str:
+    """The split the image at `path` (a real path, '/'-separated) goes to: that of the deepest
+    data.yaml folder it is below; without such folders, its folder after its last `images` one
+    when that is a split name (`images/val/x.jpg`: validation); "" when neither says."""
+    if folders:
+        below = [f for f in folders if path.startswith(f.rstrip("/") + "/")]
+        return folders[max(below, key=len)] if below else ""
+    parts = path.split("/")[:-1]
+    if "images" not in parts:
+        return ""
+    j = len(parts) - 1 - parts[::-1].index("images")
+    return SPLIT_DIR_NAMES.get(parts[j + 1].lower(), "") if j + 1 < len(parts) else ""
 
 
 def dataset_root(path: str) -> str:
