@@ -265,3 +265,23 @@ def test_update_puts_new_images_in_their_folders_splits(tmp_path: Path, cli: Any
     man = json.loads((tmp_path / "out" / "dataset.json").read_text())
     assert {s: v["records"] for s, v in man["splits"].items()} == {"train": 3, "validation": 2}
     assert _filenames(tmp_path / "out", "validation") == sorted([NAMES[3], "e.jpg"])
+
+
+def test_a_roboflow_export_gets_every_box_in_its_splits(tmp_path: Path, cli: Any) -> None:
+    """Roboflow's YOLO export: train/images/x.jpg + train/labels/x.txt, `train: ../train/images`
+    (one folder too high, which Ultralytics reads as train/images)."""
+    root = tmp_path / "set"
+    for i, name in enumerate(NAMES):
+        split = "train" if i < 3 else "valid"
+        _image(root / split / "images" / name, SIZE, [BOX])
+        (root / split / "labels").mkdir(parents=True, exist_ok=True)
+        (root / split / "labels" / (Path(name).stem + ".txt")).write_text(_yolo_line(i))
+    (root / "data.yaml").write_text(
+        "train: ../train/images\nval: ../valid/images\ntest: ../test/images\n\nnc: 2\nnames: ['circle', 'square']\n"
+    )
+    res = _convert(cli, root, root / "data.yaml", tmp_path / "out")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["detection"]["boxes"] == len(NAMES)
+    man = json.loads((tmp_path / "out" / "dataset.json").read_text())
+    assert {s: v["records"] for s, v in man["splits"].items()} == {"train": 3, "validation": 1}
+    assert _filenames(tmp_path / "out", "validation") == [NAMES[3]]

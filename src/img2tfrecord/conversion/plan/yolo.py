@@ -140,7 +140,9 @@ def class_names(path: str, shown: str) -> ClassNames:
             for entry in v if isinstance(v := data.get(key), list) else [v]:
                 if not isinstance(entry, str) or not entry.strip():
                     continue
-                places = [os.path.normpath(os.path.join(base, r, entry.strip())) for r in roots]
+                # `../train/images` (as Roboflow writes it) is also tried as `train/images`, as Ultralytics does
+                tails = {entry.strip(), entry.strip()[3:] if entry.strip().startswith("../") else entry.strip()}
+                places = [os.path.normpath(os.path.join(base, r, t)) for r in roots for t in tails]
                 if entry.lower().endswith(".txt"):
                     lists.update(places)
                 else:
