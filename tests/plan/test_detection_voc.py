@@ -149,3 +149,24 @@ def test_labelme2voc_empty_elements_are_their_defaults(tmp_path: Path, cli: Any)
     res = cli("convert", tmp_path / "images", tmp_path / "o2", "--annotations", tmp_path / "xml", "--json")
     rec = od_records(tmp_path / "o2")["a.jpg"]
     assert (rec["image/object/difficult"], rec["image/object/truncated"]) == ([1], [1])
+
+
+@pytest.mark.parametrize(
+    "body, said",
+    [
+        ("<annotation><filename>a.jpg</filename", "a.xml is not well-formed XML (line 1, column 28)"),
+        ("<config/>", "a.xml not a Pascal VOC annotation (its root element is not <annotation>)"),
+    ],
+)
+def test_one_xml_given_that_is_no_voc_is_named_in_one_line(tmp_path: Path, cli: Any, body: str, said: str) -> None:
+    """Was read as COCO JSON and refused as such; one VOC XML given works as a folder of one."""
+    _image(tmp_path / "images" / "a.jpg", (40, 30), [])
+    _xml(tmp_path / "xml", "a", body)
+    res = cli("convert", tmp_path / "images", tmp_path / "out", "--annotations", tmp_path / "xml" / "a.xml", "--json")
+    assert res.exit_code == 2, res.output
+    message = json.loads(res.stdout)["error"]["message"]
+    assert message.endswith(said) and "\n" not in message
+    _xml(tmp_path / "xml", "a", _annotation("a.jpg", _size(40, 30), _object()))
+    res = cli("convert", tmp_path / "images", tmp_path / "out", "--annotations", tmp_path / "xml" / "a.xml", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["detection"]["boxes"] == 1

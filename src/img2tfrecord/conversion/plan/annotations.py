@@ -25,7 +25,7 @@ from img2tfrecord import fs
 from img2tfrecord.conversion.plan.coco import read_coco
 from img2tfrecord.conversion.plan.labels import check_regular_file, not_regular
 from img2tfrecord.conversion.plan.raw_boxes import ImageBoxes, RawBox
-from img2tfrecord.conversion.plan.voc import Unusable, is_voc_root, read_voc
+from img2tfrecord.conversion.plan.voc import Unusable, read_voc
 from img2tfrecord.conversion.plan.yolo import YOLO_CLASS_FILES, dataset_root, read_yolo
 from img2tfrecord.errors import UsageError, option
 
@@ -162,8 +162,11 @@ def _read(path: str, masks: bool) -> Annotations:
             f"({', '.join(YOLO_CLASS_FILES)}) found in it{why}"
         )
     check_regular_file(path, where)
-    if path.lower().endswith(".xml") and is_voc_root(path):
-        return _voc(os.path.dirname(path) or ".", [os.path.basename(path)], [])
+    if path.lower().endswith(".xml"):
+        if (voc := _voc(os.path.dirname(path) or ".", [os.path.basename(path)], [])).format:
+            return voc
+        why = [p["reason"] for p in voc.problems] + [bad.reason for bad in voc.bad_stem.values()]
+        raise UsageError(f"{where}: {os.path.basename(path)} {why[0]}" if why else f"{where}: no Pascal VOC XML")
     if os.path.basename(path) in YOLO_CLASS_FILES and path.lower().endswith((".yaml", ".yml")):
         top = dataset_root(path)
         listed = _files(top)

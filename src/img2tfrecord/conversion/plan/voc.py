@@ -115,14 +115,6 @@ def read_voc(top: str, xmls: list[str]) -> VocRead:
     return VocRead(voc_files, sorted(names), by_name, by_stem, stem_of, origin, bad_name, bad_stem, problems)
 
 
-def is_voc_root(path: str) -> bool:
-    """Whether the XML file at `path` parses and is a VOC annotation."""
-    try:
-        return ET.parse(path).getroot().tag == "annotation"
-    except (ET.ParseError, OSError, RecursionError):
-        return False
-
-
 def _size(root: ET.Element) -> tuple[int, int]:
     """<size>'s width and height; (0, 0) when it is missing, empty or 0 in either: the image's own size."""
     size = root.find("size")

@@ -9,9 +9,9 @@ wherever INPUT starts. `data.yaml` is read by PyYAML (comments, quoting, flow an
 Ultralytics reads it), every scalar as the text written, so a class named `no` or `1` stays that
 name; its `names:` is a list or a mapping of class numbers to names. A gap in the numbers
 (`{0: a, 2: c}`) is kept as given: the classes are numbered in class-number order from 1 in
-label_map.pbtxt, as COCO's category ids are, and a box of a number no name is given to is a box
-problem. Its `train:`, `val:` and `test:` entries that name `.txt` lists of images are not
-labels; those that name folders (`train: images/train`, relative to `path:`) are the splits an
+label_map.pbtxt, as COCO's category ids are; a line of a number no name is given to (or of no
+box) is skipped with its file, line and reason, its neighbours kept. Its `train:`, `val:` and
+`test:` entries that name `.txt` lists of images are not labels; those that name folders (`train: images/train`, relative to `path:`) are the splits an
 image below them goes to when `--split` is not given (`image_split`; `val` is `validation`), as a
 folder walk's `train/` and `validation/` are. Without such entries, an image's folder after its
 last `images` one (`images/val/x.jpg`) names its split when it is a split name.
