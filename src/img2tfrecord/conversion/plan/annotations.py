@@ -165,8 +165,8 @@ def _read(path: str, masks: bool) -> Annotations:
     if path.lower().endswith(".xml"):
         if (voc := _voc(os.path.dirname(path) or ".", [os.path.basename(path)], [])).format:
             return voc
-        why = [p["reason"] for p in voc.problems] + [bad.reason for bad in voc.bad_stem.values()]
-        raise UsageError(f"{where}: {os.path.basename(path)} {why[0]}" if why else f"{where}: no Pascal VOC XML")
+        reasons = [p["reason"] for p in voc.problems] + [bad.reason for bad in voc.bad_stem.values()]
+        raise UsageError(f"{where}: {os.path.basename(path)} {reasons[0] if reasons else 'is no Pascal VOC XML'}")
     if os.path.basename(path) in YOLO_CLASS_FILES and path.lower().endswith((".yaml", ".yml")):
         top = dataset_root(path)
         listed = _files(top)
