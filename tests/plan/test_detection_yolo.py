@@ -22,6 +22,28 @@ def _convert(cli: Any, images: Path, ann: Path, out: Path, *extra: str) -> Any:
     return cli("convert", images, out, "--annotations", ann, "--json", *extra)
 
 
+@pytest.mark.parametrize(
+    "data, why",
+    [
+        (b"\x00\x01\x02", "is not a text file (byte 0 is NUL)"),
+        (b"0 0.5 0.5 0.5 0.5\n\xff\xfe", "is not UTF-8 text (byte 18)"),
+    ],
+)
+def test_a_label_file_that_is_no_text_skips_its_image(tmp_path: Path, cli: Any, data: bytes, why: str) -> None:
+    """Was: the whole run refused (exit 2) for one such file; now its image is skipped with the
+    reason (never written as an image of nothing), the others keep their boxes."""
+    root, _ = ultralytics_input(tmp_path)
+    (root / "labels" / "train" / "b.txt").write_bytes(data)
+    res = _convert(cli, root, root, tmp_path / "out")
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert summary["skipped"] == [
+        {"path": "images/train/b.jpg", "split": "", "reason": f"its annotation labels/train/b.txt {why}"}
+    ]
+    assert summary["detection"]["boxes"] == len(NAMES) - 1
+    assert "b.jpg" not in _boxes(tmp_path / "out")
+
+
 def _filenames(out: Path, split: str) -> list[str]:
     """The image/filename base names of a split's records, as TensorFlow reads them."""
     import tensorflow as tf
@@ -99,6 +121,7 @@ def test_data_yaml_names_read_as_ultralytics_reads_them(
         ("names: {a: circle, 1: square}\n", "`names:` entry 0 has a key that is not a class number"),
         ("names: {0.5: circle}\n", "`names:` entry 0 has a key that is not a class number"),
         ("names: {-1: circle}\n", "`names:` entry 0 has a key that is not a class number"),
+        ("names:\n  ? " + "9" * 5000 + "\n  : circle\n", "`names:` entry 0 has a key that is not a class number"),
         ("names: circle\n", "`names:` is neither a list of names nor a mapping"),
         ("names: [[circle], square]\n", "class 0 is not a name"),
         ("names: [circle\n", "is not YAML (line 2, column 1)"),
@@ -129,6 +152,7 @@ def test_a_data_yaml_it_cannot_use_is_one_line_exit_2(tmp_path: Path, cli: Any, 
         ("x 0.5 0.5 0.5 0.5", "not `class cx cy w h` (a class number and four numbers)"),
         ("7 0.5 0.5 0.5 0.5", "its class number is not one classes.txt names"),
         ("99999999999999999999999 0.5 0.5 0.5 0.5", "its class number is not one classes.txt names"),
+        ("9" * 5000 + " 0.5 0.5 0.5 0.5", "its class number is not one classes.txt names"),
     ],
 )
 def test_a_yolo_line_of_no_box_is_named_never_a_traceback(tmp_path: Path, cli: Any, line: str, reason: str) -> None:

@@ -53,7 +53,7 @@ class Annotations:
     class_ids: tuple[Any, ...] = ()  # COCO: each class's category id (else its place in `classes`)
     alias: dict[str, str] = field(default_factory=dict)  # YOLO: another key an image is known by -> by_stem key
     bad_name: dict[str, Unusable] = field(default_factory=dict)  # VOC: a <filename> whose boxes are unusable
-    bad_stem: dict[str, Unusable] = field(default_factory=dict)  # VOC: an XML's stem, likewise
+    bad_stem: dict[str, Unusable] = field(default_factory=dict)  # VOC, YOLO: an XML's or txt's stem, likewise
     split_folders: dict[str, str] | None = None  # YOLO: a data.yaml's split folders -> split (plan.yolo.image_split)
 
     def entry(self) -> dict[str, Any]:
@@ -268,5 +268,6 @@ def _yolo(top: str, files: list[str], problems: list[dict[str, str]], names_file
         got.origin,
         [os.path.join(top, f) for f in got.read],
         alias=got.alias,
+        bad_stem=got.bad_stem,
         split_folders=got.split_folders,
     )

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 from img2tfrecord.conversion.plan.labels import MAX_LABELS_BYTES, check_class_list, read_text_input
 from img2tfrecord.conversion.plan.raw_boxes import ImageBoxes, RawBox
 from img2tfrecord.conversion.plan.splits import SPLIT_DIR_NAMES
+from img2tfrecord.conversion.plan.voc import Unusable
 from img2tfrecord.errors import UsageError, option
 
 YOLO_CLASS_FILES = ("classes.txt", "obj.names", "data.yaml", "data.yml")
@@ -44,6 +45,7 @@ class YoloRead(NamedTuple):
     problems: list[dict[str, str]]  # lines that are no box of a class named
     read: list[str]  # the classes file and the txts, relative to the folder
     split_folders: dict[str, str]  # a data.yaml's split folders (real paths) -> their split
+    bad_stem: dict[str, Unusable]  # a txt that cannot be read as text, by its stem: its image is skipped
 
 
 class ClassNames(NamedTuple):
@@ -68,8 +70,14 @@ def read_yolo(top: str, files: list[str], names_file: str, max_bytes: int) -> Yo
     ]
     by_stem: dict[str, ImageBoxes] = {}
     problems: list[dict[str, str]] = []
+    bad: dict[str, Unusable] = {}
     for rel in txts:
-        text = read_text_input(os.path.join(top, rel), f"annotation file {rel}", max_bytes)
+        try:
+            text = read_text_input(os.path.join(top, rel), rel, max_bytes)
+        except UsageError as e:  # binary, not UTF-8, unreadable: its image is skipped, not written as empty
+            why = str(e).removeprefix(f"{rel} ").removeprefix("cannot read ")
+            bad[os.path.splitext(rel)[0]] = Unusable(rel, why, f"its annotation {rel} {why}")
+            continue
         objects = []
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
@@ -81,7 +89,8 @@ def read_yolo(top: str, files: list[str], names_file: str, max_bytes: int) -> Yo
                 objects.append(box)
         by_stem[os.path.splitext(rel)[0]] = ImageBoxes(0, 0, rel, tuple(objects))
     origin = {os.path.splitext(rel)[0]: rel for rel in txts}
-    return YoloRead(classes, by_stem, _aliases(by_stem), origin, problems, [names_file, *txts], folders)
+    aliases = _aliases([*by_stem, *bad])
+    return YoloRead(classes, by_stem, aliases, origin, problems, [names_file, *txts], folders, bad)
 
 
 def _box(line: str, numbers: dict[int, str]) -> RawBox | str:
@@ -95,26 +104,27 @@ def _box(line: str, numbers: dict[int, str]) -> RawBox | str:
         return "not `class cx cy w h`: a coordinate is not a number"
     if not all(math.isfinite(v) for v in (x, y, bw, bh)):
         return "a coordinate is not a finite number"
-    name = numbers.get(int(parts[0]))
+    name = numbers.get(int(parts[0])) if len(parts[0]) < 10 else None  # int() of 5,000 digits raises
     if name is None:
         return "its class number is not one CLASSES names"
     return RawBox(name, x - bw / 2, y - bh / 2, x + bw / 2, y + bh / 2)
 
 
-def _aliases(by_stem: dict[str, ImageBoxes]) -> dict[str, str]:
+def _aliases(stems: list[str]) -> dict[str, str]:
     """For a txt below a `labels` folder (its last one), the keys its image is known by in
     Ultralytics' layout: the path with that folder named `images`, and the path below it. A key two
     txts would share is left out (which image it is of is a guess), as is one that is a stem itself."""
     out: dict[str, str] = {}
     shared: set[str] = set()
-    for stem in by_stem:
+    known = set(stems)
+    for stem in stems:
         parts = stem.split("/")
         dirs = parts[:-1]
         if "labels" not in dirs:
             continue
         j = len(dirs) - 1 - dirs[::-1].index("labels")
         for key in ("/".join([*parts[:j], "images", *parts[j + 1 :]]), "/".join(parts[j + 1 :])):
-            if key in by_stem:
+            if key in known:
                 continue
             if out.setdefault(key, stem) != stem:
                 shared.add(key)
@@ -209,7 +219,7 @@ def _yaml_names(data: dict[str, Any], where: str) -> dict[int, str]:
     elif isinstance(names, dict):
         numbers = {}
         for n, (k, v) in enumerate(names.items()):
-            if not (isinstance(k, str) and _NUMBER.fullmatch(k)):
+            if not (isinstance(k, str) and _NUMBER.fullmatch(k) and len(k) < 10):
                 raise UsageError(
                     f"{where}: `names:` entry {n} has a key that is not a class number (0, 1, 2, ...): "
                     "give the names as a list, or as class number: name"
