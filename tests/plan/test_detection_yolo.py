@@ -309,3 +309,14 @@ def test_a_roboflow_export_gets_every_box_in_its_splits(tmp_path: Path, cli: Any
     man = json.loads((tmp_path / "out" / "dataset.json").read_text())
     assert {s: v["records"] for s, v in man["splits"].items()} == {"train": 3, "validation": 1}
     assert _filenames(tmp_path / "out", "validation") == [NAMES[3]]
+
+
+def test_a_split_name_above_the_input_folder_is_no_split(tmp_path: Path, cli: Any) -> None:
+    """Only folders below INPUT (or data.yaml's) give splits: INPUT at images/test/set is not a test set."""
+    images, ann = yolo_flat_input(tmp_path)
+    (tmp_path / "photos" / "images" / "test").mkdir(parents=True)
+    images = images.rename(tmp_path / "photos" / "images" / "test" / "set")
+    res = _convert(cli, images, ann, tmp_path / "out")
+    assert res.exit_code == 0, res.output
+    man = json.loads((tmp_path / "out" / "dataset.json").read_text())
+    assert {s: v["records"] for s, v in man["splits"].items()} == {"train": len(NAMES)}

@@ -112,7 +112,10 @@ def discover_detection(
     per_image: dict[str, tuple[str, ...]] = {}
     kept: list[tuple[int, int, Objects]] = []  # (found's index, class, objects) of each image kept
     by_folder = ann.split_folders is not None and not split  # YOLO: its split folders may give the splits
-    base = os.path.realpath(input_dir).replace(os.sep, "/") if by_folder and not remote else input_dir.rstrip("/")
+    if ann.split_folders:  # data.yaml's folders, as real paths: the image's real path is matched against them
+        base = os.path.realpath(input_dir).replace(os.sep, "/") if by_folder and not remote else input_dir.rstrip("/")
+    else:  # images/<split>/ below INPUT (INPUT itself may be `images`), never in the folders above it
+        base = os.path.basename(os.path.normpath(input_dir.rstrip("/")))
     folder_of: list[str] = []  # by_folder: each kept image's split, "" when no folder gives one
     unusable: list[dict[str, str]] = []  # images whose annotation names them but cannot give their boxes
     for i, name in enumerate(found.names):
