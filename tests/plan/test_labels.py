@@ -72,7 +72,9 @@ def test_fifty_thousand_labels_plan_with_linear_work(tmp_path):
     plan = plan_job(str(tmp_path / "in"), str(tmp_path / "out"), labels=[CountingStr(n) for n in names])
     assert plan.classes == names and CountingStr.eq_calls < 5 * N, CountingStr.eq_calls
     (tmp_path / "twice.txt").write_text("\n".join([*names, "c00009", "c00003"]) + "\n")
-    with pytest.raises(labels_mod.UsageError, match="lists c00003, c00009 more than once"):
+    with pytest.raises(
+        labels_mod.UsageError, match=r'lines 10, 50,001 share the class name "c00009" \(and 1 more name given twice\)'
+    ):
         labels_mod.read_labels_file(str(tmp_path / "twice.txt"))
 
 

@@ -2,18 +2,19 @@
 
 The format is told by content, not by an option, so a wrong guess cannot silently misread boxes:
 a JSON object with `images` and `annotations` is COCO (instances); XML files whose root is
-`<annotation>` are Pascal VOC; `.txt` files of `class cx cy w h` lines beside a classes file
-(`classes.txt`, `obj.names` or a `data.yaml` with `names`) are YOLO. This module only reads: each
-image's boxes in the annotation's own terms (pixels for COCO and VOC, with the image size the
-tool recorded; normalised for YOLO, which records none). `plan.detection` matches them to the
-images found and clips them.
+`<annotation>` are Pascal VOC (plan.voc; the files that parse tell it, one broken XML is a skip);
+`.txt` files of `class cx cy w h` lines beside a classes file (`classes.txt`, `obj.names` or a
+`data.yaml` with `names`, which may be given itself) are YOLO, flat or in Ultralytics' layout
+(plan.yolo). This module only reads: each image's boxes in the annotation's own terms (pixels for
+COCO and VOC, with the image size the tool recorded; normalised for YOLO, which records none).
+`plan.detection` matches them to the images found and clips them. Every file read is a regular
+file, checked before it is opened: a FIFO would block, a device (/dev/zero) never end.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import xml.etree.ElementTree as ET
+import stat
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -22,13 +23,15 @@ import xxhash
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.plan.coco import read_coco
-from img2tfrecord.conversion.plan.labels import read_text_input
+from img2tfrecord.conversion.plan.labels import check_regular_file, not_regular
 from img2tfrecord.conversion.plan.raw_boxes import ImageBoxes, RawBox
+from img2tfrecord.conversion.plan.voc import Unusable, read_voc
+from img2tfrecord.conversion.plan.yolo import YOLO_CLASS_FILES, dataset_root, read_yolo
 from img2tfrecord.errors import UsageError, option
 
+__all__ = ["Annotations", "ImageBoxes", "Match", "RawBox", "read_annotations", "require_pycocotools"]
+
 MAX_ANNOTATION_BYTES = 4_000_000_000
-YOLO_CLASS_FILES = ("classes.txt", "obj.names", "data.yaml", "data.yml")
-_YOLO_LINE = re.compile(r"^\s*\d+(\s+[-+0-9.eE]+){4}\s*$")
 
 
 @dataclass
@@ -47,6 +50,11 @@ class Annotations:
     files: list[str] = field(default_factory=list)  # the files read: not counted as ignored files when below INPUT
     masks: bool = False  # COCO read with its segmentations (--masks)
     segments: Any = None  # --masks: their store (plan.coco_masks.Segments), which RawBox.mask indexes
+    class_ids: tuple[Any, ...] = ()  # COCO: each class's category id (else its place in `classes`)
+    alias: dict[str, str] = field(default_factory=dict)  # YOLO: another key an image is known by -> by_stem key
+    bad_name: dict[str, Unusable] = field(default_factory=dict)  # VOC: a <filename> whose boxes are unusable
+    bad_stem: dict[str, Unusable] = field(default_factory=dict)  # VOC, YOLO: an XML's or txt's stem, likewise
+    split_folders: dict[str, str] | None = None  # YOLO: a data.yaml's split folders -> split (plan.yolo.image_split)
 
     def entry(self) -> dict[str, Any]:
         """The part of dataset.json's `metadata.detection` that names the annotations."""
@@ -55,15 +63,23 @@ class Annotations:
         )
 
     def lookup(self, rel: str) -> Match | None:
-        """The annotation of the image at `rel` (below INPUT): by its path, its base name, or their stems."""
+        """The annotation of the image at `rel` (below INPUT): by its path or its base name, else by
+        the stem of its path or of a tail of it (longest first: `images/train/x` for YOLO's
+        `labels/train/x.txt`, then `train/x`, then `x`). A Match with no boxes is an unusable one."""
         base = rel.rsplit("/", 1)[-1]
         for key in (rel, base):
             if key in self.by_name:
                 return Match(self.stem_of.get(key, key), self.by_name[key])
-        for key in (rel, base):
-            stem = os.path.splitext(key)[0]
+            if (bad := self.bad_name.get(key)) is not None:
+                return Match(key, None, bad.image)
+        parts = os.path.splitext(rel)[0].split("/")
+        for i in range(len(parts)):
+            stem = "/".join(parts[i:])
+            stem = self.alias.get(stem, stem)
             if (got := self.by_stem.get(stem)) is not None:
                 return Match(stem, got)
+            if (bad := self.bad_stem.get(stem)) is not None:
+                return Match(stem, None, bad.image)
         return None
 
     def named(self, entry: str) -> str:
@@ -82,18 +98,22 @@ class Annotations:
                 for k in self.by_name
                 if k not in matched
             ]
+        used = {bad.path for k, bad in [*self.bad_name.items(), *self.bad_stem.items()] if k in matched}
+        unusable = {bad.path: bad.reason for bad in [*self.bad_name.values(), *self.bad_stem.values()]}
         return [
             {"path": self.origin.get(k, k), "reason": "its image is not found below the input folder (or not an image)"}
             for k in self.by_stem
             if k not in matched
-        ]
+        ] + [{"path": path, "reason": why} for path, why in unusable.items() if path not in used]
 
 
 class Match(NamedTuple):
-    """An image's annotation: the entry it is (COCO: the file_name; VOC, YOLO: the file's stem), and its boxes."""
+    """An image's annotation: the entry it is (COCO: the file_name; VOC, YOLO: the file's stem), and
+    its boxes; or, for an entry that names the image but cannot give its boxes, why (`unusable`)."""
 
     entry: str
-    boxes: ImageBoxes
+    boxes: ImageBoxes | None
+    unusable: str = ""
 
 
 def read_annotations(path: str, masks: bool = False) -> Annotations:
@@ -120,37 +140,66 @@ def require_pycocotools() -> None:
 
 
 def _read(path: str, masks: bool) -> Annotations:
+    where = option("annotations", path)
     if fs.is_remote(path):
-        raise UsageError(f"{option('annotations', path)}: annotations are read from a local file or folder")
+        raise UsageError(f"{where}: annotations are read from a local file or folder")
     if not os.path.exists(path):
-        raise UsageError(f"{option('annotations', path)}: {path} does not exist")
+        raise UsageError(f"{where}: {path} does not exist")
     if os.path.isdir(path):
-        files = sorted(_files(path))
+        listed = _files(path)
+        files = sorted(listed.files)
         xmls = [f for f in files if f.lower().endswith(".xml")]
         jsons = [f for f in files if f.lower().endswith(".json")]
-        if xmls and _is_voc(os.path.join(path, xmls[0])):
-            return _voc(path, xmls, files)
+        if xmls and (voc := _voc(path, xmls, listed.problems)).format:
+            return voc
         if any(os.path.basename(f) in YOLO_CLASS_FILES for f in files):
-            return _yolo(path, files)
+            return _yolo(path, files, listed.problems)
         if len(jsons) == 1:
             return _coco(os.path.join(path, jsons[0]), masks)
+        why = f" ({len(xmls):,} XML files, none a Pascal VOC annotation)" if xmls else ""
         raise UsageError(
-            f"{option('annotations', path)}: no COCO JSON, Pascal VOC XML or YOLO txt with a classes file "
-            f"({', '.join(YOLO_CLASS_FILES)}) found in it"
+            f"{where}: no COCO JSON, Pascal VOC XML or YOLO txt with a classes file "
+            f"({', '.join(YOLO_CLASS_FILES)}) found in it{why}"
         )
-    if path.lower().endswith(".xml") and _is_voc(path):
-        return _voc(os.path.dirname(path) or ".", [os.path.basename(path)], [os.path.basename(path)])
+    check_regular_file(path, where)
+    if path.lower().endswith(".xml"):
+        if (voc := _voc(os.path.dirname(path) or ".", [os.path.basename(path)], [])).format:
+            return voc
+        reasons = [p["reason"] for p in voc.problems] + [bad.reason for bad in voc.bad_stem.values()]
+        raise UsageError(f"{where}: {os.path.basename(path)} {reasons[0] if reasons else 'is no Pascal VOC XML'}")
+    if os.path.basename(path) in YOLO_CLASS_FILES and path.lower().endswith((".yaml", ".yml")):
+        top = dataset_root(path)
+        listed = _files(top)
+        return _yolo(top, sorted(listed.files), listed.problems, os.path.abspath(path))
     return _coco(path, masks)
 
 
-def _files(top: str) -> list[str]:
-    out = []
+class _Listed(NamedTuple):
+    """An annotation folder's regular files (relative, sorted), and the skips of the others."""
+
+    files: list[str]
+    problems: list[dict[str, str]]
+
+
+def _files(top: str) -> _Listed:
+    """The regular files below `top` (hidden ones left out); a FIFO or a device among them is
+    never opened (it would block, or never end): a skip, if it is named as an annotation would be."""
+    out, problems = [], []
     for root, dirs, names in os.walk(top):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        out += [
-            os.path.relpath(os.path.join(root, n), top).replace(os.sep, "/") for n in names if not n.startswith(".")
-        ]
-    return out
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for n in names:
+            if n.startswith("."):
+                continue
+            rel = os.path.relpath(os.path.join(root, n), top).replace(os.sep, "/")
+            try:
+                mode = os.stat(os.path.join(root, n)).st_mode
+            except OSError:
+                continue  # a dangling link, or gone: no annotation
+            if stat.S_ISREG(mode):
+                out.append(rel)
+            elif n.lower().endswith((".xml", ".txt", ".json", ".yaml", ".yml", ".names")):
+                problems.append({"path": rel, "reason": f"{not_regular(mode)}, not a regular file: not read"})
+    return _Listed(out, problems)
 
 
 def _digest(top: str, files: list[str]) -> str:
@@ -159,10 +208,6 @@ def _digest(top: str, files: list[str]) -> str:
         h.update(f.encode("utf-8", "surrogateescape") + b"\0")
         h.update(fs.read_bytes(os.path.join(top, f)))
     return h.hexdigest()
-
-
-def _text(path: str) -> str:
-    return read_text_input(path, f"annotation file {path}", MAX_ANNOTATION_BYTES)
 
 
 def _coco(path: str, masks: bool = False) -> Annotations:
@@ -180,104 +225,49 @@ def _coco(path: str, masks: bool = False) -> Annotations:
         files=[path],
         masks=masks,
         segments=got.images.segments,
+        class_ids=got.class_ids,
     )
 
 
-def _is_voc(path: str) -> bool:
-    try:
-        return ET.parse(path).getroot().tag == "annotation"
-    except (ET.ParseError, OSError):
-        return False
+def _voc(top: str, xmls: list[str], problems: list[dict[str, str]]) -> Annotations:
+    """Pascal VOC (plan.voc); an Annotations of no format when no XML is a VOC annotation."""
+    got = read_voc(top, xmls)
+    return Annotations(
+        top,
+        "voc" if got.voc_files else "",
+        _digest(top, xmls),
+        got.classes,
+        got.by_name,
+        got.by_stem,
+        problems + got.problems,
+        got.stem_of,
+        got.origin,
+        [os.path.join(top, x) for x in xmls],
+        bad_name=got.bad_name,
+        bad_stem=got.bad_stem,
+    )
 
 
-def _voc(top: str, xmls: list[str], files: list[str]) -> Annotations:
-    """Pascal VOC: one XML per image (filename, size, objects with name, bndbox, difficult, truncated)."""
-    by_name: dict[str, ImageBoxes] = {}
-    by_stem: dict[str, ImageBoxes] = {}
-    problems: list[dict[str, str]] = []
-    names: set[str] = set()
-    stem_of: dict[str, str] = {}
-    origin: dict[str, str] = {}
-    for rel in xmls:
-        try:
-            root = ET.parse(os.path.join(top, rel)).getroot()
-            size = root.find("size")
-            width = int(float(size.findtext("width", "0"))) if size is not None else 0
-            height = int(float(size.findtext("height", "0"))) if size is not None else 0
-            objects = tuple(_voc_object(o) for o in root.iter("object"))
-        except (ET.ParseError, ValueError, TypeError) as e:
-            problems.append({"path": rel, "reason": f"not a Pascal VOC annotation: {e}"})
-            continue
-        names.update(b.name for b in objects)
-        filename = (root.findtext("filename") or "").strip()
-        got = ImageBoxes(width, height, filename or rel, objects)
-        stem = os.path.splitext(rel)[0]
-        if filename:
-            by_name[filename] = got
-            stem_of[filename] = stem
-        by_stem[stem] = got
-        origin[stem] = rel
-    read = [os.path.join(top, x) for x in xmls]
-    return Annotations(top, "voc", _digest(top, xmls), sorted(names), by_name, by_stem, problems, stem_of, origin, read)
-
-
-def _voc_object(o: ET.Element) -> RawBox:
-    bb = o.find("bndbox")
-    if bb is None:
-        raise ValueError("an object without bndbox")
-    x0, y0, x1, y1 = (float(bb.findtext(k) or "nan") for k in ("xmin", "ymin", "xmax", "ymax"))
-    flag = {k: int(float(o.findtext(k) or 0)) for k in ("difficult", "truncated")}
-    return RawBox((o.findtext("name") or "").strip(), x0, y0, x1, y1, 0, -1.0, flag["difficult"], flag["truncated"])
-
-
-def _yolo(top: str, files: list[str]) -> Annotations:
-    """YOLO: per image a txt of `class cx cy w h` (normalised), and the class names in a classes file."""
-    names_file = next(f for n in YOLO_CLASS_FILES for f in files if os.path.basename(f) == n)
-    classes = _yolo_names(os.path.join(top, names_file))
-    txts = [f for f in files if f.lower().endswith(".txt") and f != names_file and os.path.basename(f) != "README.txt"]
-    by_stem, problems = {}, []
-    for rel in txts:
-        objects = []
-        for n, line in enumerate(_text(os.path.join(top, rel)).splitlines(), 1):
-            if not line.strip():
-                continue
-            if not _YOLO_LINE.match(line) or int(line.split()[0]) >= len(classes):
-                problems.append({"path": f"{rel}:{n}", "reason": "not `class cx cy w h` of a class in " + names_file})
-                continue
-            k, cx, cy, w, h = line.split()
-            x, y, bw, bh = float(cx), float(cy), float(w), float(h)
-            objects.append(RawBox(classes[int(k)], x - bw / 2, y - bh / 2, x + bw / 2, y + bh / 2))
-        by_stem[os.path.splitext(rel)[0]] = ImageBoxes(0, 0, rel, tuple(objects))
-    origin = {os.path.splitext(rel)[0]: rel for rel in txts}
-    read = [os.path.join(top, f) for f in (names_file, *txts)]
-    return Annotations(top, "yolo", _digest(top, [names_file, *txts]), classes, {}, by_stem, problems, {}, origin, read)
-
-
-def _yolo_names(path: str) -> list[str]:
-    """Class names, in class-number order: one a line, or a data.yaml's `names` (a list or a mapping)."""
-    text = _text(path)
-    if not path.endswith((".yaml", ".yml")):
-        return [ln.strip() for ln in text.splitlines() if ln.strip()]
-    lines = text.splitlines()
-    for i, ln in enumerate(lines):
-        m = re.match(r"^names\s*:\s*(.*)$", ln)
-        if not m:
-            continue
-        if m.group(1).strip():  # names: [a, b] (flow style)
-            return [_unquote(s) for s in m.group(1).strip().strip("[]").split(",") if s.strip()]
-        out: dict[int, str] = {}
-        for j, item in enumerate(lines[i + 1 :]):
-            if not item.startswith((" ", "\t")) or not item.strip():
-                break
-            body = item.strip()
-            if body.startswith("-"):
-                out[j] = _unquote(body[1:])
-            elif ":" in body:
-                k, v = body.split(":", 1)
-                out[int(k)] = _unquote(v)
-        return [out[k] for k in sorted(out)]
-    raise UsageError(f"{option('annotations')}: {path} has no `names:` list of classes")
-
-
-def _unquote(s: str) -> str:
-    return s.strip().strip("'\"")
+def _yolo(top: str, files: list[str], problems: list[dict[str, str]], names_file: str = "") -> Annotations:
+    """YOLO (plan.yolo): the classes file given, else the first of YOLO_CLASS_FILES found (the
+    shallowest, in that order of names)."""
+    if not names_file:
+        found = [f for f in files if os.path.basename(f) in YOLO_CLASS_FILES]
+        found.sort(key=lambda f: (f.count("/"), YOLO_CLASS_FILES.index(os.path.basename(f)), f))
+        names_file = found[0]
+    got = read_yolo(top, files, names_file, MAX_ANNOTATION_BYTES)
+    return Annotations(
+        top,
+        "yolo",
+        _digest(top, got.read),
+        got.classes,
+        {},
+        got.by_stem,
+        problems + got.problems,
+        {},
+        got.origin,
+        [os.path.join(top, f) for f in got.read],
+        alias=got.alias,
+        bad_stem=got.bad_stem,
+        split_folders=got.split_folders,
+    )

@@ -365,6 +365,7 @@ class CocoRead(NamedTuple):
     classes: list[str]
     images: CocoImages
     problems: list[dict[str, str]]
+    class_ids: tuple[Any, ...] = ()  # each class's category id, in `classes`' order
 
 
 def read_coco(path: str, max_bytes: int, masks: bool = False) -> CocoRead:
@@ -396,5 +397,6 @@ def read_coco(path: str, max_bytes: int, masks: bool = False) -> CocoRead:
         why = "no segmentation to make a mask of (polygons of 3 points or more, or RLE counts and size)"
         problems += [{"path": f"{base}:annotations[{i}]", "reason": why} for i in kept.no_mask]
         problems.sort(key=lambda p: int(p["path"].rsplit("[", 1)[1][:-1]))
-    classes = [kept.cats[k] for k in sorted(kept.cats, key=lambda k: (str(type(k)), k))]
-    return CocoRead(f.hash.hexdigest(), classes, CocoImages(kept, names, keep), problems)
+    ids = sorted(kept.cats, key=lambda k: (str(type(k)), k))
+    classes = [kept.cats[k] for k in ids]
+    return CocoRead(f.hash.hexdigest(), classes, CocoImages(kept, names, keep), problems, tuple(ids))

@@ -13,6 +13,7 @@ the first class. Images with no annotation are kept with no boxes, unless `--ski
 
 from __future__ import annotations
 
+import os
 from array import array
 from collections import Counter
 from collections.abc import Iterable
@@ -20,13 +21,15 @@ from typing import Any, NamedTuple
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.plan.annotations import Annotations, ImageBoxes
-from img2tfrecord.conversion.plan.labels import check_class_names, class_list
+from img2tfrecord.conversion.plan.labels import check_class_list, class_list
 from img2tfrecord.conversion.plan.raw_boxes import SegmentRows
 from img2tfrecord.conversion.plan.splits import EXACT, Discovery, SplitRule, assemble
 from img2tfrecord.conversion.plan.table import BoxCounts, ImageTable, Objects, decode_name
+from img2tfrecord.conversion.plan.voc import stored_size
 from img2tfrecord.conversion.plan.walk import check_input, walk_classes
 from img2tfrecord.conversion.plan.walk_text import junk_note
-from img2tfrecord.errors import DataError, UsageError, option
+from img2tfrecord.conversion.plan.yolo import image_split
+from img2tfrecord.errors import DataError, UsageError, option, plural
 from img2tfrecord.format.schema import MetaValue, utf8_text
 
 
@@ -108,10 +111,22 @@ def discover_detection(
     matched: dict[str, str] = {}  # annotation entry -> the image it is of
     per_image: dict[str, tuple[str, ...]] = {}
     kept: list[tuple[int, int, Objects]] = []  # (found's index, class, objects) of each image kept
+    by_folder = ann.split_folders is not None and not split  # YOLO: its split folders may give the splits
+    if ann.split_folders:  # data.yaml's folders, as real paths: the image's real path is matched against them
+        base = os.path.realpath(input_dir).replace(os.sep, "/") if by_folder and not remote else input_dir.rstrip("/")
+    else:  # images/<split>/ below INPUT (INPUT itself may be `images`), never in the folders above it
+        base = os.path.basename(os.path.normpath(input_dir.rstrip("/")))
+    folder_of: list[str] = []  # by_folder: each kept image's split, "" when no folder gives one
+    unusable: list[dict[str, str]] = []  # images whose annotation names them but cannot give their boxes
     for i, name in enumerate(found.names):
         rel = decode_name(name)
         shown = utf8_text(rel)
         got = _match(ann, rel, matched, ids)
+        if got is not None and not isinstance(got, str) and got.width <= 0 and ann.format == "voc":
+            got = _sized(got, fs.join(input_dir, rel))
+        if isinstance(got, str):
+            unusable.append({"path": shown, "split": "", "reason": got})
+            continue
         cut = clip(shown, got or ImageBoxes(0, 0, rel, ()), ids, ann.segments)
         objects = cut.objects
         if not objects.label and skip_empty:
@@ -124,27 +139,31 @@ def discover_detection(
         kept.append(
             (i, min(objects.label, default=1) - 1, objects if objects.source_id else objects._replace(source_id=rel))
         )
+        if by_folder:
+            folder_of.append(image_split(f"{base}/{rel}", ann.split_folders or {}))
+    warnings: list[str] = []
+    keys = _folder_splits(folder_of, [decode_name(found.names[i]) for i, _, _ in kept], warnings)
     numbers = table.extend(
         [groups[k] for _, k, _ in kept],
         [found.names[i] for i, _, _ in kept],
         array("q", [found.sizes[i] for i, _, _ in kept]),
         array("q", [found.mtimes[i] for i, _, _ in kept]),
     )
-    for n, (_, k, objects) in zip(numbers, kept):
+    for j, (n, (_, k, objects)) in enumerate(zip(numbers, kept)):
         table.objects[n] = objects
         table.meta[n] = _class_lists(objects, label_offset)
-        per_class.setdefault(classes[k], {}).setdefault("", array("q")).append(n)
+        per_class.setdefault(classes[k], {}).setdefault(folder_of[j] if keys else "", array("q")).append(n)
     out = assemble(
         table,
         per_class,  # type: ignore[arg-type]
         {},
-        list(split) if split else ["train"],
-        presplit=False,
+        keys or (list(split) if split else ["train"]),
+        presplit=bool(keys),
         split=split,
         seed=seed,
         # the annotation files read below INPUT were counted as ignored non-image files, which they are not
         ignored=max(0, found.ignored - sum(fs.below(f, input_dir) for f in ann.files)),
-        warnings=[],
+        warnings=warnings,
         what="class",
         whats="classes",
         no_images=f"no images found in {input_dir}",
@@ -152,6 +171,7 @@ def discover_detection(
     )
     out.skipped = sorted(
         [{"path": utf8_text(r), "split": "", "reason": why} for r, why in found.report.skipped]
+        + unusable
         + [{"path": p["path"], "split": "", "reason": p["reason"]} for p in ann.problems + ann.not_found(matched)],
         key=lambda s: s["path"],
     )
@@ -163,9 +183,12 @@ def discover_detection(
 
 def _classes(ann: Annotations, labels: list[str] | None, known_classes: list[str] | None) -> list[str]:
     """The class list: the annotations' own order (COCO's ids, YOLO's numbers), or --labels', or
-    an update's classes with the new ones after them."""
+    an update's classes with the new ones after them. The annotations' own list is checked first,
+    with --labels too: two COCO categories (or YOLO numbers) of one name are refused, naming them."""
     named = set(ann.classes)
-    check_class_names(sorted(named), "the class name", "rename it in the annotations")
+    ids = ann.class_ids or range(len(ann.classes))
+    kind = "category id" if ann.format == "coco" else "class number"
+    check_class_list(ann.classes, ids, option("annotations", ann.path), kind)
     if labels is not None or known_classes is not None:
         return class_list(named, labels, "the annotations name no class", known_classes)
     if not ann.classes:
@@ -173,10 +196,38 @@ def _classes(ann: Annotations, labels: list[str] | None, known_classes: list[str
     return list(ann.classes)
 
 
-def _match(ann: Annotations, rel: str, matched: dict[str, str], ids: dict[str, int]) -> ImageBoxes | None:
-    """The boxes of the image at `rel`, its annotation entry noted in `matched`; UsageError when
-    that entry is already another image's (two files of one name: which one it describes is a
-    guess) or names a class outside the class list."""
+def _folder_splits(folder_of: list[str], rels: list[str], warnings: list[str]) -> list[str]:
+    """The splits the images' folders give (YOLO's data.yaml or `images/train/`), in train,
+    validation, test order, when every image is in one; else none, and when some are, a warning
+    naming an image that is in none (the images are split as without folders: by `--split`)."""
+    named = set(folder_of) - {""}
+    if not named:
+        return []
+    if "" in folder_of:
+        outside = [r for r, s in zip(rels, folder_of) if not s]
+        warnings.append(
+            f"{plural(len(outside), 'image')} {'is' if len(outside) == 1 else 'are'} in no split folder of the "
+            f"annotations (e.g. {utf8_text(outside[0])}), so the split folders ({', '.join(sorted(named))}) are "
+            f"not used: every image goes to train; give {option('split')} to draw splits, or move them"
+        )
+        return []
+    return [s for s in ("train", "validation", "test") if s in named]
+
+
+def _sized(got: ImageBoxes, path: str) -> ImageBoxes | str:
+    """A VOC annotation without <size> (or of 0x0) with the image's stored size, from its header,
+    so its pixel boxes are normalised by it (not read as YOLO's normalised ones); or why not."""
+    size = stored_size(path)
+    if size is None:
+        return "its annotation gives no <size> and the image's header gives none"
+    return got._replace(width=size[0], height=size[1])
+
+
+def _match(ann: Annotations, rel: str, matched: dict[str, str], ids: dict[str, int]) -> ImageBoxes | str | None:
+    """The boxes of the image at `rel`, its annotation entry noted in `matched`, or why its
+    annotation cannot give them (the image is skipped); UsageError when that entry is already
+    another image's (two files of one name: which one it describes is a guess) or names a class
+    outside the class list."""
     got = ann.lookup(rel)
     if got is None:
         return None
@@ -186,6 +237,8 @@ def _match(ann: Annotations, rel: str, matched: dict[str, str], ids: dict[str, i
             f"{utf8_text(other)} and {utf8_text(rel)}: which one it describes is ambiguous; name the image by "
             "its path below the input folder in the annotations, or move one of them out"
         )
+    if got.boxes is None:
+        return got.unusable
     if any(b.name not in ids for b in got.boxes.boxes):
         unknown = sorted({b.name for b in got.boxes.boxes} - set(ids))
         raise UsageError(f"{option('annotations')}: {rel}: class {unknown[0]} is not in the class list")
