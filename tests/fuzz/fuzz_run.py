@@ -20,6 +20,7 @@ detector, not a timing assertion) and carries on with the next case.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import random
@@ -33,7 +34,7 @@ import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "corpus"
@@ -93,6 +94,8 @@ class Case:
     mutated: list[str]
     args: list[str]
     real: bool
+    ann: Path
+    change: str  # what the mutation did, in short (describe())
 
 
 @dataclass
@@ -107,6 +110,7 @@ class Finding:
     signature: str  # what tells two findings apart: the exception type and where it was raised
     detail: str
     command: str
+    change: str = ""
 
     def key(self) -> tuple[str, str, str]:
         return (self.reader, self.kind, self.signature)
@@ -141,16 +145,31 @@ def make_case(seed: str, index: int, ann: Path, others: list[bytes], real_every:
     shutil.copytree(CORPUS / family.folder, ann)
     files = list(family.mutable) or corpus_files(family.folder)
     mutated = sorted(set(rng.sample(files, min(len(files), 1 if rng.random() < 0.8 else 2))))
+    changes = []
     for rel in mutated:
         p = ann / rel
-        p.write_bytes(mutate(rel, p.read_bytes(), rng, others))
+        before = p.read_bytes()
+        after = mutate(rel, before, rng, others)
+        p.write_bytes(after)
+        changes.append(describe(rel, before, after))
     args = [a.replace("ANN", str(ann)) for a in family.args]
     if rng.random() < 0.4:
         args.append("--json")
     if rng.random() < 0.2:
         args.append("--strict")
     real = real_every > 0 and index % real_every == real_every - 1
-    return Case(seed, index, family, mutated, args, real)
+    return Case(seed, index, family, mutated, args, real, ann, "; ".join(changes))
+
+
+def describe(rel: str, before: bytes, after: bytes, width: int = 40) -> str:
+    """The mutation in one line: the file, where it first differs and the bytes there before and after
+    (the reproducer keeps the whole file; this is for a report's reader to tell findings apart)."""
+    at = next((i for i, (a, b) in enumerate(zip(before, after)) if a != b), min(len(before), len(after)))
+    if before == after:
+        return f"{rel}: unchanged"
+    start = max(0, at - 8)
+    was, now = before[start : start + width], after[start : start + width]
+    return f"{rel} @{at}: {was!r} -> {now!r} ({len(before)} -> {len(after)} bytes)"
 
 
 def run_case(case: Case, images: dict[str, Path], out: Path) -> Finding | None:
@@ -164,7 +183,7 @@ def run_case(case: Case, images: dict[str, Path], out: Path) -> Finding | None:
     words += ["--workers", "1", "--no-fsync"] if case.real else ["--dry-run"]
     command = " ".join(words)
     finding = lambda kind, sig, detail: Finding(  # noqa: E731
-        case.seed, case.index, case.family.name, case.family.reader, kind, sig, detail, command
+        case.seed, case.index, case.family.name, case.family.reader, kind, sig, detail, command, case.change
     )
     result = CliRunner().invoke(main, words, catch_exceptions=True)
     exc = result.exception
@@ -176,15 +195,37 @@ def run_case(case: Case, images: dict[str, Path], out: Path) -> Finding | None:
         return finding("exit", f"exit {result.exit_code}", stderr[-2000:])
     if "Traceback" in stdout + stderr:
         return finding("traceback", "Traceback in the output", (stdout + stderr)[-4000:])
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
     if "--json" in words:
         try:
             answer = json.loads(stdout)
             assert isinstance(answer, dict)
         except (ValueError, AssertionError):
             return finding("json", "stdout is not one JSON object", stdout[-2000:])
+        error = answer.get("error")
+        errors.append(str(error.get("message", "")) if isinstance(error, dict) else "")
     elif result.exit_code == 2 and len(stderr.strip().splitlines()) != 1:
         return finding("lines", "a usage error of more than one line", stderr[-2000:])
+    if quoted := _quoted("\n".join(errors), [(case.ann / rel) for rel in case.mutated]):
+        return finding("quotes", "a message quotes the file's bytes", f"{quoted!r} in:\n{stderr[-2000:]}")
     return None
+
+
+SYNTAX = ('":', '",', '{"', '"}', "</", "><", "/>")  # in a quote of a JSON or XML file, never in a name
+
+
+def _quoted(text: str, files: list[Path], width: int = 24) -> str:
+    """A run of `width` characters of `text` (the error lines: a skip may name a row's file_name) that
+    holds JSON or XML syntax and is in one of `files`: a message that quotes the file instead of naming
+    the position (issue 38, item 23)."""
+    text = text[:4000]
+    windows = {text[i : i + width] for i in range(len(text) - width + 1)}
+    windows = {w for w in windows if any(s in w for s in SYNTAX)}
+    for path in files:
+        body = path.read_bytes()[:4_000_000].decode("utf-8", "replace") if path.is_file() else ""
+        if hit := next((w for w in sorted(windows) if w in body), ""):
+            return hit
+    return ""
 
 
 def _where(exc: BaseException) -> str:
@@ -207,7 +248,7 @@ def keep(finding: Finding, ann: Path, out_dir: Path) -> Path:
     where.mkdir(parents=True, exist_ok=True)
     (where / "finding.txt").write_text(
         f"reader: {finding.reader} ({finding.family})\nkind: {finding.kind}\nsignature: {finding.signature}\n"
-        f"command: {finding.command}\n"
+        f"command: {finding.command}\nmutation: {finding.change}\n"
         f"again: python tests/fuzz/fuzz_run.py --seed {finding.seed} --case {finding.index}\n\n{finding.detail}\n",
         errors="backslashreplace",
     )
@@ -221,6 +262,7 @@ def work(seed: str, start: int, stop: int, out_dir: Path, real_every: int) -> No
     """Run cases start..stop-1, each one's index written to PROGRESS before it starts, findings appended
     to findings.jsonl (the supervisor reads both)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    faulthandler.enable()  # a segfault's Python stack, for the supervisor's finding
     others = all_corpus_bytes()
     progress = out_dir / "progress"
     with tempfile.TemporaryDirectory(prefix="img2tfrecord-fuzz-") as tmp:
@@ -233,9 +275,8 @@ def work(seed: str, start: int, stop: int, out_dir: Path, real_every: int) -> No
             got = run_case(case, images, Path(tmp) / "out")
             if got is None and _peak() - base > MEMORY_GROWTH:
                 base = _peak()
-                got = Finding(
-                    seed, index, case.family.name, case.family.reader, "memory", "peak RSS grew by over 1 GB", "", ""
-                )
+                sig = "peak RSS grew by over 1 GB"
+                got = Finding(seed, index, case.family.name, case.family.reader, "memory", sig, "", "", case.change)
             if got is not None:
                 keep(got, ann, out_dir)
                 with open(out_dir / "findings.jsonl", "a") as f:
@@ -288,7 +329,9 @@ def supervise(seed: str, cases: int, out_dir: Path, real_every: int, hang: float
         case = make_case(seed, index, out_dir / "tmp-ann", all_corpus_bytes(), real_every)
         kind = "hang" if child.returncode == -9 else "crash"
         sig = f"over {hang:.0f} s in one case" if kind == "hang" else f"child exited {child.returncode}"
-        f = Finding(seed, index, case.family.name, case.family.reader, kind, sig, output[-4000:], " ".join(case.args))
+        how = ["--workers", "1", "--no-fsync"] if case.real else ["--dry-run"]
+        command = " ".join(["convert", f"IN/{case.family.tree}", "OUT", *case.args, *how])
+        f = Finding(seed, index, case.family.name, case.family.reader, kind, sig, output[-4000:], command, case.change)
         keep(f, out_dir / "tmp-ann", out_dir)
         shutil.rmtree(out_dir / "tmp-ann", ignore_errors=True)
         crashed.append(f)
@@ -303,18 +346,27 @@ def _lines(path: Path) -> Iterator[str]:
 
 
 def summary(found: list[Finding], out_dir: Path) -> str:
-    """Distinct findings (by reader, kind and signature), each with its first reproducer."""
+    """Distinct findings (by reader, kind and signature), each with its count, the last line of what
+    went wrong, its first case's mutation and where that case's files are kept."""
     first: dict[tuple[str, str, str], list[Finding]] = {}
     for f in found:
         first.setdefault(f.key(), []).append(f)
     lines = [f"{len(found)} failing cases, {len(first)} distinct findings"]
     for (reader, kind, sig), fs in sorted(first.items()):
         f = fs[0]
-        lines.append(
-            f"  [{reader}] {kind}: {sig}  x{len(fs)}  first: case {f.index} ({f.family})  "
-            f"{out_dir / f'seed-{f.seed}-case-{f.index}'}"
-        )
+        lines += [
+            f"  [{reader}] {kind}: {sig}  x{len(fs)}  first: case {f.index} ({f.family})",
+            f"      {last_line(f.detail)[:300]}",
+            f"      mutation: {f.change[:300]}",
+            f"      again: python tests/fuzz/fuzz_run.py --seed {f.seed} --case {f.index}"
+            f"  (files: {out_dir / f'seed-{f.seed}-case-{f.index}'})",
+        ]
     return "\n".join(lines)
+
+
+def last_line(text: str) -> str:
+    """The last non-blank line of a traceback or an output (the exception and its message)."""
+    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -109,7 +109,11 @@ class Obj(list):  # type: ignore[type-arg]
 
 
 def parse_json(text: str) -> Any:
-    return json.loads(text, object_pairs_hook=Obj)
+    """JSON text as a tree of Obj and lists (ValueError for any text it cannot take, a deep one too)."""
+    try:
+        return json.loads(text, object_pairs_hook=Obj)
+    except RecursionError:
+        raise ValueError("nested too deep to mutate") from None
 
 
 def dump_json(v: Any, rng: random.Random | None = None) -> str:
@@ -540,7 +544,7 @@ def mutate(name: str, data: bytes, rng: random.Random, others: list[bytes]) -> b
     if kind and roll < 0.75:
         try:
             data = MUTATORS[kind](data, rng)
-        except (UnicodeDecodeError, ValueError, IndexError, csv.Error):
+        except (ValueError, IndexError, csv.Error, RecursionError):  # UnicodeDecodeError is a ValueError
             data = bytes_level(data, rng, others)
         if roll < 0.12:
             data = bytes_level(data, rng, others)
