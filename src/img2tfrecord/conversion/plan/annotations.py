@@ -186,7 +186,7 @@ def _coco(path: str, masks: bool = False) -> Annotations:
 def _is_voc(path: str) -> bool:
     try:
         return ET.parse(path).getroot().tag == "annotation"
-    except (ET.ParseError, OSError):
+    except (ET.ParseError, OSError, LookupError):  # LookupError: an XML declaration's unknown encoding
         return False
 
 
@@ -205,7 +205,7 @@ def _voc(top: str, xmls: list[str], files: list[str]) -> Annotations:
             width = int(float(size.findtext("width", "0"))) if size is not None else 0
             height = int(float(size.findtext("height", "0"))) if size is not None else 0
             objects = tuple(_voc_object(o) for o in root.iter("object"))
-        except (ET.ParseError, ValueError, TypeError) as e:
+        except (ET.ParseError, ValueError, TypeError, LookupError) as e:  # LookupError: `encoding="no-such"`
             problems.append({"path": rel, "reason": f"not a Pascal VOC annotation: {e}"})
             continue
         names.update(b.name for b in objects)
