@@ -13,8 +13,10 @@ exit code is 0, 1 or 2, no "Traceback" in any output, a usage error (exit 2) is 
 kill the supervisor sees; the supervisor also kills a case that runs over HANG_SECONDS (a hang
 detector, not a timing assertion) and carries on with the next case.
 
-    python tests/fuzz/fuzz_run.py --seed 7 --cases 2000 --out fuzz-failures   # what `make fuzz` runs
+    python tests/fuzz/fuzz_run.py --seed 7 --cases 5000 --out fuzz-failures   # `make fuzz FUZZ_SEED=7`
     python tests/fuzz/fuzz_run.py --seed 7 --case 123 --out fuzz-failures     # one case again, verbose
+
+Without --seed (or FUZZ_SEED) the seed is random; `make test` runs a fixed one (test_fuzz.py).
 """
 
 from __future__ import annotations
@@ -372,7 +374,7 @@ def last_line(text: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seed", default=os.environ.get("FUZZ_SEED") or str(random.SystemRandom().randrange(10**9)))
-    p.add_argument("--cases", type=int, default=int(os.environ.get("FUZZ_CASES") or 2000))
+    p.add_argument("--cases", type=int, default=int(os.environ.get("FUZZ_CASES") or 5000))
     p.add_argument("--case", type=int, help="run this one case in this process and show what it did")
     p.add_argument("--out", type=Path, default=Path(os.environ.get("FUZZ_OUT") or "fuzz-failures"))
     p.add_argument("--real-every", type=int, default=10, help="every Nth case converts for real (0: never)")
