@@ -267,7 +267,9 @@ def work(seed: str, start: int, stop: int, out_dir: Path, real_every: int) -> No
     faulthandler.enable()  # a segfault's Python stack, for the supervisor's finding
     others = all_corpus_bytes()
     progress = out_dir / "progress"
-    with tempfile.TemporaryDirectory(prefix="img2tfrecord-fuzz-") as tmp:
+    (out_dir / "work").mkdir(exist_ok=True)
+    # below OUT/work, which the supervisor removes after each child (a crash leaves it behind)
+    with tempfile.TemporaryDirectory(prefix="img2tfrecord-fuzz-", dir=out_dir / "work") as tmp:
         images = build_images(Path(tmp) / "in")
         base = _peak()
         for index in range(start, stop):
@@ -309,19 +311,22 @@ def supervise(seed: str, cases: int, out_dir: Path, real_every: int, hang: float
         progress.unlink(missing_ok=True)
         cmd = [sys.executable, __file__, "--worker", "--seed", seed, "--start", str(start), "--cases", str(cases)]
         cmd += ["--out", str(out_dir), "--real-every", str(real_every)]
-        child = subprocess.Popen(
-            cmd, preexec_fn=_limit, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-        )
-        current, since = "", time.monotonic()
+        log = out_dir / "child.log"  # a file, not a pipe: a child that writes much never blocks on it
+        with open(log, "wb") as sink:
+            child = subprocess.Popen(cmd, preexec_fn=_limit, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)
+        current, since, hung = "", time.monotonic(), False
         while child.poll() is None:
             time.sleep(0.2)
             now = progress.read_text() if progress.exists() else ""
             if now != current:
                 current, since = now, time.monotonic()
             elif current and current != "done" and time.monotonic() - since > hang:
+                hung = True
                 child.kill()
                 child.wait()
-        output = child.stdout.read().decode("utf-8", "replace") if child.stdout else ""
+        output = log.read_bytes()[-8000:].decode("utf-8", "replace")
+        log.unlink()
+        shutil.rmtree(out_dir / "work", ignore_errors=True)
         done = progress.read_text() if progress.exists() else ""
         if child.returncode == 0 and done == "done":
             break
@@ -329,7 +334,7 @@ def supervise(seed: str, cases: int, out_dir: Path, real_every: int, hang: float
             raise RuntimeError(f"the fuzz child exited {child.returncode} before any case:\n{output[-4000:]}")
         index = int(done)
         case = make_case(seed, index, out_dir / "tmp-ann", all_corpus_bytes(), real_every)
-        kind = "hang" if child.returncode == -9 else "crash"
+        kind = "hang" if hung else "crash"  # a SIGKILL not ours is the kernel's (out of memory)
         sig = f"over {hang:.0f} s in one case" if kind == "hang" else f"child exited {child.returncode}"
         how = ["--workers", "1", "--no-fsync"] if case.real else ["--dry-run"]
         command = " ".join(["convert", f"IN/{case.family.tree}", "OUT", *case.args, *how])
@@ -394,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _one(seed: str, index: int, out_dir: Path, real_every: int) -> int:
+    _limit()  # as in the child: a case that allocates without bound fails here, not the machine
+    faulthandler.enable()
     with tempfile.TemporaryDirectory(prefix="img2tfrecord-fuzz-") as tmp:
         images = build_images(Path(tmp) / "in")
         ann = Path(tmp) / "ann"
