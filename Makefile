@@ -89,7 +89,7 @@ test-explore: $(STAMP)
 
 # The fuzz target (tests/fuzz): the COCO, VOC, YOLO and metadata readers run through the CLI on
 # mutated copies of the seeded corpus, under RLIMIT_AS, FUZZ_CASES cases with a random seed (FUZZ_SEED=
-# fixes one). `make test` runs 500 cases of one fixed seed (tests/fuzz/test_fuzz.py). Each finding's
+# fixes one). `make test` runs 1,000 cases of one fixed seed (tests/fuzz/test_fuzz.py). Each finding's
 # files and how to run its case again are kept in fuzz-failures/; pin what it finds as an ordinary test.
 FUZZ_CASES ?= 5000
 fuzz: $(STAMP)

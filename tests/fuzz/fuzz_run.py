@@ -63,7 +63,7 @@ class Family(NamedTuple):
     folder: str  # below tests/fuzz/corpus
     args: tuple[str, ...]
     mutable: tuple[str, ...] = ()  # only these files are mutated (default: any file of the folder)
-    tree: str = "classes"  # the image folder converted: classes (IMAGES) | ultralytics (ULTRALYTICS)
+    tree: str = "classes"  # INPUT: classes (IMAGES) | ultralytics (ULTRALYTICS) | ann (ULTRALYTICS' images in ANN)
 
 
 FAMILIES = [
@@ -74,6 +74,8 @@ FAMILIES = [
     Family("voc-file", "voc", "voc", ("--annotations", "ANN/c1.xml"), ("c1.xml",)),
     Family("yolo", "yolo", "yolo", ("--annotations", "ANN")),
     Family("yolo-yaml", "yolo", "yolo-yaml", ("--annotations", "ANN"), tree="ultralytics"),
+    # Ultralytics' own layout: one folder holds data.yaml, images/ and labels/, and is INPUT and ANN both
+    Family("yolo-ultralytics", "yolo", "yolo-yaml", ("--annotations", "ANN"), tree="ann"),
     Family("metadata-jsonl", "metadata", "metadata", ("--metadata", "ANN/metadata.jsonl"), ("metadata.jsonl",)),
     Family("metadata-csv", "metadata", "metadata", ("--metadata", "ANN/metadata.csv"), ("metadata.csv",)),
     Family(
@@ -181,7 +183,10 @@ def run_case(case: Case, images: dict[str, Path], out: Path) -> Finding | None:
     from img2tfrecord.cli import main
 
     shutil.rmtree(out, ignore_errors=True)
-    words = ["convert", str(images[case.family.tree]), str(out), *case.args]
+    if case.family.tree == "ann":
+        shutil.copytree(images["ultralytics"], case.ann, dirs_exist_ok=True)
+    source = case.ann if case.family.tree == "ann" else images[case.family.tree]
+    words = ["convert", str(source), str(out), *case.args]
     words += ["--workers", "1", "--no-fsync"] if case.real else ["--dry-run"]
     command = " ".join(words)
     finding = lambda kind, sig, detail: Finding(  # noqa: E731
@@ -337,7 +342,8 @@ def supervise(seed: str, cases: int, out_dir: Path, real_every: int, hang: float
         kind = "hang" if hung else "crash"  # a SIGKILL not ours is the kernel's (out of memory)
         sig = f"over {hang:.0f} s in one case" if kind == "hang" else f"child exited {child.returncode}"
         how = ["--workers", "1", "--no-fsync"] if case.real else ["--dry-run"]
-        command = " ".join(["convert", f"IN/{case.family.tree}", "OUT", *case.args, *how])
+        source = str(case.ann) if case.family.tree == "ann" else f"IN/{case.family.tree}"
+        command = " ".join(["convert", source, "OUT", *case.args, *how])
         f = Finding(seed, index, case.family.name, case.family.reader, kind, sig, output[-4000:], command, case.change)
         keep(f, out_dir / "tmp-ann", out_dir)
         shutil.rmtree(out_dir / "tmp-ann", ignore_errors=True)
