@@ -28,6 +28,7 @@ import os
 import random
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -281,6 +282,8 @@ def work(seed: str, start: int, stop: int, out_dir: Path, real_every: int) -> No
             progress.write_text(str(index))
             ann = Path(tmp) / "ann"
             case = make_case(seed, index, ann, others, real_every)
+            if os.environ.get("FUZZ_SELFTEST_SEGFAULT") == str(index):  # test_fuzz.py: a crash is a finding
+                os.kill(os.getpid(), signal.SIGSEGV)
             got = run_case(case, images, Path(tmp) / "out")
             if got is None and _peak() - base > MEMORY_GROWTH:
                 base = _peak()
@@ -306,11 +309,11 @@ def _limit() -> None:
 
 def supervise(seed: str, cases: int, out_dir: Path, real_every: int, hang: float = HANG_SECONDS) -> list[Finding]:
     """Every case of `seed` in child processes under RLIMIT_AS; a child killed by a signal or stuck in
-    one case is a finding of that case, and the cases after it run in a new child."""
+    one case is a finding of that case, and the cases after it run in a new child. All findings are
+    also in OUT/findings.jsonl, one JSON object a line."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "findings.jsonl").unlink(missing_ok=True)
     progress = out_dir / "progress"
-    crashed: list[Finding] = []
     start = 0
     while start < cases:
         progress.unlink(missing_ok=True)
@@ -347,10 +350,11 @@ def supervise(seed: str, cases: int, out_dir: Path, real_every: int, hang: float
         f = Finding(seed, index, case.family.name, case.family.reader, kind, sig, output[-4000:], command, case.change)
         keep(f, out_dir / "tmp-ann", out_dir)
         shutil.rmtree(out_dir / "tmp-ann", ignore_errors=True)
-        crashed.append(f)
+        with open(out_dir / "findings.jsonl", "a") as out:
+            out.write(json.dumps(f.__dict__) + "\n")
         start = index + 1
     found = [Finding(**json.loads(line)) for line in _lines(out_dir / "findings.jsonl")]
-    return sorted(found + crashed, key=lambda f: f.index)
+    return sorted(found, key=lambda f: f.index)
 
 
 def _lines(path: Path) -> Iterator[str]:

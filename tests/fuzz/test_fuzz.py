@@ -69,3 +69,15 @@ def test_the_oracle_reports_an_exception_with_where_it_was_raised(tmp_path: Path
     assert got is not None and got.kind == "exception"
     assert got.signature.startswith("KeyError at conversion/plan/annotations.py:") and "(<lambda>)" not in got.signature
     assert "KeyError: 0" in got.detail
+
+
+def test_a_crashed_case_is_a_finding_and_the_run_goes_on(tmp_path: Path, monkeypatch) -> None:
+    """A case that kills the child (a segfault in a C extension, the kernel's out-of-memory kill) is
+    a finding of that case with its files kept, and the cases after it run in a new child."""
+    monkeypatch.setenv("FUZZ_SELFTEST_SEGFAULT", "2")
+    found = supervise(SEED, 5, tmp_path, real_every=0)
+    crashes = [f for f in found if f.kind == "crash"]
+    assert [(f.index, f.signature) for f in crashes] == [(2, "child exited -11")]
+    assert (tmp_path / "progress").read_text() == "done"  # cases 3 and 4 ran
+    assert (tmp_path / "seed-make-test-case-2" / "finding.txt").exists()
+    assert not (tmp_path / "work").exists()  # the crashed child's folders are gone
