@@ -301,6 +301,8 @@ def _peak() -> int:
 
 
 def _limit() -> None:
+    """RLIMIT_AS of this process: an allocation past MEMORY_LIMIT fails (MemoryError, or a C library's
+    crash) instead of growing until the kernel kills something."""
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
 
@@ -321,7 +323,7 @@ def supervise(seed: str, cases: int, out_dir: Path, real_every: int, hang: float
         cmd += ["--out", str(out_dir), "--real-every", str(real_every)]
         log = out_dir / "child.log"  # a file, not a pipe: a child that writes much never blocks on it
         with open(log, "wb") as sink:
-            child = subprocess.Popen(cmd, preexec_fn=_limit, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)
+            child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)
         current, since, hung = "", time.monotonic(), False
         while child.poll() is None:
             time.sleep(0.2)
@@ -397,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker:
+        _limit()  # the child limits itself (no preexec_fn: not safe in a threaded parent, as pytest-xdist's)
         work(a.seed, a.start, a.cases, a.out, a.real_every)
         return 0
     if a.case is not None:
