@@ -27,7 +27,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 3
 PYTEST_ARGS ?= -n auto --maxprocesses 8 --dist loadgroup
 , := ,
 
-.PHONY: install sysdeps docs docs-screenshot model-garden test test-plain test-beam test-explore test-latest test-floor lock lint demo bench bench-read bench-plan bench-update bench-report bench-detection clean
+.PHONY: install sysdeps docs docs-screenshot model-garden test test-plain test-beam test-explore fuzz test-latest test-floor lock lint demo bench bench-read bench-plan bench-update bench-report bench-detection clean
 
 # $(call venv,DIR,EXTRAS,CONSTRAINTS): a fresh DIR with `pip install -e .[EXTRAS]`, locked when CONSTRAINTS is set.
 define venv
@@ -86,6 +86,14 @@ $(MODEL_GARDEN)/.installed: $(STAMP) constraints/model-garden.txt
 # as an ordinary test.
 test-explore: $(STAMP)
 	HYPOTHESIS_PROFILE=explore $(BIN)/python -m pytest -q -m property
+
+# The fuzz target (tests/fuzz): the COCO, VOC, YOLO and metadata readers run through the CLI on
+# mutated copies of the seeded corpus, under RLIMIT_AS, FUZZ_CASES cases with a random seed (FUZZ_SEED=
+# fixes one). `make test` runs 1,000 cases of one fixed seed (tests/fuzz/test_fuzz.py). Each finding's
+# files and how to run its case again are kept in fuzz-failures/; pin what it finds as an ordinary test.
+FUZZ_CASES ?= 5000
+fuzz: $(STAMP)
+	FUZZ_SEED=$(FUZZ_SEED) FUZZ_CASES=$(FUZZ_CASES) $(BIN)/python tests/fuzz/fuzz_run.py --out fuzz-failures
 
 test-beam: $(BEAM_VENV)/.installed
 	$(BEAM_VENV)/bin/python -c "import apache_beam"  # the Beam tests must run here, not skip
@@ -163,5 +171,5 @@ bench-plan: $(STAMP)  # only the plan benchmark (convert --dry-run on 1 M files 
 	$(BIN)/python bench/run.py --only plan
 
 clean:
-	rm -rf $(VENV) $(BEAM_VENV) $(LATEST_VENV) $(LATEST_BEAM_VENV) $(FLOOR_VENV) demo out sheet.png site build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache bench/.cache
+	rm -rf $(VENV) $(BEAM_VENV) $(LATEST_VENV) $(LATEST_BEAM_VENV) $(FLOOR_VENV) demo out sheet.png fuzz-failures site build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache bench/.cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -162,3 +162,21 @@ def test_after_an_update_the_box_counts_are_those_of_the_dataset_published(tmp_p
     assert any(p["path"] == "later.png" for p in now["box_problems"])
     assert cli("convert", src, tmp_path / "fresh", "--annotations", ann).exit_code == 0
     assert now == json.loads((tmp_path / "fresh" / "dataset.json").read_text())["metadata"]["detection"]
+
+
+def test_a_voc_xml_of_an_unknown_encoding_is_a_skip(tmp_path: Path, cli: Any) -> None:
+    """An XML declaration naming an encoding Python has no codec for (the fuzz target's finding: a
+    LookupError traceback) is a skip with its reason beside a good XML, and a usage error alone."""
+    _image(tmp_path / "images" / "a.jpg", (20, 20), [])
+    _image(tmp_path / "images" / "b.jpg", (20, 20), [])
+    _voc(tmp_path / "voc", "a.jpg", (20, 20), [("cat", [1, 1, 5, 5], 0, 0)])
+    _voc(tmp_path / "voc", "b.jpg", (20, 20), [("cat", [2, 2, 6, 6], 0, 0)])
+    bad = tmp_path / "voc" / "b.xml"
+    bad.write_text("<?xml version='1.0' encoding='no-such-codec'?>" + bad.read_text())
+    res = cli("convert", tmp_path / "images", tmp_path / "out", "--annotations", tmp_path / "voc", "--json")
+    assert res.exit_code == 0, res.output
+    (skip,) = json.loads(res.stdout)["skipped"]
+    assert skip["path"] == "b.xml" and skip["reason"] == "not a Pascal VOC annotation: unknown encoding: no-such-codec"
+    res = cli("convert", tmp_path / "images", tmp_path / "o2", "--annotations", bad, "--json")
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert json.loads(res.stdout)["error"]["kind"] == "usage"
