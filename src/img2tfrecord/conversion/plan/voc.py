@@ -78,6 +78,9 @@ def read_voc(top: str, xmls: list[str]) -> VocRead:
         except (OSError, RecursionError) as e:
             bad_stem[stem] = _unusable(rel, f"cannot be read: {getattr(e, 'strerror', None) or type(e).__name__}")
             continue
+        except LookupError as e:  # the XML declaration names an encoding no codec reads
+            bad_stem[stem] = _unusable(rel, f"declares an encoding Python cannot read ({e})")
+            continue
         if root.tag != "annotation":
             problems.append(
                 {"path": rel, "reason": "not a Pascal VOC annotation (its root element is not <annotation>)"}
