@@ -55,7 +55,7 @@ def test_a_case_is_the_same_for_the_same_seed_and_index(tmp_path: Path) -> None:
 def test_the_oracle_reports_an_exception_with_where_it_was_raised(tmp_path: Path, monkeypatch) -> None:
     """A reader that raises (a one-line bug in the YOLO reader) is a finding naming the exception and
     the reader's frame, not a pass: the fixed-seed run could not miss what it is there to find."""
-    from img2tfrecord.conversion.plan import annotations
+    from img2tfrecord.conversion.plan import yolo as yolo_reader
 
     yolo = next(f for f in FAMILIES if f.name == "yolo")
     ann = tmp_path / "ann"
@@ -64,10 +64,10 @@ def test_the_oracle_reports_an_exception_with_where_it_was_raised(tmp_path: Path
     case = Case(SEED, 0, yolo, [], args, False, ann, "")
     images = build_images(tmp_path / "in")
     assert run_case(case, images, tmp_path / "out") is None  # the seed corpus itself converts
-    monkeypatch.setattr(annotations, "_yolo_names", lambda path: {}[0])
+    monkeypatch.setattr(yolo_reader, "class_names", lambda path, shown: {}[0])
     got = run_case(case, images, tmp_path / "out")
     assert got is not None and got.kind == "exception"
-    assert got.signature.startswith("KeyError at conversion/plan/annotations.py:") and "(<lambda>)" not in got.signature
+    assert got.signature.startswith("KeyError at conversion/plan/yolo.py:") and "(<lambda>)" not in got.signature
     assert "KeyError: 0" in got.detail
 
 
