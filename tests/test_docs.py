@@ -144,9 +144,12 @@ def _our_options() -> set[str]:
 
 
 def test_every_option_the_docs_name_exists() -> None:
-    """An option named in prose or in an example is one `--help` lists (a renamed option leaves no stale word)."""
+    """An option named in prose or in an example is one `--help` lists (a renamed option leaves no stale
+    word); the benchmarks' and the fuzz runner's options are read from their argparse calls."""
     bench = {
-        o for p in (ROOT / "bench").glob("*.py") for o in re.findall(r"add_argument\(\s*\"(--[a-z-]+)\"", p.read_text())
+        o
+        for p in [*(ROOT / "bench").glob("*.py"), *(ROOT / "tests" / "fuzz").glob("*.py")]
+        for o in re.findall(r"add_argument\(\s*\"(--[a-z-]+)\"", p.read_text())
     }
     known = _our_options() | bench | OTHER_TOOLS_OPTIONS | BEAM_PIPELINE_OPTIONS
     stale = []

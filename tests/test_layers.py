@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -154,16 +155,23 @@ def test_every_module_is_at_most_600_lines():
     assert not long, long
 
 
-def test_every_function_is_at_most_80_lines():
-    """The same rule one level down: a function past 80 lines is cut into named steps."""
-    long = []
+FUNCTION_GUIDE = 80  # past this a function is reported: worth a look, not cut to a count
+FUNCTION_LIMIT = 160  # past this it is refused: no one step of meaning takes two screens
+
+
+def test_long_functions_are_reported_and_none_is_past_the_limit():
+    """Functions are shaped by what they do: one past FUNCTION_GUIDE lines is listed as a warning
+    (longest first, for a reviewer), one past FUNCTION_LIMIT fails."""
+    lengths = []
     for name, path in sorted(modules().items()):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 n = (node.end_lineno or node.lineno) - node.lineno + 1
-                if n > 80:
-                    long.append(f"{name}.{node.name}: {n} lines (line {node.lineno})")
-    assert not long, "\n".join(long)
+                lengths.append((n, f"{name}.{node.name}: {n} lines (line {node.lineno})"))
+    lengths.sort(reverse=True)
+    if long := [text for n, text in lengths if n > FUNCTION_GUIDE]:
+        warnings.warn(f"functions past {FUNCTION_GUIDE} lines:\n" + "\n".join(long), stacklevel=1)
+    assert not [text for n, text in lengths if n > FUNCTION_LIMIT]
 
 
 def test_the_cli_takes_its_choice_lists_from_the_library():
