@@ -56,7 +56,7 @@ def clip(rel: str, ann: ImageBoxes, ids: dict[str, int], segments: Any = None) -
                 dropped = False
                 if x0 != bx0 or y0 != by0 or x1 != bx1 or y1 != by1:
                     why = "partly outside the image: clipped"
-                if why or not area >= 0:  # clipped, or no area of its own: the box's
+                if not area >= 0:  # no area of its own (VOC, YOLO): the box's, clipped; COCO's is kept as given
                     area = (x1 - x0) * (y1 - y0)
         if why:
             problems.append({"path": rel, "box": str(i), "class": name, "reason": why})
