@@ -108,10 +108,14 @@ def discover_detection(
     matched: dict[str, str] = {}  # annotation entry -> the image it is of
     per_image: dict[str, tuple[str, ...]] = {}
     kept: list[tuple[int, int, Objects]] = []  # (found's index, class, objects) of each image kept
+    refused: list[dict[str, str]] = []  # images skipped because their annotation entry is not used
     for i, name in enumerate(found.names):
         rel = decode_name(name)
         shown = utf8_text(rel)
         got = _match(ann, rel, matched, ids)
+        if got is not None and got.refused:  # its annotation entry is not used: a guess would be a lie
+            refused.append({"path": shown, "split": "", "reason": got.refused})
+            continue
         cut = clip(shown, got or ImageBoxes(0, 0, rel, ()), ids, ann.segments)
         objects = cut.objects
         if not objects.label and skip_empty:
@@ -152,7 +156,8 @@ def discover_detection(
     )
     out.skipped = sorted(
         [{"path": utf8_text(r), "split": "", "reason": why} for r, why in found.report.skipped]
-        + [{"path": p["path"], "split": "", "reason": p["reason"]} for p in ann.problems + ann.not_found(matched)],
+        + [{"path": p["path"], "split": "", "reason": p["reason"]} for p in ann.problems + ann.not_found(matched)]
+        + refused,
         key=lambda s: s["path"],
     )
     if note := junk_note(found.report.junk_dirs):
