@@ -25,6 +25,7 @@ from img2tfrecord.conversion.plan.raw_boxes import SegmentRows
 from img2tfrecord.conversion.plan.splits import EXACT, Discovery, SplitRule, assemble
 from img2tfrecord.conversion.plan.table import BoxCounts, ImageTable, Objects, decode_name
 from img2tfrecord.conversion.plan.walk import check_input, walk_classes
+from img2tfrecord.conversion.plan.walk_files import ClassFiles
 from img2tfrecord.conversion.plan.walk_text import junk_note
 from img2tfrecord.errors import DataError, UsageError, option
 from img2tfrecord.format.schema import MetaValue, utf8_text
@@ -154,16 +155,24 @@ def discover_detection(
         no_images=f"no images found in {input_dir}",
         rule=rule,
     )
-    out.skipped = sorted(
+    out.skipped = _skipped(found, ann, matched, refused)
+    if note := junk_note(found.report.junk_dirs):
+        out.notes.append(note)
+    out.boxes = BoxCounts(per_image, problems, skipped_empty, ann.digest, tuple(classes))
+    return Boxed(out, problems, count, empty, skipped_empty)
+
+
+def _skipped(
+    found: ClassFiles, ann: Annotations, matched: dict[str, str], refused: list[dict[str, str]]
+) -> list[dict[str, str]]:
+    """What the walk and the annotations could not use, by path: unreadable files, annotations
+    that are no box (or of no image found), images whose annotation entry is not used."""
+    return sorted(
         [{"path": utf8_text(r), "split": "", "reason": why} for r, why in found.report.skipped]
         + [{"path": p["path"], "split": "", "reason": p["reason"]} for p in ann.problems + ann.not_found(matched)]
         + refused,
         key=lambda s: s["path"],
     )
-    if note := junk_note(found.report.junk_dirs):
-        out.notes.append(note)
-    out.boxes = BoxCounts(per_image, problems, skipped_empty, ann.digest, tuple(classes))
-    return Boxed(out, problems, count, empty, skipped_empty)
 
 
 def _classes(ann: Annotations, labels: list[str] | None, known_classes: list[str] | None) -> list[str]:
