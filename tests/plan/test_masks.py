@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -319,3 +320,47 @@ def test_masks_give_the_same_bytes_on_every_run_and_worker_count(corpus, cli, tm
                 {k: v for k, v in json.loads(x).items() if k not in ("created", "elapsed_seconds")} for x in (one, two)
             )
         assert one == two, name
+
+
+HOSTILE = [
+    [[1e300, 2, -1e300, 4, 5, 1e300]],  # asked pycocotools for 22 GB: the kernel killed the run
+    [[1e8, 2, -1e8, 4, 5, 1e8]],  # overflowed its C ints: a segfault
+    [[1e8, 1e8, 1e8 + 5, 1e8, 1e8, 1e8 + 5]],  # far outside, nothing of it near the image
+    [[v for _ in range(2000) for v in (0, 0, 79, 79)] + [0, 79]],  # an outline 4,000 images long
+    [[10, 10, 30, 10, 20, 30]],  # an ordinary one
+]
+BOUNDED = (
+    "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)); "
+    "from img2tfrecord.cli import main; main(sys.argv[1:])"
+)
+
+
+def test_polygons_of_huge_coordinates_are_clipped_or_dropped_in_bounded_memory(tmp_path):
+    """Issue 38 item 10: polygons reaching far outside an 80x80 image are clipped to it (named
+    "clipped"), one far outside and one of an absurd outline are dropped with their boxes (named),
+    all in a process held to 3 GB of address space (TensorFlow's own is ~1.3 GB); the ordinary
+    one is pycocotools' mask of it, the clipped 1e300 triangle covers the image below y=3."""
+    _image(tmp_path / "images" / "a.png", (80, 80), [[0, 0, 80, 80]])
+    coco = {
+        "images": [{"id": 1, "file_name": "a.png", "width": 80, "height": 80}],
+        "annotations": [{"image_id": 1, "category_id": 1, "bbox": [0, 0, 80, 80], "segmentation": s} for s in HOSTILE],
+        "categories": [{"id": 1, "name": "cat"}],
+    }
+    (tmp_path / "instances.json").write_text(json.dumps(coco))
+    args = ["convert", tmp_path / "images", tmp_path / "out", "--annotations", tmp_path / "instances.json"]
+    res = subprocess.run(
+        [sys.executable, "-c", BOUNDED, *map(str, args), "--masks", "--json"], capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    got = json.loads(res.stdout)["detection"]
+    assert [p["reason"] for p in got["box_problems"]] == [
+        "its segmentation reaches far outside the image: clipped",
+        "its segmentation reaches far outside the image: clipped",
+        "its segmentation lies far outside the image: dropped",
+        "its segmentation's outline is longer than 100 times the image's width and height: dropped",
+    ]
+    masks = mask_records(tmp_path / "out")["a.png"]["masks"]
+    assert len(masks) == 3
+    assert (masks[0][4:, :, 0] == 1).all() and (masks[0][:2, :, 0] == 0).all()
+    ordinary = mask_api.decode(mask_api.merge(mask_api.frPyObjects(HOSTILE[4], 80, 80)))
+    assert (masks[2][:, :, 0] == ordinary).all()

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from img2tfrecord import fs
+from img2tfrecord.conversion.plan import coco_polygons
 from img2tfrecord.conversion.plan.annotations import Annotations, ImageBoxes
 from img2tfrecord.conversion.plan.labels import check_class_names, class_list
 from img2tfrecord.conversion.plan.raw_boxes import SegmentRows
@@ -59,6 +60,9 @@ def clip(rel: str, ann: ImageBoxes, ids: dict[str, int], segments: Any = None) -
                     why = "partly outside the image: clipped"
                 if not area >= 0:  # no area of its own (VOC, YOLO): the box's, clipped; COCO's is kept as given
                     area = (x1 - x0) * (y1 - y0)
+        if not dropped and mask >= 0 and (shape := _shape(segments, mask, w, h)):
+            dropped = shape.endswith("dropped")  # its segmentation could not be rasterized: the box goes too
+            why = shape if dropped or not why else f"{why.removesuffix(': clipped')}, and {shape}"
         if why:
             problems.append({"path": rel, "box": str(i), "class": name, "reason": why})
         if dropped:
@@ -70,6 +74,15 @@ def clip(rel: str, ann: ImageBoxes, ids: dict[str, int], segments: Any = None) -
     if segments is not None:
         source = source._replace(masks=SegmentRows(segments, masks))
     return Clipped(source, problems)
+
+
+def _shape(segments: Any, row: int, width: float, height: float) -> str:
+    """Why box `row`'s segmentation is clipped or dropped before rasterizing (plan.coco_polygons), or ""."""
+    reach = segments.reach(row)
+    w, h = int(width), int(height)
+    if reach is None or not (coco_polygons.far(reach, w, h) or reach.outline > coco_polygons.OUTLINE * (w + h)):
+        return ""
+    return coco_polygons.problem(segments.segment(row).polygons, w, h, reach)
 
 
 class Boxed(NamedTuple):
