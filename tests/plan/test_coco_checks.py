@@ -43,7 +43,7 @@ def test_every_annotation_not_in_a_record_is_named_and_strict_fails(tmp_path: Pa
     """Issue 38 item 3: an annotation of no listed image, an entry with a null or missing file_name,
     one file_name listed twice and one image id given twice lose no box silently: each annotation
     and each unused entry is named with its reason, the ambiguous images are skipped (not given
-    another image's boxes), and --strict fails."""
+    another image's boxes), and --strict fails; an entry repeated exactly is no ambiguity."""
     for name in "abcde":
         _image(tmp_path / "images" / f"{name}.png", (40, 40), [[5, 5, 10, 10]])
     coco = {
@@ -55,6 +55,7 @@ def test_every_annotation_not_in_a_record_is_named_and_strict_fails(tmp_path: Pa
             {"id": 5, "file_name": "d.png", "width": 40, "height": 40},
             {"id": 5, "file_name": "e.png", "width": 40, "height": 40},
             {"id": 6, "width": 40, "height": 40},
+            {"id": 1, "file_name": "a.png", "width": 40, "height": 40},  # a.png's repeated exactly: counts once
         ],
         "annotations": [
             {"image_id": i, "category_id": 1, "bbox": [5, 5, 10, 10], "area": 100} for i in (1, 2, 3, 4, 5, 6, 99)

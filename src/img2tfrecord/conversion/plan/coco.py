@@ -351,15 +351,22 @@ def _images(kept: _Kept, base: str) -> _Images:
     """Resolve `images`: an entry naming a file another entry names too, or with the id of another,
     is not used (which of them an image or an annotation is of is a guess; COCO's ids are unique),
     nor one without a file name or a usable size; each is named, and so is every annotation of an
-    image that is not used or not listed."""
+    image that is not used or not listed. An entry repeated exactly (id, file name and size) counts
+    once: nothing is ambiguous about it."""
+    entries: list[_Entry] = []
+    seen: set[tuple[Any, ...]] = set()
+    for e in kept.entries:
+        if e.why or (e.name, e.key, e.width, e.height) not in seen:
+            entries.append(e)
+            seen.add((e.name, e.key, e.width, e.height))
     by_name: dict[str, list[_Entry]] = {}
     by_key: dict[Any, list[_Entry]] = {}
-    for e in kept.entries:
+    for e in entries:
         if e.name is not None:
             by_name.setdefault(e.name, []).append(e)
         if e.key is not None:
             by_key.setdefault(e.key, []).append(e)
-    why = {e.pos: e.why for e in kept.entries if e.why}
+    why = {e.pos: e.why for e in entries if e.why}
     refused: dict[str, str] = {}
     codes = kept.image_codes
     code_why: dict[int, str] = {codes.setdefault(None, len(codes)): "no image_id"}
@@ -382,7 +389,7 @@ def _images(kept: _Kept, base: str) -> _Images:
         elif es[0].pos in why:
             refused[name] = f"its entry in {base} (images[{es[0].pos}]) is not used: {why[es[0].pos]}"
     got = _Images({}, array("q"), array("q"), array("q"), [], refused, [], [])
-    for e in kept.entries:
+    for e in entries:
         if e.pos in why:
             got.problems.append({"path": f"{base}:images[{e.pos}]", "reason": why[e.pos]})
             if e.key is not None:
