@@ -19,8 +19,8 @@ the same `clip_far` before rasterizing, so its memory is bounded by the image's 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any, NamedTuple
 
 OUTLINE = 100  # times (width + height): the longest outline a segmentation may have
@@ -49,13 +49,13 @@ def reach_of(polygons: Sequence[Polygon], with_outline: bool = True) -> Reach:
     ymin = min(min(p[1::2]) for p in polygons)
     xmax = max(max(p[0::2]) for p in polygons)
     ymax = max(max(p[1::2]) for p in polygons)
-    return Reach(xmin, ymin, xmax, ymax, math.fsum(outline(p) for p in polygons) if with_outline else 0.0)
+    return Reach(xmin, ymin, xmax, ymax, sum(outline(p) for p in polygons) if with_outline else 0.0)
 
 
 def outline(p: Polygon) -> float:
     """One polygon's outline: each edge's longer side, the closing edge included."""
     xs, ys = p[0::2], p[1::2]
-    return math.fsum(
+    return sum(  # past a double: inf, which is over any bound (fsum would raise)
         max(abs(x1 - x0), abs(y1 - y0)) for x0, y0, x1, y1 in zip(xs, ys, (*xs[1:], xs[0]), (*ys[1:], ys[0]))
     )
 
@@ -88,8 +88,8 @@ def problem(polygons: Sequence[Polygon], width: int, height: int, reach: Reach |
 
 
 def _clip(p: Polygon, x0: float, y0: float, x1: float, y1: float) -> Polygon:
-    """Polygon `p` clipped to the rectangle (Sutherland-Hodgman, one side at a time), computed
-    without overflow for any finite coordinates (a crossing's parameter from halves)."""
+    """Polygon `p` clipped to the rectangle (Sutherland-Hodgman, one side at a time), for any
+    finite coordinates (`_cross`)."""
     pts: list[tuple[float, float]] = list(zip(p[0::2], p[1::2]))
     for axis, bound, low in ((0, x0, True), (0, x1, False), (1, y0, True), (1, y1, False)):
         if not pts:
@@ -108,10 +108,17 @@ def _clip(p: Polygon, x0: float, y0: float, x1: float, y1: float) -> Polygon:
     return tuple(v for pt in pts for v in pt)
 
 
+_FLOAT_BELOW = 2.0**20  # coordinates below this: a crossing in floats is off by 1e-10 pixels at most
+
+
 def _cross(a: Any, b: Any, axis: int, bound: float) -> tuple[float, float]:
-    """Where edge a-b crosses the line `axis` = `bound` (a and b on either side of it)."""
-    t = min(1.0, max(0.0, (bound * 0.5 - a[axis] * 0.5) / (b[axis] * 0.5 - a[axis] * 0.5)))
+    """Where edge a-b crosses the line `axis` = `bound` (a and b on either side of it); exactly
+    (fractions) when a coordinate is so large that a float's rounding there exceeds the image."""
     o = 1 - axis
-    lo, hi = min(a[o], b[o]), max(a[o], b[o])
-    other = min(hi, max(lo, a[o] * (1 - t) + b[o] * t))
+    if max(abs(a[0]), abs(a[1]), abs(b[0]), abs(b[1])) < _FLOAT_BELOW:
+        other = a[o] + (b[o] - a[o]) * ((bound - a[axis]) / (b[axis] - a[axis]))
+    else:
+        at, ao = Fraction(a[axis]), Fraction(a[o])
+        other = float(ao + (Fraction(b[o]) - ao) * ((Fraction(bound) - at) / (Fraction(b[axis]) - at)))
+    other = min(max(a[o], b[o]), max(min(a[o], b[o]), other))
     return (bound, other) if axis == 0 else (other, bound)
