@@ -51,7 +51,7 @@ def test_every_annotation_not_in_a_record_is_named_and_strict_fails(tmp_path: Pa
             {"id": 1, "file_name": "a.png", "width": 40, "height": 40},
             {"id": 2, "file_name": None, "width": 40, "height": 40},
             {"id": 3, "file_name": "c.png", "width": 40, "height": 40},
-            {"id": 4, "file_name": "c.png", "width": 40, "height": 40},
+            {"id": 4, "file_name": "c.png", "width": "eighty", "height": 40},
             {"id": 5, "file_name": "d.png", "width": 40, "height": 40},
             {"id": 5, "file_name": "e.png", "width": 40, "height": 40},
             {"id": 6, "width": 40, "height": 40},
@@ -73,8 +73,10 @@ def test_every_annotation_not_in_a_record_is_named_and_strict_fails(tmp_path: Pa
     assert skipped["instances.json:annotations[6]"] == "its image_id names no image in instances.json"
     assert skipped["instances.json:images[1]"] == "no file_name"
     assert skipped["instances.json:images[6]"] == "no file_name"
-    assert skipped["instances.json:images[2]"] == skipped["instances.json:images[3]"]
-    assert "named by 2 entries" in skipped["instances.json:images[2]"]
+    assert skipped["instances.json:images[2]"] == "its file_name is named by 2 entries (images[2], images[3])"
+    assert skipped["instances.json:images[3]"] == (
+        "its file_name is named by 2 entries (images[2], images[3]); width is text, not a whole number of pixels"
+    )
     assert "COCO's image ids are unique" in skipped["instances.json:images[4]"]
     assert "ambiguous" in skipped["c.png"] and "is not used" in skipped["d.png"] and "is not used" in skipped["e.png"]
     records = od_records(tmp_path / "out")

@@ -384,7 +384,8 @@ def _images(kept: _Kept, base: str) -> _Images:
             listed = ", ".join(f"images[{e.pos}]" for e in es)
             reason = f"{len(es)} entries of {base} name it ({listed}): which one is of this image is ambiguous"
             for e in es:
-                why[e.pos] = f"its file_name is named by {len(es)} entries ({listed})"
+                also = f"; {why[e.pos]}" if e.pos in why else ""  # its own fault is said too
+                why[e.pos] = f"its file_name is named by {len(es)} entries ({listed}){also}"
             refused[name] = reason
         elif es[0].pos in why:
             refused[name] = f"its entry in {base} (images[{es[0].pos}]) is not used: {why[es[0].pos]}"
