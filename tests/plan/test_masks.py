@@ -6,15 +6,23 @@ kept as stored, turned upright with an EXIF-rotated photo, and resized by neares
 from __future__ import annotations
 
 import json
+import math
 import shutil
+import subprocess
 import sys
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
+from helpers import examples
+from img2tfrecord.conversion.plan import coco_polygons
+from img2tfrecord.conversion.plan.coco_polygons import clip_far
 from test_detection import _image
 
 mask_api = pytest.importorskip("pycocotools.mask")  # the masks extra: `make install` has it
@@ -319,3 +327,111 @@ def test_masks_give_the_same_bytes_on_every_run_and_worker_count(corpus, cli, tm
                 {k: v for k, v in json.loads(x).items() if k not in ("created", "elapsed_seconds")} for x in (one, two)
             )
         assert one == two, name
+
+
+HOSTILE = [
+    [[1e300, 2, -1e300, 4, 5, 1e300]],  # asked pycocotools for 22 GB: the kernel killed the run
+    [[1e8, 2, -1e8, 4, 5, 1e8]],  # overflowed its C ints: a segfault
+    [[1e8, 1e8, 1e8 + 5, 1e8, 1e8, 1e8 + 5]],  # far outside, nothing of it near the image
+    [[v for _ in range(2000) for v in (0, 0, 79, 79)] + [0, 79]],  # an outline 4,000 images long
+    [[10, 10, 30, 10, 20, 30]],  # an ordinary one
+]
+BOUNDED = (
+    "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)); "
+    "from img2tfrecord.cli import main; main(sys.argv[1:])"
+)
+
+
+def test_polygons_of_huge_coordinates_are_clipped_or_dropped_in_bounded_memory(tmp_path):
+    """Issue 38 item 10: polygons reaching far outside an 80x80 image are clipped to it (named
+    "clipped"), one far outside and one of an absurd outline are dropped with their boxes (named),
+    all in a process held to 3 GB of address space (TensorFlow's own is ~1.3 GB); the ordinary
+    one is pycocotools' mask of it, the clipped 1e300 triangle covers the image below y=3."""
+    _image(tmp_path / "images" / "a.png", (80, 80), [[0, 0, 80, 80]])
+    coco = {
+        "images": [{"id": 1, "file_name": "a.png", "width": 80, "height": 80}],
+        "annotations": [{"image_id": 1, "category_id": 1, "bbox": [0, 0, 80, 80], "segmentation": s} for s in HOSTILE],
+        "categories": [{"id": 1, "name": "cat"}],
+    }
+    (tmp_path / "instances.json").write_text(json.dumps(coco))
+    args = ["convert", tmp_path / "images", tmp_path / "out", "--annotations", tmp_path / "instances.json"]
+    res = subprocess.run(
+        [sys.executable, "-c", BOUNDED, *map(str, args), "--masks", "--json"], capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    got = json.loads(res.stdout)["detection"]
+    assert [p["reason"] for p in got["box_problems"]] == [
+        "its segmentation reaches far outside the image: clipped",
+        "its segmentation reaches far outside the image: clipped",
+        "its segmentation lies far outside the image: dropped",
+        "its segmentation's outline is longer than 100 times the image's width and height: dropped",
+    ]
+    masks = mask_records(tmp_path / "out")["a.png"]["masks"]
+    assert len(masks) == 3
+    assert (masks[0][4:, :, 0] == 1).all() and (masks[0][:2, :, 0] == 0).all()
+    ordinary = mask_api.decode(mask_api.merge(mask_api.frPyObjects(HOSTILE[4], 80, 80)))
+    assert (masks[2][:, :, 0] == ordinary).all()
+
+
+_COORD = (
+    st.floats(allow_nan=False, allow_infinity=False)
+    | st.floats(-200, 200)
+    | st.integers(-(10**8), 10**8)
+    | st.sampled_from([1e300, -1e300, 1e8, -1e8, 1.7e308, -1.7e308, 3.0, 0.5])
+)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    polygons=st.lists(st.lists(st.tuples(_COORD, _COORD), min_size=3, max_size=8), min_size=1, max_size=3),
+    width=st.integers(1, 100),
+    height=st.integers(1, 100),
+)
+def test_any_polygon_is_clipped_into_the_frame_without_overflow(
+    polygons: list[list[tuple[float, float]]], width: int, height: int
+) -> None:
+    """Any finite coordinates (up to a double's largest): the clipped polygons are finite, inside
+    the frame `far` measures (so a second clip changes nothing), a segmentation within it is kept
+    as given, and one beyond it is always named clipped or dropped."""
+    flat = [tuple(float(v) for pt in p for v in pt) for p in polygons]
+    got = clip_far(flat, width, height)
+    assert all(math.isfinite(v) for p in got for v in p)
+    assert all(len(p) >= 6 and len(p) % 2 == 0 for p in got)
+    assert all(-width <= x <= 2 * width for p in got for x in p[0::2])
+    assert all(-height <= y <= 2 * height for p in got for y in p[1::2])
+    assert clip_far(got, width, height) == got
+    if got != tuple(flat):  # clipped: the region an exact clip (fractions) gives, to a millionth of a pixel
+        exact = [_exact_clip(p, (-width, -height, 2 * width, 2 * height)) for p in flat]
+        want = [a for a in map(_area, exact) if a is not None]
+        assert sum(float(_area(p) or 0) for p in got) == pytest.approx(float(sum(want)), abs=1e-6 * (width + height))
+    why = coco_polygons.problem(flat, width, height)
+    if coco_polygons.far(coco_polygons.reach_of(flat), width, height):
+        assert why.endswith(("clipped", "dropped"))
+    else:
+        assert got == tuple(flat) and why in ("", coco_polygons.problem(got, width, height))
+
+
+def _exact_clip(p: tuple[float, ...], box: tuple[int, int, int, int]) -> list[tuple[Fraction, Fraction]]:
+    """Sutherland-Hodgman in fractions: the test's oracle for coco_polygons' float clip."""
+    pts = [(Fraction(x), Fraction(y)) for x, y in zip(p[0::2], p[1::2])]
+    for axis, bound, low in ((0, box[0], True), (0, box[2], False), (1, box[1], True), (1, box[3], False)):
+        out: list[tuple[Fraction, Fraction]] = []
+        for k, cur in enumerate(pts):
+            prev = pts[k - 1]
+            inside = [(q[axis] >= bound) if low else (q[axis] <= bound) for q in (prev, cur)]
+            if inside[0] != inside[1]:
+                t = (bound - prev[axis]) / (cur[axis] - prev[axis])
+                cross = tuple(prev[i] + (cur[i] - prev[i]) * t for i in (0, 1))
+                out.append((Fraction(bound), cross[1]) if axis == 0 else (cross[0], Fraction(bound)))
+            if inside[1]:
+                out.append(cur)
+        pts = out
+    return pts
+
+
+def _area(p: Any) -> Any:
+    """A polygon's signed area (shoelace), of float pairs or flat floats; None below 3 points."""
+    pts = list(zip(p[0::2], p[1::2])) if p and not isinstance(p[0], tuple) else list(p)
+    if len(pts) < 3:
+        return None
+    return sum(x0 * y1 - x1 * y0 for (x0, y0), (x1, y1) in zip(pts, pts[1:] + pts[:1])) / 2

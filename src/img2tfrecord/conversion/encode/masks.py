@@ -16,6 +16,7 @@ from typing import Any
 from PIL import Image
 
 from img2tfrecord.conversion.encode.source import EXIF_TRANSPOSE
+from img2tfrecord.conversion.plan.coco_polygons import clip_far
 from img2tfrecord.conversion.plan.raw_boxes import Segment
 
 
@@ -62,9 +63,16 @@ def problem(segments: tuple[Segment, ...] | None, width: int, height: int) -> st
 
 
 def _rle(mask: Any, s: Segment, height: int, width: int) -> Any:
-    """The object's RLE as COCO.annToRLE makes it (pycocotools' `mask` module as `mask`)."""
+    """The object's RLE as COCO.annToRLE makes it (pycocotools' `mask` module as `mask`); polygons
+    reaching far outside the image clipped to it first (plan.coco_polygons: pycocotools' memory
+    follows the outline; the plan dropped a box whose segmentation is still too long or empty)."""
     if s.polygons:
-        return mask.merge(mask.frPyObjects([list(p) for p in s.polygons], height, width))
+        polygons = clip_far(s.polygons, width, height)
+        if not polygons:  # none of it inside (the plan dropped such a box): an empty mask
+            import numpy as np  # deferred, as pycocotools (which needs it)
+
+            return mask.encode(np.zeros((height, width), dtype=np.uint8, order="F"))
+        return mask.merge(mask.frPyObjects([list(p) for p in polygons], height, width))
     if s.counts:
         return mask.frPyObjects({"counts": list(s.counts), "size": [s.height, s.width]}, height, width)
     return {"counts": s.text.encode("ascii"), "size": [s.height, s.width]}

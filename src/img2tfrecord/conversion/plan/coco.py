@@ -13,6 +13,9 @@ A file under `WHOLE_BELOW` is parsed whole by `json` instead (without `--masks`,
 segmentations are kept from the stream's events), its elements fed to the same
 `_Kept`: streaming goes through Python once an event (~1.1 s for a 3.6 MB file of 25,682 boxes
 here, where `json.loads` takes ~0.13 s), and below 16 MB the whole parse holds ~150 MB at most.
+Both read the bytes by one rule (conversion.plan.coco_text: a file the whole parse is unsure of
+is streamed) and check each element with the same functions (`_Kept.add`, `_entry`), so a file is
+read alike, or refused in the same words, whatever its size.
 """
 
 from __future__ import annotations
@@ -22,12 +25,12 @@ import json
 import os
 from array import array
 from collections.abc import Iterator, Mapping
-from typing import IO, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import ijson
-import xxhash
 
 from img2tfrecord.conversion.plan.coco_masks import PREFIXES, Segments
+from img2tfrecord.conversion.plan.coco_text import Source, at, located, whole_is_safe
 from img2tfrecord.conversion.plan.raw_boxes import ImageBoxes, RawBox
 from img2tfrecord.errors import UsageError, option
 
@@ -51,21 +54,23 @@ class NotCoco(Exception):
     """JSON, but not an object: not COCO instances."""
 
 
-class _Hashed:
-    """The file as ijson reads it, hashed on the way (one read for the parse and the digest), a
-    UTF-8 BOM dropped as the text readers drop it."""
+class _Unsure(Exception):
+    """The whole parse cannot tell what the stream would read of this file: stream it."""
 
-    def __init__(self, f: IO[bytes], name: str) -> None:
-        self._f, self._first = f, True
-        self.hash = xxhash.xxh3_128(name.encode("utf-8", "surrogateescape") + b"\0")
 
-    def read(self, size: int = -1) -> bytes:
-        data = self._f.read(size)
-        self.hash.update(data)
-        if self._first and data:
-            self._first = False
-            data = data.removeprefix(b"\xef\xbb\xbf")
-        return data
+MAX_SIDE = 2**31 - 1  # pixels: an image's width or height beyond this is no image's
+
+
+class _Entry(NamedTuple):
+    """An element of `images`, read: its place, file name and id (None: none usable), size, and
+    why it cannot be used ("" if it can)."""
+
+    pos: int  # its index in `images`
+    name: str | None
+    key: Any
+    width: int
+    height: int
+    why: str
 
 
 class _Kept:
@@ -81,9 +86,7 @@ class _Kept:
         self.xywh, self.area, self.crowd = array("d"), array("d"), array("b")
         self.bad = array("q")  # annotations with no usable bbox or category id
         self.annotations = 0
-        self.files: dict[str, int] = {}  # file_name -> image row (a name given twice: the last)
-        self.width, self.height, self.image_code = array("q"), array("q"), array("q")
-        self.source_ids: list[str] = []
+        self.entries: list[_Entry] = []  # the elements of `images`, in the file's order
         self.cats: dict[Any, str] = {}
         self.keys: set[str] = set()  # the top-level keys
         self.images_list = False
@@ -92,10 +95,10 @@ class _Kept:
         """One element of `images`, `annotations` or `categories` (None: not an object)."""
         if item == ANN:
             self._annotation(cur)
+        elif item == IMG:
+            self.entries.append(_entry(len(self.entries), cur))
         elif cur is None:
             return
-        elif item == IMG:
-            self._image(cur)
         elif cur.get("id", _CONTAINER) is not _CONTAINER and isinstance(cur.get("name"), str):
             self.cats[cur["id"]] = cur["name"]
 
@@ -118,10 +121,9 @@ class _Kept:
         if self.segments is not None and not self.segments.commit():
             self.no_mask.append(i)
             return
-        image = cur.get("image_id")
         self.keep(
             i,
-            None if image is _CONTAINER else image,
+            cur.get("image_id"),  # _CONTAINER (an object or a list): no image's id
             cur["category_id"],
             (x, y, w, h),
             cur.get("area"),
@@ -138,29 +140,41 @@ class _Kept:
         self.area.append(float(area) if isinstance(area, (int, float)) else -1.0)
         self.crowd.append(1 if crowd else 0)
 
-    def _image(self, cur: dict[str, Any]) -> None:
-        name = cur.get("file_name")
-        if not isinstance(name, str):
-            return
-        name = name.removeprefix("./")
-        key = cur.get("id")
-        key = None if key is _CONTAINER else key
-        self.files[name] = len(self.source_ids)
-        self.width.append(_int(cur.get("width")))
-        self.height.append(_int(cur.get("height")))
-        self.image_code.append(self.image_codes.setdefault(key, len(self.image_codes)))
-        self.source_ids.append(str(key if "id" in cur and key is not None else name))
+
+def _entry(index: int, cur: dict[str, Any] | None) -> _Entry:
+    """An element of `images` checked: a file name, and a width and height in whole pixels."""
+    if cur is None:
+        return _Entry(index, None, None, 0, 0, "not an object")
+    name, key = cur.get("file_name"), cur.get("id")
+    key = None if key is _CONTAINER else key
+    if not isinstance(name, str) or not name:
+        return _Entry(index, None, key, 0, 0, "no file_name" if name in (None, "") else f"file_name is {_kind(name)}")
+    name = name.removeprefix("./")
+    sides = [_side(cur, k) for k in ("width", "height")]
+    why = next((w for w in sides if isinstance(w, str)), "")
+    width, height = (w if isinstance(w, int) else 0 for w in sides)
+    return _Entry(index, name, key, width, height, why)
 
 
-def _int(v: Any) -> int:
-    try:
-        return int(v or 0)
-    except (TypeError, ValueError):
-        return 0
+def _side(cur: dict[str, Any], k: str) -> int | str:
+    """An image's width or height (`k`) in pixels, or why it is none (its number, or the kind of
+    value it is: never the file's text)."""
+    v = cur.get(k)
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        if 1 <= v <= MAX_SIDE and v == int(v):
+            return int(v)
+        return f"{k} {v!r} is not a whole number of pixels from 1 to {MAX_SIDE:,}"
+    return f"no {k}" if k not in cur else f"{k} is {_kind(v)}, not a whole number of pixels"
+
+
+def _kind(v: Any) -> str:
+    """A JSON value's kind, as a message names it."""
+    if v is _CONTAINER:
+        return "a list or an object"
+    return {bool: "true or false", str: "text", type(None): "null"}.get(type(v), "a number")
 
 
 MAX_DEPTH = 16  # containers deep: past this a value's prefix is not built (what a box needs is 4 deep)
-MAX_NESTING = 500  # containers deep: a file nested deeper is refused
 
 
 class _Open(NamedTuple):
@@ -168,7 +182,7 @@ class _Open(NamedTuple):
     item: str | None  # an array's elements' prefix; None for an object
 
 
-def _events(f: _Hashed, wanted: frozenset[str]) -> Iterator[tuple[str, str, Any]]:
+def _events(f: Source, wanted: frozenset[str]) -> Iterator[tuple[str, str, Any]]:
     """`ijson.parse`'s (prefix, event, value) for the prefixes `_stream` wants, the prefix built
     here and only MAX_DEPTH levels deep: ijson's own builds every level's prefix in full, so a
     200 KB file of nested brackets took gigabytes (depth squared) until the kernel killed the
@@ -193,8 +207,6 @@ def _events(f: _Hashed, wanted: frozenset[str]) -> Iterator[tuple[str, str, Any]
                 item = None if nxt is None or len(open_) >= MAX_DEPTH else (f"{nxt}.item" if nxt else "item")
             open_.append(_Open(nxt, item))
             nxt = item
-            if len(open_) > MAX_NESTING:  # as json's parser refuses (its recursion limit): no COCO file is so deep
-                raise ValueError(f"nested more than {MAX_NESTING} levels deep")
         else:  # end_map, end_array
             p = open_.pop().prefix
             if p in wanted:
@@ -202,7 +214,7 @@ def _events(f: _Hashed, wanted: frozenset[str]) -> Iterator[tuple[str, str, Any]
             nxt = open_[-1].item if open_ else None
 
 
-def _stream(f: _Hashed, kept: _Kept) -> None:
+def _stream(f: Source, kept: _Kept) -> None:
     """Feed every event of interest to `kept`; the others (segmentation, info, licenses) pass by."""
     cur: dict[str, Any] | None = None
     wanted, segments = kept.wanted, kept.segments
@@ -242,10 +254,16 @@ def _stream(f: _Hashed, kept: _Kept) -> None:
             kept.images_list = True
 
 
-def _whole(f: _Hashed, kept: _Kept) -> None:
+def _whole(f: Source, kept: _Kept) -> None:
     """`_stream`'s work for a small file: parsed whole, each element of the three lists reduced to
     what the stream would have kept of it (`_element`), in the file's order."""
-    data = json.loads(f.read(), parse_constant=_no_constant)
+    text = f.read()
+    if f.problem is not None or not whole_is_safe(text):
+        raise _Unsure
+    try:
+        data = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError):  # the stream says why, in its words and at its position
+        raise _Unsure from None
     if not isinstance(data, dict):
         raise NotCoco("not an object")
     kept.keys.update(data)
@@ -316,13 +334,89 @@ def _element(item: str, element: Any) -> dict[str, Any] | None:
 _NESTED = (list, dict)
 
 
+class _Images(NamedTuple):
+    """The usable elements of `images`, by file name, and why the others are not used."""
+
+    files: dict[str, int]  # file_name -> row
+    width: array
+    height: array
+    code: array  # row -> image code (`_Kept.image_codes`)
+    source_ids: list[str]
+    refused: dict[str, str]  # file_name -> why that image is skipped (its entry not used)
+    why: list[str]  # image code -> why an annotation of it is not used ("": it is used)
+    problems: list[dict[str, str]]  # the entries not used, named
+
+
+def _images(kept: _Kept, base: str) -> _Images:
+    """Resolve `images`: an entry naming a file another entry names too, or with the id of another,
+    is not used (which of them an image or an annotation is of is a guess; COCO's ids are unique),
+    nor one without a file name or a usable size; each is named, and so is every annotation of an
+    image that is not used or not listed. An entry repeated exactly (id, file name and size) counts
+    once: nothing is ambiguous about it."""
+    entries: list[_Entry] = []
+    seen: set[tuple[Any, ...]] = set()
+    for e in kept.entries:
+        if e.why or (e.name, e.key, e.width, e.height) not in seen:
+            entries.append(e)
+            seen.add((e.name, e.key, e.width, e.height))
+    by_name: dict[str, list[_Entry]] = {}
+    by_key: dict[Any, list[_Entry]] = {}
+    for e in entries:
+        if e.name is not None:
+            by_name.setdefault(e.name, []).append(e)
+        if e.key is not None:
+            by_key.setdefault(e.key, []).append(e)
+    why = {e.pos: e.why for e in entries if e.why}
+    refused: dict[str, str] = {}
+    codes = kept.image_codes
+    code_why: dict[int, str] = {codes.setdefault(None, len(codes)): "no image_id"}
+    code_why[codes.setdefault(_CONTAINER, len(codes))] = "its image_id is a list or an object"
+    for key, es in by_key.items():
+        if len(es) > 1:
+            listed = ", ".join(f"images[{e.pos}]" for e in es)
+            for e in es:
+                why.setdefault(e.pos, f"its id is the id of {len(es)} images ({listed}): COCO's image ids are unique")
+            code_why[codes.setdefault(key, len(codes))] = (
+                f"its image_id is the id of {len(es)} images in {base} ({listed})"
+            )
+    for name, es in by_name.items():
+        if len(es) > 1:
+            listed = ", ".join(f"images[{e.pos}]" for e in es)
+            reason = f"{len(es)} entries of {base} name it ({listed}): which one is of this image is ambiguous"
+            for e in es:
+                also = f"; {why[e.pos]}" if e.pos in why else ""  # its own fault is said too
+                why[e.pos] = f"its file_name is named by {len(es)} entries ({listed}){also}"
+            refused[name] = reason
+        elif es[0].pos in why:
+            refused[name] = f"its entry in {base} (images[{es[0].pos}]) is not used: {why[es[0].pos]}"
+    got = _Images({}, array("q"), array("q"), array("q"), [], refused, [], [])
+    for e in entries:
+        if e.pos in why:
+            got.problems.append({"path": f"{base}:images[{e.pos}]", "reason": why[e.pos]})
+            if e.key is not None:
+                reason = f"its image's entry ({base}:images[{e.pos}]) is not used"
+                code_why.setdefault(codes.setdefault(e.key, len(codes)), reason)
+            continue
+        assert e.name is not None, "an entry without a file name is not used"
+        got.files[e.name] = len(got.source_ids)
+        got.width.append(e.width)
+        got.height.append(e.height)
+        got.code.append(codes.setdefault(e.key, len(codes)) if e.key is not None else -1)
+        got.source_ids.append(str(e.key if e.key is not None else e.name))
+    used = set(got.code)
+    got.why.extend(
+        code_why.get(c, "" if c in used else f"its image_id names no image in {base}") for c in range(len(codes))
+    )
+    return got
+
+
 class CocoImages(Mapping[str, ImageBoxes]):
     """A COCO file's images by file name, each one's `ImageBoxes` built when asked for from the
     boxes kept in arrays, grouped by image (ImageBoxes and RawBoxes for every image at once would
     cost ~250 bytes a box). Plain Python: an image's few boxes are read from the arrays faster
     than numpy slices them and converts them back (4,000 images: 18 ms against 21)."""
 
-    def __init__(self, kept: _Kept, names: list[str | None], keep: list[bool]) -> None:
+    def __init__(self, kept: _Kept, images: _Images, names: list[str | None], keep: list[bool]) -> None:
         codes = kept.box_image
         order = [j for j, k in enumerate(keep) if k]
         order.sort(key=codes.__getitem__)  # stable: an image's boxes in the file's order
@@ -334,12 +428,16 @@ class CocoImages(Mapping[str, ImageBoxes]):
         self._xywh, self._area, self._crowd, self._cat = kept.xywh, kept.area, kept.crowd, kept.box_cat
         self._names = names
         self.segments = kept.segments  # --masks: a box's segmentation is row `mask` of it
-        self._files, self._width, self._height = kept.files, kept.width, kept.height
-        self._code, self._source_ids = kept.image_code, kept.source_ids
+        self._files, self._width, self._height = images.files, images.width, images.height
+        self._code, self._source_ids, self._refused = images.code, images.source_ids, images.refused
 
     def __getitem__(self, name: str) -> ImageBoxes:
+        if name in self._refused:  # its entry is not used: the image is skipped, saying why
+            return ImageBoxes(0, 0, name, (), self._refused[name])
         row = self._files[name]
         code = self._code[row]
+        if code < 0:  # no id: no annotation is of it
+            return ImageBoxes(self._width[row], self._height[row], self._source_ids[row], ())
         xywh, area, crowd, cat, names = self._xywh, self._area, self._crowd, self._cat, self._names
         masks = self.segments is not None
         boxes = []
@@ -349,13 +447,13 @@ class CocoImages(Mapping[str, ImageBoxes]):
         return ImageBoxes(self._width[row], self._height[row], self._source_ids[row], tuple(boxes))
 
     def __contains__(self, name: object) -> bool:
-        return name in self._files
+        return name in self._files or name in self._refused
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._files)
+        return itertools.chain(self._files, self._refused)
 
     def __len__(self) -> int:
-        return len(self._files)
+        return len(self._files) + len(self._refused)
 
 
 class CocoRead(NamedTuple):
@@ -369,34 +467,52 @@ class CocoRead(NamedTuple):
 
 
 def read_coco(path: str, max_bytes: int, masks: bool = False) -> CocoRead:
-    """Stream the COCO instances file at `path`, with each box's segmentation for `masks`; UsageError
-    when it is not JSON or not COCO instances."""
+    """Read the COCO instances file at `path` (parsed whole when small, else streamed: the same
+    reading), with each box's segmentation for `masks`; UsageError when it is not JSON or not
+    COCO instances."""
     where = option("annotations", path)
+    base = os.path.basename(path)
+    kept = _Kept(masks)
     try:
         if os.path.getsize(path) > max_bytes:
             raise UsageError(f"{where}: larger than {max_bytes:,} bytes: not a file this tool can hold")
-        kept = _Kept(masks)
         with open(path, "rb") as raw:
-            f = _Hashed(raw, os.path.basename(path))
-            whole = kept.segments is None and os.fstat(raw.fileno()).st_size < WHOLE_BELOW
-            (_whole if whole else _stream)(f, kept)  # --masks: segmentations are kept from the stream's events
+            f = Source(raw, base)
+            whole = kept.segments is None and os.fstat(raw.fileno()).st_size < WHOLE_BELOW  # --masks: streamed
+            if whole:
+                try:
+                    _whole(f, kept)
+                except _Unsure:  # streamed, whose reading (or error) is the rule
+                    whole, kept = False, _Kept(masks)
+                    raw.seek(0)
+                    f = Source(raw, base)
+            if not whole:
+                _stream(f, kept)
     except OSError as e:
         raise UsageError(f"{where}: cannot read {path}: {e.strerror or e}") from None
     except (ijson.JSONError, ValueError, RecursionError) as e:
-        raise UsageError(f"{where}: not JSON, Pascal VOC XML or a YOLO folder: {e}") from None
+        raise UsageError(
+            f"{where}: not JSON, Pascal VOC XML or a YOLO folder: {located(path, e, f.offset, f.problem)}"
+        ) from None
     except NotCoco:
         kept.keys.clear()
+    if f.problem is not None and kept.keys:  # a byte neither parser reads alike, after the stream read on
+        raise UsageError(f"{where}: not JSON, Pascal VOC XML or a YOLO folder: {at(path, f.problem)}")
     if not kept.images_list or "annotations" not in kept.keys:
         raise UsageError(f"{where}: a JSON file but not COCO instances (images, annotations)")
     names = [kept.cats.get(k) for k in kept.cat_codes]  # category code -> class name (None: unknown)
-    keep = [names[c] is not None for c in kept.box_cat]
-    bad = sorted([*kept.bad, *(i for i, k in zip(kept.box_index, keep) if not k)])
-    base = os.path.basename(path)
-    problems = [{"path": f"{base}:annotations[{i}]", "reason": "no bbox or category"} for i in bad]
+    images = _images(kept, base)
+    no_image = images.why
+    keep = [names[c] is not None and not no_image[g] for c, g in zip(kept.box_cat, kept.box_image)]
+    notes = [(i, "no bbox or category") for i in kept.bad]
+    for i, c, g, k in zip(kept.box_index, kept.box_cat, kept.box_image, keep):
+        if not k:
+            notes.append((i, "no bbox or category" if names[c] is None else no_image[g]))
     if kept.no_mask:  # --masks: an annotation without a usable segmentation is left out, as one without a box
         why = "no segmentation to make a mask of (polygons of 3 points or more, or RLE counts and size)"
-        problems += [{"path": f"{base}:annotations[{i}]", "reason": why} for i in kept.no_mask]
-        problems.sort(key=lambda p: int(p["path"].rsplit("[", 1)[1][:-1]))
+        notes += [(i, why) for i in kept.no_mask]
+    notes.sort()
+    problems = images.problems + [{"path": f"{base}:annotations[{i}]", "reason": why} for i, why in notes]
     ids = sorted(kept.cats, key=lambda k: (str(type(k)), k))
     classes = [kept.cats[k] for k in ids]
-    return CocoRead(f.hash.hexdigest(), classes, CocoImages(kept, names, keep), problems, tuple(ids))
+    return CocoRead(f.hash.hexdigest(), classes, CocoImages(kept, images, names, keep), problems, tuple(ids))

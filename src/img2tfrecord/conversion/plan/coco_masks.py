@@ -15,6 +15,7 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
+from img2tfrecord.conversion.plan.coco_polygons import Reach
 from img2tfrecord.conversion.plan.raw_boxes import Segment
 
 SEG = "annotations.item.segmentation"
@@ -33,6 +34,7 @@ class Segments:
         self.poly_end = array("q")  # per polygon: its end in coords
         self.counts = array("q")  # uncompressed RLE counts
         self.text = bytearray()  # compressed RLE counts
+        self._reach: list[list[float]] | None = None  # per polygon: xmin, ymin, xmax, ymax, outline (`reach`)
         self.begin()
 
     def begin(self) -> None:
@@ -131,3 +133,50 @@ class Segments:
         if kind == COUNTS:
             return Segment(counts=tuple(self.counts[first : first + n]), height=h, width=w)
         return Segment(text=self.text[first : first + n].decode("ascii"), height=h, width=w)
+
+    def reach(self, i: int) -> Reach | None:
+        """The `i`th kept segmentation's extent and outline (None: an RLE), from every polygon's,
+        computed at once when first asked (after the stream: nothing is added then)."""
+        if self.kind[i] != POLYGONS:
+            return None
+        if self._reach is None:
+            self._reach = _polygon_reach(self.coords, self.poly_end)
+        xmin, ymin, xmax, ymax, outline = self._reach
+        a, b = self.first[i], self.first[i] + self.n[i]
+        if b == a + 1:
+            return Reach(xmin[a], ymin[a], xmax[a], ymax[a], outline[a])
+        return Reach(min(xmin[a:b]), min(ymin[a:b]), max(xmax[a:b]), max(ymax[a:b]), sum(outline[a:b]))
+
+
+_BLOCK = 1 << 16  # polygons at a time: numpy's temporaries stay a few MB whatever the file
+
+
+def _polygon_reach(coords: array, poly_end: array) -> list[list[float]]:
+    """Per polygon its xmin, ymin, xmax, ymax and outline (coco_polygons.outline's, by numpy: the
+    plan asks for every segmentation's, 860k of them in COCO train2017)."""
+    import numpy as np
+
+    cols: list[list[float]] = [[], [], [], [], []]
+    for b0 in range(0, len(poly_end), _BLOCK):
+        first = poly_end[b0 - 1] if b0 else 0
+        ends = np.frombuffer(poly_end[b0 : b0 + _BLOCK], dtype=np.int64)
+        c = np.frombuffer(coords[first : int(ends[-1])], dtype=np.float64)
+        xs, ys = c[0::2], c[1::2]
+        last = (ends - first) // 2  # each polygon's end, in points
+        starts = np.concatenate(([0], last[:-1]))
+        nxt = np.arange(1, len(xs) + 1)
+        nxt[last - 1] = starts  # the closing edge
+        with np.errstate(over="ignore", invalid="ignore"):
+            edge = np.maximum(np.abs(xs[nxt] - xs), np.abs(ys[nxt] - ys))
+        for col, got in zip(
+            cols,
+            (
+                np.minimum.reduceat(xs, starts),
+                np.minimum.reduceat(ys, starts),
+                np.maximum.reduceat(xs, starts),
+                np.maximum.reduceat(ys, starts),
+                np.add.reduceat(edge, starts),
+            ),
+        ):
+            col.extend(got.tolist())
+    return cols

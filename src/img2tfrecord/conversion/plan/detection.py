@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from img2tfrecord import fs
+from img2tfrecord.conversion.plan import coco_polygons
 from img2tfrecord.conversion.plan.annotations import Annotations, ImageBoxes
 from img2tfrecord.conversion.plan.labels import check_class_list, class_list
 from img2tfrecord.conversion.plan.raw_boxes import SegmentRows
@@ -27,6 +28,7 @@ from img2tfrecord.conversion.plan.splits import EXACT, Discovery, SplitRule, ass
 from img2tfrecord.conversion.plan.table import BoxCounts, ImageTable, Objects, decode_name
 from img2tfrecord.conversion.plan.voc import stored_size
 from img2tfrecord.conversion.plan.walk import check_input, walk_classes
+from img2tfrecord.conversion.plan.walk_files import ClassFiles
 from img2tfrecord.conversion.plan.walk_text import junk_note
 from img2tfrecord.conversion.plan.yolo import image_split
 from img2tfrecord.errors import DataError, UsageError, option, plural
@@ -59,8 +61,11 @@ def clip(rel: str, ann: ImageBoxes, ids: dict[str, int], segments: Any = None) -
                 dropped = False
                 if x0 != bx0 or y0 != by0 or x1 != bx1 or y1 != by1:
                     why = "partly outside the image: clipped"
-                if why or not area >= 0:  # clipped, or no area of its own: the box's
+                if not area >= 0:  # no area of its own (VOC, YOLO): the box's, clipped; COCO's is kept as given
                     area = (x1 - x0) * (y1 - y0)
+        if not dropped and mask >= 0 and (shape := _shape(segments, mask, w, h)):
+            dropped = shape.endswith("dropped")  # its segmentation could not be rasterized: the box goes too
+            why = shape if dropped or not why else f"{why.removesuffix(': clipped')}, and {shape}"
         if why:
             problems.append({"path": rel, "box": str(i), "class": name, "reason": why})
         if dropped:
@@ -72,6 +77,15 @@ def clip(rel: str, ann: ImageBoxes, ids: dict[str, int], segments: Any = None) -
     if segments is not None:
         source = source._replace(masks=SegmentRows(segments, masks))
     return Clipped(source, problems)
+
+
+def _shape(segments: Any, row: int, width: float, height: float) -> str:
+    """Why box `row`'s segmentation is clipped or dropped before rasterizing (plan.coco_polygons), or ""."""
+    reach = segments.reach(row)
+    w, h = int(width), int(height)
+    if reach is None or not (coco_polygons.far(reach, w, h) or reach.outline > coco_polygons.OUTLINE * (w + h)):
+        return ""
+    return coco_polygons.problem(segments.segment(row).polygons, w, h, reach)
 
 
 class Boxed(NamedTuple):
@@ -118,6 +132,7 @@ def discover_detection(
         base = os.path.basename(os.path.normpath(input_dir.rstrip("/")))
     folder_of: list[str] = []  # by_folder: each kept image's split, "" when no folder gives one
     unusable: list[dict[str, str]] = []  # images whose annotation names them but cannot give their boxes
+    refused: list[dict[str, str]] = []  # images skipped because their annotation entry is not used
     for i, name in enumerate(found.names):
         rel = decode_name(name)
         shown = utf8_text(rel)
@@ -126,6 +141,9 @@ def discover_detection(
             got = _sized(got, fs.join(input_dir, rel))
         if isinstance(got, str):
             unusable.append({"path": shown, "split": "", "reason": got})
+            continue
+        if got is not None and got.refused:  # its annotation entry is not used: a guess would be a lie
+            refused.append({"path": shown, "split": "", "reason": got.refused})
             continue
         cut = clip(shown, got or ImageBoxes(0, 0, rel, ()), ids, ann.segments)
         objects = cut.objects
@@ -169,16 +187,24 @@ def discover_detection(
         no_images=f"no images found in {input_dir}",
         rule=rule,
     )
-    out.skipped = sorted(
-        [{"path": utf8_text(r), "split": "", "reason": why} for r, why in found.report.skipped]
-        + unusable
-        + [{"path": p["path"], "split": "", "reason": p["reason"]} for p in ann.problems + ann.not_found(matched)],
-        key=lambda s: s["path"],
-    )
+    out.skipped = _skipped(found, ann, matched, unusable + refused)
     if note := junk_note(found.report.junk_dirs):
         out.notes.append(note)
     out.boxes = BoxCounts(per_image, problems, skipped_empty, ann.digest, tuple(classes))
     return Boxed(out, problems, count, empty, skipped_empty)
+
+
+def _skipped(
+    found: ClassFiles, ann: Annotations, matched: dict[str, str], refused: list[dict[str, str]]
+) -> list[dict[str, str]]:
+    """What the walk and the annotations could not use, by path: unreadable files, annotations
+    that are no box (or of no image found), images whose annotation entry is not used."""
+    return sorted(
+        [{"path": utf8_text(r), "split": "", "reason": why} for r, why in found.report.skipped]
+        + [{"path": p["path"], "split": "", "reason": p["reason"]} for p in ann.problems + ann.not_found(matched)]
+        + refused,
+        key=lambda s: s["path"],
+    )
 
 
 def _classes(ann: Annotations, labels: list[str] | None, known_classes: list[str] | None) -> list[str]:

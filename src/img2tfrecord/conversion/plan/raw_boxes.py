@@ -54,3 +54,4 @@ class ImageBoxes(NamedTuple):
     height: int
     source_id: str  # COCO's image id, else the annotation's name for the image
     boxes: tuple[RawBox, ...]
+    refused: str = ""  # why the image is skipped (COCO: its entry is not used), or ""
