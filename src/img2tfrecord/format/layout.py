@@ -189,7 +189,7 @@ def refuse_unfinished(output: str) -> None:
         raise DataError(
             f"{output} does not exist: the publish of its new version was cut short between its two renames "
             f"(no atomic exchange here), and the dataset is in {pending.aside}; to put it back and finish the "
-            f"publish, {said('run: ' + shlex.join(pending.command), _python_call(pending.command))}"
+            f"publish, {finish_advice(pending.command)}"
         )
     left = unfinished_beside(output)
     if left is None:
@@ -204,6 +204,11 @@ def refuse_unfinished(output: str) -> None:
         f"{left.done} of its {plural(left.total, 'shard')} finished; to finish it, {finish}; to discard it, "
         f"remove {left.folder}"
     )
+
+
+def finish_advice(command: list[str]) -> str:
+    """'run: img2tfrecord update IN OUT --resume' (or its Python call): what finishes a cut-short publish."""
+    return said("run: " + shlex.join(command), _python_call(command))
 
 
 def _python_call(command: list[str]) -> str:

@@ -76,6 +76,8 @@ from img2tfrecord.conversion.write.workspace import (
 )
 from img2tfrecord.errors import DataError, UsageError, option
 from img2tfrecord.format import readers
+from img2tfrecord.format.journal import switch_cut_short
+from img2tfrecord.format.layout import finish_advice
 from img2tfrecord.format.manifest import MANIFEST_NAME
 from img2tfrecord.format.naming import PUBLISHING_NAME, SHARD_RE
 from img2tfrecord.format.tfds import FILE_NAMES as TFDS_NAMES
@@ -447,6 +449,12 @@ def finish_cut_short(output_dir: str, dry_run: bool = False) -> bool:
     if dry_run:
         if not ws.in_place and os.path.lexists(ws.output):  # complete: the old version or the new one
             return False
+        pending = None if ws.in_place else switch_cut_short(ws.output)
+        if pending is not None:  # the command that renames it back and finishes the run (as inspect says)
+            raise UsageError(
+                f"{ws.shown}: the publish of a new version was cut short (the dataset is in {pending.aside}); "
+                f"to put it back and finish the publish, {finish_advice(pending.command)}"
+            )
         state = "readers refuse the folder" if ws.in_place else f"the dataset is in {os.path.join(ws.root, ASIDE)}"
         raise UsageError(
             f"{ws.shown}: the publish of a new version was cut short ({state}); "
