@@ -60,6 +60,7 @@ from img2tfrecord.conversion.plan.walk_files import (
 from img2tfrecord.conversion.plan.walk_files import (
     ClassFiles,
     Entry,
+    Visited,
     WalkReport,
     as_class_files,
     local_entries,
@@ -92,10 +93,14 @@ _BYTES_WALK = (
 
 
 def walk_classes(walks: list[tuple[str, str, str]], remote: bool) -> Iterator[ClassFiles]:
-    """Walk every (class, split key, folder); remote folders concurrently, results in order."""
+    """Walk every (class, split key, folder); remote folders concurrently, results in order. A local
+    folder reached twice is walked once (docs/converting.md): by its own class when it is a class
+    folder, else by the first class that reaches it."""
     if not remote:
+        seen = Visited.of([path for _, _, path in walks])
         yield from (
-            walk_class_fast(path) if _BYTES_WALK else as_class_files(*walk_class(path, "")) for _, _, path in walks
+            walk_class_fast(path, seen) if _BYTES_WALK else as_class_files(*walk_class(path, "", seen))
+            for _, _, path in walks
         )
         return
     with ThreadPoolExecutor(min(LIST_THREADS, max(1, len(walks))), thread_name_prefix="list") as pool:
