@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import bisect
 import functools
-import re
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +49,8 @@ from img2tfrecord.format.split_groups import group_key, group_pattern
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from img2tfrecord.format.linear_re import LinearPattern
 
 SPLIT_DIR_NAMES = {"train": "train", "validation": "validation", "val": "validation", "test": "test"}
 
@@ -486,7 +487,7 @@ def _held(
 
 
 def _held_groups(
-    table: ImageTable, classes: Mapping[int, np.ndarray], which: np.ndarray, pattern: re.Pattern[str]
+    table: ImageTable, classes: Mapping[int, np.ndarray], which: np.ndarray, pattern: LinearPattern
 ) -> dict[object, int]:
     """The split of each group key the dataset already holds (its first image's, in image order)."""
     groups: dict[object, int] = {}
