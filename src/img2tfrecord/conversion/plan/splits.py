@@ -44,6 +44,7 @@ from img2tfrecord.conversion.plan import quota
 from img2tfrecord.conversion.plan.table import BoxCounts, ImageTable, TaskView, decode_name, encode_name
 from img2tfrecord.errors import UsageError, option, plural
 from img2tfrecord.format.manifest import shown
+from img2tfrecord.format.naming import split_name_too_long
 from img2tfrecord.format.schema import utf8_text
 from img2tfrecord.format.split_groups import group_key, group_pattern
 
@@ -142,6 +143,8 @@ def parse_split_spec(spec: str) -> dict[str, float]:
             frac = -1.0
         if not sep or not name or not name.replace("_", "").isalnum() or not 0 <= frac <= 1:
             raise UsageError(f"bad {option('split', spec)}: expected e.g. train=0.8,validation=0.2")
+        if long := split_name_too_long(name):
+            raise UsageError(f"bad {option('split', spec[:60] + '...' if len(spec) > 60 else spec)}: {long}")
         if name in fractions:
             raise UsageError(f"bad {option('split', spec)}: {name} given twice")
         fractions[name] = frac
