@@ -31,7 +31,7 @@ import xxhash
 from img2tfrecord import fs
 from img2tfrecord.conversion.plan.labels import read_text_input
 from img2tfrecord.conversion.plan.table import decode_name
-from img2tfrecord.errors import UsageError, option
+from img2tfrecord.errors import UsageError, option, plural
 from img2tfrecord.format.manifest import class_name_problem, shown
 from img2tfrecord.format.schema import FEATURE_TYPES, MetaValue, filename_problem, utf8_text
 
@@ -393,6 +393,24 @@ def join(meta: Metadata, prefix: bytes, names: list[bytes], sizes: array, mtimes
         elif rel not in meta.refused:  # a refused row's image was skipped with its reason
             out.unmatched.append(rel)
     return out
+
+
+def no_usable_row(meta: Metadata, input_dir: str, images: int, example: str) -> str:
+    """The error when images were found but none has a usable row: say that (and why), not "no
+    images found". `example` is one image's path below INPUT."""
+    unusable = len(meta.skipped) + len(meta.refused)
+    head = f"no image in {input_dir} has a usable row in {meta.name} ({plural(images, 'image')} found"
+    if not meta.rows and not unusable:
+        why = "; the file has no rows"
+    elif not meta.rows:
+        first = min(meta.skipped, key=lambda s: s["path"]) if meta.skipped else None
+        e_g = f": e.g. {first['path']}: {first['reason']}" if first else ""
+        why = f"; none of its {plural(unusable, 'row')} is usable{e_g}"
+    else:
+        named = utf8_text(decode_name(min(meta.rows)))
+        verb = "names" if len(meta.rows) == 1 else "name"
+        why = f"; its {plural(len(meta.rows), 'usable row')} {verb} none of them, e.g. {shown(named)}"
+    return f"{head}{why}): give each image a row whose {KEY} is its path below the input, e.g. {shown(example)}"
 
 
 def no_row(meta: Metadata, rel: bytes, split: str) -> dict[str, str]:
