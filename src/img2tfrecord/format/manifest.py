@@ -23,6 +23,7 @@ from img2tfrecord._version import __version__
 from img2tfrecord.errors import UsageError
 from img2tfrecord.format import jsontext
 from img2tfrecord.format.naming import SHARD_RE, split_name_too_long
+from img2tfrecord.format.parse_errors import parse_error
 from img2tfrecord.format.schema import declared_features
 from img2tfrecord.fs import CHECKSUMS, hasher
 
@@ -492,5 +493,5 @@ def parse_manifest(text: bytes | str) -> dict[str, Any]:
     except RecursionError:
         raise ManifestError("nested too deeply to be a manifest") from None
     except (UnicodeDecodeError, ValueError) as e:
-        raise ManifestError(f"not valid JSON: {e}") from None
+        raise ManifestError(f"not valid JSON: {parse_error(e)}") from None
     return validate_manifest(data)

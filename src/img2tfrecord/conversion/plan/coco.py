@@ -30,6 +30,7 @@ import xxhash
 from img2tfrecord.conversion.plan.coco_masks import PREFIXES, Segments
 from img2tfrecord.conversion.plan.raw_boxes import ImageBoxes, RawBox
 from img2tfrecord.errors import UsageError, option
+from img2tfrecord.format.parse_errors import parse_error, stream_error
 
 ANN, IMG, CAT = "annotations.item", "images.item", "categories.item"
 _FIELDS = {
@@ -47,6 +48,10 @@ _CONTAINER = object()  # a field whose value is an object or a list: no usable i
 WHOLE_BELOW = 16 * 2**20  # bytes: a smaller file is parsed whole (`_whole`), a larger one streamed
 
 
+class _OwnError(ValueError):
+    """A reading error in this module's own words (no text of the file in them)."""
+
+
 class NotCoco(Exception):
     """JSON, but not an object: not COCO instances."""
 
@@ -57,10 +62,12 @@ class _Hashed:
 
     def __init__(self, f: IO[bytes], name: str) -> None:
         self._f, self._first = f, True
+        self.start = self.offset = 0  # the last block read: a stream error lies in it
         self.hash = xxhash.xxh3_128(name.encode("utf-8", "surrogateescape") + b"\0")
 
     def read(self, size: int = -1) -> bytes:
         data = self._f.read(size)
+        self.start, self.offset = self.offset, self.offset + len(data)
         self.hash.update(data)
         if self._first and data:
             self._first = False
@@ -194,7 +201,7 @@ def _events(f: _Hashed, wanted: frozenset[str]) -> Iterator[tuple[str, str, Any]
             open_.append(_Open(nxt, item))
             nxt = item
             if len(open_) > MAX_NESTING:  # as json's parser refuses (its recursion limit): no COCO file is so deep
-                raise ValueError(f"nested more than {MAX_NESTING} levels deep")
+                raise _OwnError(f"nested more than {MAX_NESTING} levels deep")
         else:  # end_map, end_array
             p = open_.pop().prefix
             if p in wanted:
@@ -293,7 +300,7 @@ def _annotations(kept: _Kept, elements: list[Any]) -> None:
 
 
 def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")  # as the stream's parser says: NaN and Infinity are no JSON numbers
+    raise _OwnError(f"{name} is not JSON")  # as the stream's parser says: NaN and Infinity are no JSON numbers
 
 
 def _element(item: str, element: Any) -> dict[str, Any] | None:
@@ -358,6 +365,20 @@ class CocoImages(Mapping[str, ImageBoxes]):
         return len(self._files)
 
 
+def _located(path: str, e: ijson.JSONError, f: _Hashed) -> str:
+    """A stream error by its position, not by yajl's quote of the file: exact from Python's parser
+    when the file is small enough to parse whole, else the block the stream was reading."""
+    if f.offset < WHOLE_BELOW:
+        try:
+            with open(path, "rb") as again:
+                json.loads(again.read().removeprefix(b"\xef\xbb\xbf"), parse_constant=_no_constant)
+        except (ValueError, RecursionError) as e2:
+            return str(e2) if isinstance(e2, _OwnError) else parse_error(e2)
+        except OSError:
+            pass
+    return stream_error(e, f.start, f.offset)
+
+
 class CocoRead(NamedTuple):
     """A COCO file read: its digest, classes in category-id order, images by name, what it could not read."""
 
@@ -381,8 +402,11 @@ def read_coco(path: str, max_bytes: int, masks: bool = False) -> CocoRead:
             (_whole if whole else _stream)(f, kept)  # --masks: segmentations are kept from the stream's events
     except OSError as e:
         raise UsageError(f"{where}: cannot read {path}: {e.strerror or e}") from None
-    except (ijson.JSONError, ValueError, RecursionError) as e:
-        raise UsageError(f"{where}: not JSON, Pascal VOC XML or a YOLO folder: {e}") from None
+    except ijson.JSONError as e:
+        raise UsageError(f"{where}: not JSON, Pascal VOC XML or a YOLO folder: {_located(path, e, f)}") from None
+    except (ValueError, RecursionError) as e:
+        why = str(e) if isinstance(e, _OwnError) else parse_error(e)
+        raise UsageError(f"{where}: not JSON, Pascal VOC XML or a YOLO folder: {why}") from None
     except NotCoco:
         kept.keys.clear()
     if not kept.images_list or "annotations" not in kept.keys:

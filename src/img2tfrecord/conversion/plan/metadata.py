@@ -33,6 +33,7 @@ from img2tfrecord.conversion.plan.labels import read_text_input
 from img2tfrecord.conversion.plan.table import decode_name
 from img2tfrecord.errors import UsageError, option, plural
 from img2tfrecord.format.manifest import class_name_problem, shown
+from img2tfrecord.format.parse_errors import parse_error
 from img2tfrecord.format.schema import FEATURE_TYPES, MetaValue, filename_problem, utf8_text
 
 METADATA_NAMES = ("metadata.jsonl", "metadata.csv")
@@ -193,7 +194,7 @@ def _jsonl_rows(text: str, name: str) -> _Rows:
         try:
             row = _json(line)
         except ValueError as e:
-            skipped.append(_skip(f"{name}:{n}", f"not a JSON object: {e}"))
+            skipped.append(_skip(f"{name}:{n}", f"not a JSON object: {parse_error(e)}"))
             continue
         except RecursionError:  # [[[[...: Python's JSON reader recurses per level
             skipped.append(_skip(f"{name}:{n}", "not a JSON object: nested too deep"))
@@ -405,7 +406,9 @@ def no_usable_row(meta: Metadata, input_dir: str, images: int, example: str) -> 
     elif not meta.rows:
         first = min(meta.skipped, key=lambda s: s["path"]) if meta.skipped else None
         e_g = f": e.g. {first['path']}: {first['reason']}" if first else ""
-        why = f"; none of its {plural(unusable, 'row')} is usable{e_g}"
+        why = (
+            f"; its only row is not usable{e_g}" if unusable == 1 else f"; none of its {unusable:,} rows is usable{e_g}"
+        )
     else:
         named = utf8_text(decode_name(min(meta.rows)))
         verb = "names" if len(meta.rows) == 1 else "name"
