@@ -201,6 +201,8 @@ def _summary_text(s: dict[str, Any]) -> str:
         text = f"{wrote} from {size_text(s['converted_bytes'])} of source images, {timed}."
     if s["skipped_count"]:
         text += f" Skipped {plural(s['skipped_count'], 'unusable image')} (listed in dataset.json)."
+    for split, names in (s.get("absent_classes") or {}).items():
+        text += f" No image of {', '.join(names[:5])}{' ...' if len(names) > 5 else ''} in {split} (see the warning)."
     if s["transcoded"]:
         text += " Transcoded: " + ", ".join(f"{k} {v}" for k, v in s["transcoded"].items()) + "."
     if s["ignored_files"]:
