@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from helpers import make_dataset, read_records
+from img2tfrecord.format.manifest import ManifestError, parse_manifest
 from img2tfrecord.format.naming import MAX_SPLIT_NAME_BYTES
 
 
@@ -38,3 +41,15 @@ def test_a_split_name_at_the_limit_converts_and_updates(cli, tmp_path: Path) -> 
     assert r.exit_code == 0, r.output
     assert len(read_records(out)) == 8
     assert cli("inspect", out, "--verify").exit_code == 0
+
+
+def test_a_recorded_split_name_is_refused_only_where_no_shard_name_fits(cli, tmp_path: Path) -> None:
+    """dataset.json read back: a split name of 201-240 bytes (a dataset made before the limit) still
+    opens; past 240 no shard name can hold it, and the manifest is said to be damaged."""
+    make_dataset(tmp_path / "in", {"a": 3})
+    name = "v" * MAX_SPLIT_NAME_BYTES
+    assert cli("convert", tmp_path / "in", tmp_path / "out", "--split", f"{name}=1", "--quiet").exit_code == 0
+    text = (tmp_path / "out" / "dataset.json").read_text()
+    parse_manifest(text.replace(name, "v" * 240))
+    with pytest.raises(ManifestError, match=r"names a split that cannot be a file name: .* is 241 bytes; at most 240"):
+        parse_manifest(text.replace(name, "v" * 241))

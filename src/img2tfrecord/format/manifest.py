@@ -22,7 +22,7 @@ from typing import Any
 from img2tfrecord._version import __version__
 from img2tfrecord.errors import UsageError
 from img2tfrecord.format import jsontext
-from img2tfrecord.format.naming import SHARD_RE, split_name_too_long
+from img2tfrecord.format.naming import MAX_RECORDED_SPLIT_NAME_BYTES, SHARD_RE, split_name_too_long
 from img2tfrecord.format.parse_errors import parse_error
 from img2tfrecord.format.schema import declared_features
 from img2tfrecord.fs import CHECKSUMS, hasher
@@ -304,7 +304,7 @@ def _resize(v: Any, where: str) -> None:
 def _split_name(name: str, where: str) -> None:
     if not name or not name.replace("_", "").isalnum():
         raise ManifestError(f"{where} names a split {_shown(name)}: expected letters, digits and '_'")
-    if long := split_name_too_long(name):
+    if long := split_name_too_long(name, MAX_RECORDED_SPLIT_NAME_BYTES):
         raise ManifestError(f"{where} names a split that cannot be a file name: {long}")
 
 
