@@ -108,12 +108,16 @@ def test_labels_file_selects_classes_from_a_list(cli, tree, tmp_path):
         ("cat\n", "line 1: cannot tell the class of cat"),
         ("path\n", "lists no images"),
         ('"cat/img_000.png,cat\n', "line 1: unexpected end of data"),  # an unclosed quote
+        (  # issue 38, item 19: refused up front, not when its shard is written
+            "cat/img_000.png,cat,train\ncat/img_001.jpg,cat,{long}\n",
+            "line 2: bad split for cat/img_001.jpg: the split name xxxxxxxxxxxxxxxxxxxx... is 301 bytes; at most 200",
+        ),
     ],
 )
 def test_bad_lists_are_usage_errors_naming_the_line(cli, tree, tmp_path, content, message):
     root, _, _ = tree
     outside = tmp_path / "x.png"
-    fmt = {"root": root, "outside": outside}
+    fmt = {"root": root, "outside": outside, "long": "x" * 301}
     (tmp_path / "list.csv").write_text(content.format(**fmt))
     res = cli("convert", root, tmp_path / "out", "--file-list", tmp_path / "list.csv")
     assert res.exit_code == 2, res.output

@@ -182,14 +182,15 @@ def test_the_str_walk_of_other_platforms_plans_the_same(tmp_path, monkeypatch):
     from img2tfrecord.conversion.plan import walk
 
     src = awkward_tree(tmp_path / "in")
-    os.symlink(src / "a", src / "z" / "loop")  # a folder reached twice: walked once, where it comes first
+    os.symlink(src / "a", src / "z" / "loop")  # a class folder reached again: walked as its own class only
+    os.symlink(src / "a" / "deep", src / "z" / "deep2")  # a folder reached twice: walked once, by the first class
     os.symlink(src / "z", src / "z" / "deep" / "up")  # a loop
     os.symlink(src / "k" / "x.jpg", src / "k" / "link.jpg")
     os.symlink(src / "k" / "gone.jpg", src / "k" / "broken.jpg")  # size 0: reported as skipped later
     fast = plan_list(plan_job(str(src), str(tmp_path / "o1"), shards=3, split="train=0.5,validation=0.5"))
     rels = {t.rel for _, tasks in fast for t in tasks}
-    assert "z/loop/x.jpg" in rels and "k/link.jpg" in rels and "k/broken.jpg" in rels
-    assert not any(r.startswith("z/deep/up/") for r in rels)
+    assert "a/x.jpg" in rels and "a/deep/x.jpg" in rels and "k/link.jpg" in rels and "k/broken.jpg" in rels
+    assert not any(r.startswith(("z/deep/up/", "z/loop/", "z/deep2/")) for r in rels)  # issue 38, item 6
     monkeypatch.setattr(walk, "_BYTES_WALK", False)
     assert plan_list(plan_job(str(src), str(tmp_path / "o2"), shards=3, split="train=0.5,validation=0.5")) == fast
 

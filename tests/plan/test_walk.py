@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import make_dataset, natural_image, save
+from helpers import make_dataset, natural_image, read_records, save
 from img2tfrecord.conversion.plan import walk
 from img2tfrecord.conversion.plan.job import plan_job
 from img2tfrecord.errors import DataError
@@ -115,6 +115,26 @@ def test_a_symlink_loop_is_a_skip_with_the_os_reason(tmp_path, either_walk):
     assert plan.images == 2
     with pytest.raises(DataError, match="strict=True: 2 files or folders cannot be read, e.g. a/loop: "):
         plan_job(str(src), str(tmp_path / "out"), strict=True)
+
+
+def test_a_folder_reached_twice_is_walked_once(cli, tmp_path, either_walk):
+    """Issue 38, item 6: `a/link_to_b -> ../b` adds no second copy of b's images (with a's label):
+    a class folder is walked as its own class only; a folder two classes link to is walked by the
+    first of them. Every image one record, as docs/converting.md says."""
+    src = tmp_path / "in"
+    made = make_dataset(src, {"a": 2, "b": 3, "c": 1})
+    os.symlink("../b", src / "a" / "link_to_b")
+    make_dataset(tmp_path / "shared", {"s": 2}, seed=1)
+    os.symlink("../../shared/s", src / "a" / "to_shared")
+    os.symlink("../../shared/s", src / "c" / "to_shared")
+    res = cli("convert", src, tmp_path / "out", "--json")
+    assert res.exit_code == 0, res.output
+    records = read_records(tmp_path / "out")
+    got = sorted((r["text"].decode(), r["filename"].decode()) for r in records)
+    mine = [(c, f"{c}/{p.name}") for c, paths in made.items() for p in paths]
+    shared = [("a", "a/to_shared/img_000.png"), ("a", "a/to_shared/img_001.jpg")]  # by a, the first to reach it
+    assert got == sorted(mine + shared)
+    assert manifest(tmp_path / "out")["duplicates"]["duplicate_files"] == 0
 
 
 def test_a_folder_deeper_than_path_max_is_skipped_with_its_reason(cli, tmp_path, either_walk):

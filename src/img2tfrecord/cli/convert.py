@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import signal
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 import click
@@ -75,10 +76,15 @@ class _Progress:
     """A tqdm bar on stderr (images/s and MB/s), only when stderr is a terminal.
 
     `close()` draws the last frame (100% after a finished run) and ends the bar's line, so that
-    what follows (summary, error, "interrupted") starts on a line of its own.
+    what follows (summary, error, "interrupted") starts on a line of its own. Its read speed counts
+    from the run's start, made just before the library's own clock (`Timing.start`) as the summary's
+    rate does, start-up included: counted from the bar's first frame, which comes after the first
+    batch of images, it said 5.0 GB/s where the summary said 2.2 MB/s.
     """
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock
+        self.started = clock()  # the run's start: the summary's rates count from it too
         self.bar: Any = None
         self.enabled = enabled
         self.stream = _Stderr()
@@ -110,7 +116,7 @@ class _Progress:
             return
         # MB/s next to tqdm's images/s, on every update: workers report a few times a second, in
         # steps of any size, so a "now and then" rule (every 64th image) could leave it out
-        elapsed = self.bar.format_dict["elapsed"] or 1e-9
+        elapsed = self.clock() - self.started
         self.bar.set_postfix_str(f"{_rate(bytes_read, elapsed)} read", refresh=False)
         self.bar.update(images - self.bar.n)
 
@@ -203,6 +209,8 @@ def _summary_text(s: dict[str, Any]) -> str:
         text = f"{wrote} from {size_text(s['converted_bytes'])} of source images, {timed}."
     if s["skipped_count"]:
         text += f" Skipped {plural(s['skipped_count'], 'unusable image')} (listed in dataset.json)."
+    for split, names in (s.get("absent_classes") or {}).items():
+        text += f" No image of {', '.join(names[:5])}{' ...' if len(names) > 5 else ''} in {split} (see the warning)."
     if s["transcoded"]:
         text += " Transcoded: " + ", ".join(f"{k} {v}" for k, v in s["transcoded"].items()) + "."
     if s["ignored_files"]:
@@ -258,7 +266,7 @@ def _boxes_text(s: dict[str, Any]) -> str:
 @click.option(
     "--split-group",
     metavar="PATTERN",
-    help=r"Keep images of one group in one split: a regular expression searched in each path below INPUT_DIR; its first group (or the whole match) names the group, e.g. 'patient_(\d+)'. Paths it does not match are groups of one. Recorded in dataset.json.",
+    help=r"Keep images of one group in one split: a regular expression searched in each path below INPUT_DIR; its first group (or the whole match) names the group, e.g. 'patient_(\d+)'. Paths it does not match are groups of one. Run in linear time by RE2 (no backreferences or lookaround). Recorded in dataset.json.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shuffle and of --split.")
 @click.option(

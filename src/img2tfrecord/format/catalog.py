@@ -33,6 +33,8 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
+from img2tfrecord.format.parse_errors import parse_error
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -578,4 +580,4 @@ def decode(data: bytes) -> Catalog:
     except (KeyError, TypeError, ValueError, IndexError, zlib.error) as e:
         if isinstance(e, CatalogError):
             raise
-        raise CatalogError(f"a damaged catalog: {e}") from None
+        raise CatalogError(f"a damaged catalog: {parse_error(e)}") from None

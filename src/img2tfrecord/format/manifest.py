@@ -22,7 +22,8 @@ from typing import Any
 from img2tfrecord._version import __version__
 from img2tfrecord.errors import UsageError
 from img2tfrecord.format import jsontext
-from img2tfrecord.format.naming import SHARD_RE
+from img2tfrecord.format.naming import MAX_RECORDED_SPLIT_NAME_BYTES, SHARD_RE, split_name_too_long
+from img2tfrecord.format.parse_errors import parse_error
 from img2tfrecord.format.schema import declared_features
 from img2tfrecord.fs import CHECKSUMS, hasher
 
@@ -303,6 +304,8 @@ def _resize(v: Any, where: str) -> None:
 def _split_name(name: str, where: str) -> None:
     if not name or not name.replace("_", "").isalnum():
         raise ManifestError(f"{where} names a split {_shown(name)}: expected letters, digits and '_'")
+    if long := split_name_too_long(name, MAX_RECORDED_SPLIT_NAME_BYTES):
+        raise ManifestError(f"{where} names a split that cannot be a file name: {long}")
 
 
 def _hex(v: Any, where: str) -> str:
@@ -490,5 +493,5 @@ def parse_manifest(text: bytes | str) -> dict[str, Any]:
     except RecursionError:
         raise ManifestError("nested too deeply to be a manifest") from None
     except (UnicodeDecodeError, ValueError) as e:
-        raise ManifestError(f"not valid JSON: {e}") from None
+        raise ManifestError(f"not valid JSON: {parse_error(e)}") from None
     return validate_manifest(data)

@@ -28,6 +28,23 @@ LOCK_NAME = ".img2tfrecord.lock"  # held (flock) by the run writing into an outp
 PUBLISHING_NAME = "publishing.json"
 
 
+# A split name is part of file names: `{split}-00000-of-00001`, its `.idx`, and while an update or
+# compact writes them `.rebalanced.idx` and `.tmp` (34 bytes beside the name). File systems take
+# 255 bytes a name: a longer split name is refused up front, not when its first shard is written.
+MAX_SPLIT_NAME_BYTES = 200
+# What a dataset.json read back may name: a split whose shard names (15 bytes beside it) fit at all.
+# (A dataset made before the limit above, with a name of 201-240 bytes, still opens.)
+MAX_RECORDED_SPLIT_NAME_BYTES = 240
+
+
+def split_name_too_long(name: str, limit: int = MAX_SPLIT_NAME_BYTES) -> str | None:
+    """Why `name` cannot name a split's files (it is too long for a file name), or None."""
+    n = len(name.encode("utf-8", "surrogatepass"))
+    if n > limit:
+        return f"the split name {name[:20]}... is {n:,} bytes; at most {limit} (its shards' file names must fit the file system's 255)"
+    return None
+
+
 def shard_split(name: str) -> str:
     """The split of a shard file name (which must match SHARD_RE)."""
     m = SHARD_RE.match(name)

@@ -21,6 +21,7 @@ from img2tfrecord.conversion.plan.labels import check_class_names, class_list, r
 from img2tfrecord.conversion.plan.splits import EXACT, SPLIT_DIR_NAMES, Discovery, Missing, SplitRule, assemble
 from img2tfrecord.conversion.plan.table import ImageTable, encode_name
 from img2tfrecord.errors import UsageError, option
+from img2tfrecord.format.naming import split_name_too_long
 from img2tfrecord.format.schema import filename_problem, utf8_text
 
 FILE_LIST_HEADERS = {"path", "filename", "file"}
@@ -287,6 +288,8 @@ def _split_name(cell: str, given: str, line: int, fail: _Fail) -> str:
     name = SPLIT_DIR_NAMES.get(cell.lower(), cell)
     if not name or not name.replace("_", "").isalnum():
         raise fail(line, f"bad split {cell!r} for {given}: expected a name such as train, validation or test")
+    if long := split_name_too_long(name):
+        raise fail(line, f"bad split for {given}: {long}")
     return name
 
 

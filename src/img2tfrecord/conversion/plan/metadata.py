@@ -31,8 +31,9 @@ import xxhash
 from img2tfrecord import fs
 from img2tfrecord.conversion.plan.labels import read_text_input
 from img2tfrecord.conversion.plan.table import decode_name
-from img2tfrecord.errors import UsageError, option
+from img2tfrecord.errors import UsageError, option, plural
 from img2tfrecord.format.manifest import class_name_problem, shown
+from img2tfrecord.format.parse_errors import parse_error
 from img2tfrecord.format.schema import FEATURE_TYPES, MetaValue, filename_problem, utf8_text
 
 METADATA_NAMES = ("metadata.jsonl", "metadata.csv")
@@ -42,6 +43,29 @@ LABELS = "labels"
 _INT64 = 1 << 63
 _FLOAT32_OVERFLOW = 3.4028234663852886e38 + 2.0**103  # a float32 cast rounds this and above to infinity
 _NUMBER = re.compile(r"[+-]?\d+")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_INT64_DIGITS = 19  # 2**63 has 19 digits: a longer whole number is beyond int64 before it is parsed
+
+
+class _Unusable(NamedTuple):
+    """A value read but not usable, with why (a whole number of 5,000 digits: Python's int() refuses
+    more than 4,300, and int64 holds 19): its row is a skip with this reason."""
+
+    why: str
+
+
+def _whole_number(text: str) -> int | _Unusable:
+    """A whole number's text as an int, or _Unusable when it has more digits than int64 holds."""
+    digits = len(text.lstrip("+-").lstrip("0"))
+    if digits > _INT64_DIGITS:
+        return _Unusable(f"a whole number of {digits:,} digits is beyond an int64's range (-2**63 to 2**63-1)")
+    return int(text)
+
+
+def _json(text: str) -> Any:
+    """`json.loads` with long whole numbers as _Unusable (not Python's digit-limit ValueError);
+    ValueError for what is not JSON, RecursionError for what is nested too deep for Python."""
+    return json.loads(text, parse_int=_whole_number)
 
 
 class Column(NamedTuple):
@@ -111,7 +135,7 @@ def read_metadata(path: str, given: bool) -> Metadata:
     """Read and type a metadata file (UsageError for a column of no one type; bad rows are skips)."""
     name = os.path.basename(path.rstrip("/"))
     text = read_text_input(path, f"metadata file {path}", MAX_METADATA_BYTES)
-    rows = _csv_rows(text) if name.lower().endswith(".csv") else _jsonl_rows(text, name)
+    rows = _csv_rows(text, name) if name.lower().endswith(".csv") else _jsonl_rows(text, name)
     skipped = rows.skipped
     good: list[tuple[int, dict[str, Any]]] = []
     keys: dict[str, int] = {}
@@ -168,9 +192,12 @@ def _jsonl_rows(text: str, name: str) -> _Rows:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = _json(line)
         except ValueError as e:
-            skipped.append(_skip(f"{name}:{n}", f"not a JSON object: {e}"))
+            skipped.append(_skip(f"{name}:{n}", f"not a JSON object: {parse_error(e)}"))
+            continue
+        except RecursionError:  # [[[[...: Python's JSON reader recurses per level
+            skipped.append(_skip(f"{name}:{n}", "not a JSON object: nested too deep"))
             continue
         if not isinstance(row, dict):
             skipped.append(_skip(f"{name}:{n}", "not a JSON object"))
@@ -179,31 +206,43 @@ def _jsonl_rows(text: str, name: str) -> _Rows:
     return _Rows(rows, skipped)
 
 
-def _csv_rows(text: str) -> _Rows:
+def _csv_rows(text: str, name: str) -> _Rows:
     """CSV cells typed as pandas reads them: whole numbers, decimals, else text; a cell that is a
-    JSON array (`["cat", "dog"]`, `[1, 2]`) is a list; an empty cell is no value."""
+    JSON array (`["cat", "dog"]`, `[1, 2]`) is a list; an empty cell is no value. UsageError for
+    what the csv module cannot read (a cell over its 131,072 characters), naming the line."""
     reader = csv.DictReader(io.StringIO(text, newline=""))
     rows = []
-    for row in reader:
-        typed = {k: _cell(v) for k, v in row.items() if k is not None and v not in (None, "")}
-        rows.append((reader.line_num, typed))
+    try:
+        for row in reader:
+            typed = {k: _cell(v) for k, v in row.items() if k is not None and v not in (None, "")}
+            rows.append((reader.line_num, typed))
+    except csv.Error as e:
+        line = reader.line_num + 1  # the row being read (line_num counts the rows read whole)
+        if "field limit" in str(e):
+            raise UsageError(
+                f"{name}: line {line:,}: a cell is longer than {csv.field_size_limit():,} characters, "
+                "the most a CSV cell may hold here"
+            ) from None
+        raise UsageError(f"{name}: line {line:,}: not CSV ({e})") from None
     return _Rows(rows, [])
 
 
 def _cell(v: str) -> Any:
     if _NUMBER.fullmatch(v.strip()):
-        return int(v)
+        return _whole_number(v.strip())
     try:
         return float(v)
     except ValueError:
         pass
     if v.startswith("["):
         try:
-            got = json.loads(v)
+            got = _json(v)
             if isinstance(got, list):
                 return got
-        except ValueError:
+        except ValueError:  # not JSON: text
             pass
+        except RecursionError:  # JSON, nested deeper than Python's reader goes
+            return _Unusable("a JSON list nested too deep")
     return v
 
 
@@ -214,6 +253,10 @@ def _file_name(value: Any) -> tuple[str, str]:
     if not isinstance(value, str):
         return "", f"{KEY} is not a string"
     rel = value.removeprefix("./")
+    try:
+        rel.encode("utf-8", "surrogateescape")  # \udc80-\udcff: a name's undecodable byte, as the walk reads it
+    except UnicodeEncodeError:
+        return "", f"{KEY} {json.dumps(value)} is not text (a lone surrogate: no file can have that name)"
     if (problem := filename_problem(rel)) or rel.startswith(("/", "../")) or "://" in rel:
         return "", f"{KEY} {shown(value)} is not a path below the input folder ({problem or 'it leaves it'})"
     return rel, ""
@@ -230,8 +273,8 @@ def _kind(v: Any) -> str | None:
         return "float"
     if isinstance(v, str):
         return "str"
-    if isinstance(v, list):
-        inner = {_kind(x) for x in v}
+    if isinstance(v, list):  # one level: a list in a list is of no usable type (no recursion)
+        inner = {None if isinstance(x, list) else _kind(x) for x in v}
         if not inner:
             return "list:"
         if inner <= {"int", "float"}:
@@ -246,8 +289,13 @@ def _beyond_float32(v: float) -> bool:
 
 
 def _out_of_range(v: Any) -> str:
-    """Why a number (or a list's first such number) cannot be stored as its feature's type, or ""."""
+    """Why a value (or a list's first such value) cannot be stored as its feature's type, or "":
+    a number beyond it, a string that is not text (a lone surrogate from a JSON `\\ud800`)."""
     for x in v if isinstance(v, list) else [v]:
+        if isinstance(x, _Unusable):
+            return x.why
+        if isinstance(x, str) and (bad := _SURROGATE.search(x)):
+            return f"{json.dumps(bad.group())} is a lone surrogate, not text (UTF-8 cannot hold it)"
         if isinstance(x, float) and _beyond_float32(x):
             return f"{x!r} is beyond a float32's range (at most 3.4e+38 either side)"
         if isinstance(x, int) and not isinstance(x, bool) and not -_INT64 <= x < _INT64:
@@ -346,6 +394,26 @@ def join(meta: Metadata, prefix: bytes, names: list[bytes], sizes: array, mtimes
         elif rel not in meta.refused:  # a refused row's image was skipped with its reason
             out.unmatched.append(rel)
     return out
+
+
+def no_usable_row(meta: Metadata, input_dir: str, images: int, example: str) -> str:
+    """The error when images were found but none has a usable row: say that (and why), not "no
+    images found". `example` is one image's path below INPUT."""
+    unusable = len(meta.skipped) + len(meta.refused)
+    head = f"no image in {input_dir} has a usable row in {meta.name} ({plural(images, 'image')} found"
+    if not meta.rows and not unusable:
+        why = "; the file has no rows"
+    elif not meta.rows:
+        first = min(meta.skipped, key=lambda s: s["path"]) if meta.skipped else None
+        e_g = f": e.g. {first['path']}: {first['reason']}" if first else ""
+        why = (
+            f"; its only row is not usable{e_g}" if unusable == 1 else f"; none of its {unusable:,} rows is usable{e_g}"
+        )
+    else:
+        named = utf8_text(decode_name(min(meta.rows)))
+        verb = "names" if len(meta.rows) == 1 else "name"
+        why = f"; its {plural(len(meta.rows), 'usable row')} {verb} none of them, e.g. {shown(named)}"
+    return f"{head}{why}): give each image a row whose {KEY} is its path below the input, e.g. {shown(example)}"
 
 
 def no_row(meta: Metadata, rel: bytes, split: str) -> dict[str, str]:

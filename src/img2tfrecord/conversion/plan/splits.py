@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import bisect
 import functools
-import re
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,11 +45,14 @@ from img2tfrecord.conversion.plan.options import SPLIT_RULES as SPLIT_RULES  # r
 from img2tfrecord.conversion.plan.table import BoxCounts, ImageTable, TaskView, decode_name, encode_name
 from img2tfrecord.errors import UsageError, option, plural
 from img2tfrecord.format.manifest import shown
+from img2tfrecord.format.naming import split_name_too_long
 from img2tfrecord.format.schema import utf8_text
 from img2tfrecord.format.split_groups import group_key, group_pattern
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from img2tfrecord.format.linear_re import LinearPattern
 
 SPLIT_DIR_NAMES = {"train": "train", "validation": "validation", "val": "validation", "test": "test"}
 
@@ -141,6 +143,8 @@ def parse_split_spec(spec: str) -> dict[str, float]:
             frac = -1.0
         if not sep or not name or not name.replace("_", "").isalnum() or not 0 <= frac <= 1:
             raise UsageError(f"bad {option('split', spec)}: expected e.g. train=0.8,validation=0.2")
+        if long := split_name_too_long(name):
+            raise UsageError(f"bad {option('split', spec[:60] + '...' if len(spec) > 60 else spec)}: {long}")
         if name in fractions:
             raise UsageError(f"bad {option('split', spec)}: {name} given twice")
         fractions[name] = frac
@@ -486,7 +490,7 @@ def _held(
 
 
 def _held_groups(
-    table: ImageTable, classes: Mapping[int, np.ndarray], which: np.ndarray, pattern: re.Pattern[str]
+    table: ImageTable, classes: Mapping[int, np.ndarray], which: np.ndarray, pattern: LinearPattern
 ) -> dict[object, int]:
     """The split of each group key the dataset already holds (its first image's, in image order)."""
     groups: dict[object, int] = {}

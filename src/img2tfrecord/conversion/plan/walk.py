@@ -34,7 +34,7 @@ from typing import NamedTuple
 from img2tfrecord import fs
 from img2tfrecord.conversion.plan import skips
 from img2tfrecord.conversion.plan.labels import class_list
-from img2tfrecord.conversion.plan.metadata import Metadata, join, no_row, not_found
+from img2tfrecord.conversion.plan.metadata import Metadata, join, no_row, no_usable_row, not_found
 from img2tfrecord.conversion.plan.splits import (
     EXACT,
     SPLIT_DIR_NAMES,
@@ -60,6 +60,7 @@ from img2tfrecord.conversion.plan.walk_files import (
 from img2tfrecord.conversion.plan.walk_files import (
     ClassFiles,
     Entry,
+    Visited,
     WalkReport,
     as_class_files,
     local_entries,
@@ -92,10 +93,14 @@ _BYTES_WALK = (
 
 
 def walk_classes(walks: list[tuple[str, str, str]], remote: bool) -> Iterator[ClassFiles]:
-    """Walk every (class, split key, folder); remote folders concurrently, results in order."""
+    """Walk every (class, split key, folder); remote folders concurrently, results in order. A local
+    folder reached twice is walked once (docs/converting.md): by its own class when it is a class
+    folder, else by the first class that reaches it."""
     if not remote:
+        seen = Visited.of([path for _, _, path in walks])
         yield from (
-            walk_class_fast(path) if _BYTES_WALK else as_class_files(*walk_class(path, "")) for _, _, path in walks
+            walk_class_fast(path, seen) if _BYTES_WALK else as_class_files(*walk_class(path, "", seen))
+            for _, _, path in walks
         )
         return
     with ThreadPoolExecutor(min(LIST_THREADS, max(1, len(walks))), thread_name_prefix="list") as pool:
@@ -167,6 +172,7 @@ class _Filled(NamedTuple):
     excluded: dict[str, int]
     skipped: list[dict[str, str]]
     ignored: int
+    walked: int  # image candidates found in the classes kept (with metadata: before the join)
 
 
 def _fill(
@@ -186,7 +192,7 @@ def _fill(
     per_class: dict[str, dict[str, Sequence[int]]] = {}
     excluded: dict[str, int] = {}
     skipped = [{"path": utf8_text(rel), "split": "", "reason": why} for rel, why in report.skipped]  # INPUT's own
-    ignored, seen = lay.ignored, set[bytes]()
+    ignored, seen, walked = lay.ignored, set[bytes](), 0
     for (c, skey, path), found in zip(walks, walk_classes(walks, table.remote)):
         ignored += found.ignored
         split_dir = f"{os.path.basename(lay.split_roots[skey])}/" if skey else ""
@@ -201,6 +207,7 @@ def _fill(
                 f"fix its permissions, or leave the class out with {option('labels')}"
             )
         report.merge(found.report)
+        walked += len(found.names)
         for rel, why in found.report.skipped:
             whose = skey or ("" if rel.endswith("/") else split_of(prefix + rel, seed, split))
             skipped.append({"path": utf8_text(prefix + rel), "split": whose, "reason": why})
@@ -215,7 +222,7 @@ def _fill(
             table.meta.update(zip(numbers, meta))
     if metadata is not None:
         skipped += metadata.skipped + not_found(metadata, seen)
-    return _Filled(per_class, excluded, skipped, ignored)
+    return _Filled(per_class, excluded, skipped, ignored, walked)
 
 
 def discover(
@@ -263,7 +270,7 @@ def discover(
         warnings=lay.warnings + [left_out] * bool(loose),
         what="class folder",
         whats="class folders",
-        no_images=f"no images found in {input_dir}: expected {fs.join(input_dir, 'CLASS_NAME', 'image.jpg')} {images}",
+        no_images=_no_images(input_dir, images, metadata, filled),
         rule=rule,
         missing=_missing(input_dir, set(classes) - folders, lay.presplit),
     )
@@ -272,6 +279,16 @@ def discover(
     if note := junk_note(report.junk_dirs):
         found_all.notes.append(note)
     return found_all
+
+
+def _no_images(input_dir: str, images: str, metadata: Metadata | None, filled: _Filled) -> str:
+    """What to say when no image is left: none found, or (with metadata) none with a usable row."""
+    unmatched = [
+        s["path"] for s in filled.skipped if metadata is not None and s["reason"] == f"no row in {metadata.name}"
+    ]
+    if metadata is not None and filled.walked and unmatched:
+        return no_usable_row(metadata, input_dir, filled.walked, min(unmatched))
+    return f"no images found in {input_dir}: expected {fs.join(input_dir, 'CLASS_NAME', 'image.jpg')} {images}"
 
 
 def _missing(input_dir: str, classes: set[str], presplit: bool) -> Missing:

@@ -245,7 +245,36 @@ def _stat_or_none(name: bytes, fd: int) -> os.stat_result | None:
         return None  # broken symlink, vanished, no search permission: the encoder says why
 
 
-def walk_class_fast(root: str) -> ClassFiles:
+@dataclass
+class Visited:
+    """The folders (device, inode) walked so far, shared by the walks of one INPUT's class folders,
+    and the class folders themselves: a folder reached twice (a symlink into another class, two
+    links to one folder) is walked once, and a class folder only as its own class."""
+
+    keys: set[tuple[int, int]] = field(default_factory=set)
+    roots: frozenset[tuple[int, int]] = frozenset()
+
+    def first(self, key: tuple[int, int], top: bool) -> bool:
+        """Whether the folder `key` is to be walked now (and, if so, mark it walked)."""
+        if key in self.keys or (not top and key in self.roots):
+            return False
+        self.keys.add(key)
+        return True
+
+    @classmethod
+    def of(cls, roots: list[str]) -> Visited:
+        """A walk of the class folders `roots` (one that cannot be stat'ed fails its own walk)."""
+        keys = set()
+        for r in roots:
+            try:
+                st = os.stat(r)
+            except OSError:
+                continue
+            keys.add((st.st_dev, st.st_ino))
+        return cls(roots=frozenset(keys))
+
+
+def walk_class_fast(root: str, visited: Visited | None = None) -> ClassFiles:
     """`walk_class` for a local folder on POSIX: the same files, order, symlink rules and report,
     with names as bytes (no decoding, one small object each) and stats relative to the folder.
 
@@ -256,7 +285,7 @@ def walk_class_fast(root: str) -> ClassFiles:
     chunks: list[tuple[bytes, list[bytes], _Stats]] = []
     ignored = 0
     report = WalkReport()
-    visited: set[tuple[int, int]] = set()
+    visited = Visited() if visited is None else visited
     stack: list[tuple[bytes, bytes]] = [(os.fsencode(root), b"")]
     while stack:
         path, rel = stack.pop()
@@ -267,10 +296,8 @@ def walk_class_fast(root: str) -> ClassFiles:
             continue
         try:
             st = os.fstat(fd)
-            key = (st.st_dev, st.st_ino)
-            if key in visited:  # a symlink loop or a second link to a folder already walked
+            if not visited.first((st.st_dev, st.st_ino), not rel):  # a loop, a folder walked already, another class
                 continue
-            visited.add(key)
             files: list[bytes] = []
             subdirs: list[bytes] = []
             try:
@@ -327,7 +354,9 @@ def walk_class_fast(root: str) -> ClassFiles:
     )
 
 
-def walk_class(root: str, rel_prefix: str) -> tuple[list[tuple[str, str, int, int]], int, WalkReport]:
+def walk_class(
+    root: str, rel_prefix: str, visited: Visited | None = None
+) -> tuple[list[tuple[str, str, int, int]], int, WalkReport]:
     """All image candidates below one class folder, sorted; follows symlinks without looping.
 
     Returns ([(path, rel_to_class_root, size, mtime_ns)], ignored_non_image_count, report).
@@ -335,7 +364,7 @@ def walk_class(root: str, rel_prefix: str) -> tuple[list[tuple[str, str, int, in
     found: list[tuple[str, str, int, int]] = []
     ignored = 0
     report = WalkReport()
-    visited: set[tuple[int, int]] = set()
+    visited = Visited() if visited is None else visited
     stack: list[tuple[str, str]] = [(root, "")]
     while stack:
         path, rel = stack.pop()
@@ -344,10 +373,8 @@ def walk_class(root: str, rel_prefix: str) -> tuple[list[tuple[str, str, int, in
         except OSError as err:
             report.failed(rel, err)
             continue
-        key = (st.st_dev, st.st_ino)
-        if key in visited:  # a symlink loop or a second link to a folder already walked
+        if not visited.first((st.st_dev, st.st_ino), not rel):  # a loop, a folder walked already, another class
             continue
-        visited.add(key)
         try:
             entries = local_entries(path)
         except OSError as err:

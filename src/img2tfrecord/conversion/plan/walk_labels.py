@@ -14,7 +14,7 @@ from array import array
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.plan.labels import class_list
-from img2tfrecord.conversion.plan.metadata import Metadata, check_label_names, no_row, not_found
+from img2tfrecord.conversion.plan.metadata import Metadata, check_label_names, no_row, no_usable_row, not_found
 from img2tfrecord.conversion.plan.splits import EXACT, Discovery, Missing, SplitRule, assemble, split_of
 from img2tfrecord.conversion.plan.table import ImageTable, decode_name
 from img2tfrecord.conversion.plan.walk import check_input, walk_classes
@@ -91,7 +91,11 @@ def discover_multi_label(
         warnings=[],
         what="class",
         whats="classes",
-        no_images=f"no images found in {input_dir} that {meta.name} has a row for",
+        no_images=(
+            no_usable_row(meta, input_dir, len(found.names), decode_name(found.names[0]))
+            if found.names and not any(rel in meta.rows for rel in found.names)
+            else f"no images found in {input_dir} that {meta.name} has a row for"
+        ),
         rule=rule,
         missing=Missing(
             set(classes) - names_found,

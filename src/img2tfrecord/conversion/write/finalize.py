@@ -102,6 +102,7 @@ def finalize(
     )
     for s in plan.split_names:
         _merge_split(plan, ws.build, outcomes, s, run, emit)
+    _warn_absent(run, emit)
     if plan.settings.dedupe != "off":
         run.duplicates = _duplicates(plan, outcomes)
     _warn_merged(run, sum(o.orientation_ignored for o in outcomes), emit)
@@ -147,6 +148,36 @@ def _merge_split(plan: Plan, staging: str, outcomes: list[ShardOutcome], s: str,
         "class_counts": class_counts,
         "shards": [i.as_json() for i in infos],
     }
+
+
+def absent_classes(split_info: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+    """Per split that holds records, the classes it holds no image of while other splits do (the
+    report flags these cells as absent)."""
+    totals: dict[str, int] = {}
+    for si in split_info.values():
+        for c, n in si["class_counts"].items():
+            totals[c] = totals.get(c, 0) + n
+    out = {}
+    for s, si in split_info.items():
+        if si["records"] and (none := [c for c, n in si["class_counts"].items() if n == 0 and totals.get(c)]):
+            out[s] = none
+    return out
+
+
+def _warn_absent(run: _Merged, emit: EventSink) -> None:
+    """A warning per split missing a class (unless the plan's hash-split warning named it already)."""
+    for s, names in absent_classes(run.split_info).items():
+        said = [w for w in run.warnings if w.startswith(f"split {s} has no image of ")]
+        names = [c for c in names if not any(repr(c) in w for w in said)]
+        if names:
+            shown = ", ".join(repr(c) for c in names[:5]) + (", ..." if len(names) > 5 else "")
+            one = len(names) == 1
+            run.warn(
+                f"split {s} has no image of {plural(len(names), 'class', 'classes')} ({shown}), which "
+                f"{'another split holds' if len(run.split_info) == 2 else 'other splits hold'}: "
+                f"results on {s} say nothing about {'it' if one else 'them'}",
+                emit,
+            )
 
 
 def _warn_merged(run: _Merged, orient: int, emit: EventSink) -> None:
@@ -257,6 +288,7 @@ def _run_summary(
             for s, si in split_info.items()
         },
         "warnings": [wording(w) for w in run.warnings],  # for the caller's audience (errors.option)
+        "absent_classes": absent_classes(split_info),  # split -> classes it has no image of, others have
         "workers": timing.workers,
         "elapsed_seconds": round(elapsed, 3),
         "images_per_second": round(converted_images / elapsed, 1),
