@@ -24,13 +24,3 @@ def parse_error(e: BaseException) -> str:
     if isinstance(e, ValueError) and "integer string conversion" in str(e):
         return "a number of more digits than Python reads (4,300)"
     return f"a value of the wrong kind ({type(e).__name__})"
-
-
-def stream_error(e: BaseException, start: int, end: int) -> str:
-    """An ijson (yajl) error's first line, its own fixed words, in the block of bytes [start, end)
-    the parser was reading when it failed. yajl's next lines quote the file around the fault, and
-    are dropped."""
-    first = str(e).strip().split("\n", 1)[0].rstrip(".")
-    if not first.startswith(("lexical error", "parse error", "Incomplete JSON", "Additional data", "premature EOF")):
-        first = "not valid JSON"
-    return f"{first} (between bytes {start:,} and {end:,})"
