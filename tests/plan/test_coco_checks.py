@@ -82,9 +82,12 @@ def test_every_annotation_not_in_a_record_is_named_and_strict_fails(tmp_path: Pa
     records = od_records(tmp_path / "out")
     assert sorted(records) == ["a.png", "b.png"]  # b.png: no usable entry, so no annotation
     assert len(records["a.png"]["image/object/area"]) == 1 and len(records["b.png"]["image/object/area"]) == 0
+    text = cli("convert", tmp_path / "images", tmp_path / "o2", "--annotations", tmp_path / "instances.json")
+    assert "Skipped 15 unusable images or annotations (listed in dataset.json)." in text.stderr, text.stderr
     res = convert(cli, tmp_path, coco, "--strict", "--overwrite")
     assert res.exit_code == 1, res.output
-    assert json.loads(res.stdout)["error"]["message"].startswith("--strict: 15 ")  # 7 annotations, 5 entries, 3 images
+    message = json.loads(res.stdout)["error"]["message"]  # 7 annotations, 5 entries, 3 images
+    assert message.startswith("--strict: 15 files, folders or annotations cannot be used, e.g. "), message
 
 
 @pytest.mark.parametrize(

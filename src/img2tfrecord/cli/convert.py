@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 import click
 
 from img2tfrecord.cli import answer
-from img2tfrecord.cli.text import report, safe, safe_lines, size_text
+from img2tfrecord.cli.text import report, safe, safe_lines, size_text, skipped_text
 from img2tfrecord.conversion.plan import options
 from img2tfrecord.errors import Img2TFRecordError, Interrupted, plural
 from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
@@ -208,7 +208,7 @@ def _summary_text(s: dict[str, Any]) -> str:
     else:
         text = f"{wrote} from {size_text(s['converted_bytes'])} of source images, {timed}."
     if s["skipped_count"]:
-        text += f" Skipped {plural(s['skipped_count'], 'unusable image')} (listed in dataset.json)."
+        text += f" Skipped {skipped_text(s['skipped_count'], boxes=bool(s.get('detection')))} (listed in dataset.json)."
     for split, names in (s.get("absent_classes") or {}).items():
         text += f" No image of {', '.join(names[:5])}{' ...' if len(names) > 5 else ''} in {split} (see the warning)."
     if s["transcoded"]:

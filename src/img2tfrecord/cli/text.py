@@ -17,9 +17,15 @@ import textwrap
 
 import click
 
-from img2tfrecord.errors import size_text, wording
+from img2tfrecord.errors import plural, size_text, wording
 
-__all__ = ["report", "safe", "safe_lines", "size_text"]  # size_text: errors' one formatter of sizes, for the commands
+__all__ = [
+    "report",
+    "safe",
+    "safe_lines",
+    "size_text",
+    "skipped_text",
+]  # size_text: errors' one formatter of sizes, for the commands
 
 # Control characters (newlines, terminal escapes) and bidi overrides: shown escaped.
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
@@ -83,3 +89,11 @@ def fit_to_terminal(text: str, stream: object) -> str:
         )
         lines.extend(wrapped or [line])
     return "\n".join(lines)
+
+
+def skipped_text(n: int, *, boxes: bool) -> str:
+    """'3 unusable images'; with annotations read (`boxes`), '3 unusable images or annotations': a
+    COCO annotation of no image, or an `images` entry no image can take, is skipped there too."""
+    if boxes:
+        return plural(n, "unusable image or annotation", "unusable images or annotations")
+    return plural(n, "unusable image")

@@ -10,7 +10,7 @@ import click
 
 from img2tfrecord.cli import answer
 from img2tfrecord.cli import convert as convert_cli
-from img2tfrecord.cli.text import report, safe, safe_lines, size_text
+from img2tfrecord.cli.text import report, safe, safe_lines, size_text, skipped_text
 from img2tfrecord.conversion.plan import options
 from img2tfrecord.errors import Img2TFRecordError, Interrupted, plural
 
@@ -83,7 +83,7 @@ def summary_text(s: dict[str, Any]) -> str:
         f"{size_text(s['bytes_written'])} written in {s['elapsed_seconds']:.1f} s"
     )
     if s["skipped"]:
-        head += f". {plural(len(s['skipped']), 'unusable image')} skipped (listed in dataset.json)"
+        head += f". {skipped_text(len(s['skipped']), boxes=bool(s.get('detection')))} skipped (listed in dataset.json)"
     if s.get("still_skipped"):
         head += f"; {plural(s['still_skipped'], 'image')} skipped before and unchanged, still skipped"
     from img2tfrecord.cli.report import report_hint

@@ -197,13 +197,18 @@ class CheckedOptions(NamedTuple):
     class_list: list[str] | None
 
 
-def refuse_walk_skips(skipped: list[dict[str, str]], strict: bool) -> None:
-    """Under --strict, what the walk cannot read (convert's and update's) fails the run."""
+def refuse_walk_skips(skipped: list[dict[str, str]], strict: bool, *, annotations: bool = False) -> None:
+    """Under --strict, what the walk cannot read (convert's and update's) fails the run.
+    `annotations`: the run reads an annotation file, whose unusable entries are skipped too."""
     if strict and skipped:
         first = skipped[0]
+        what = (
+            plural(len(skipped), "file, folder or annotation", "files, folders or annotations") + " cannot be used"
+            if annotations
+            else plural(len(skipped), "file or folder", "files or folders") + " cannot be read"
+        )
         raise DataError(
-            f"{option('strict', True)}: {plural(len(skipped), 'file or folder', 'files or folders')} cannot be read, e.g. "
-            f"{first['path']}: {first['reason']}; nothing was written"
+            f"{option('strict', True)}: {what}, e.g. {first['path']}: {first['reason']}; nothing was written"
         )
 
 
@@ -380,7 +385,7 @@ def _plan(
         refuse_box_problems(entry, strict)
     else:
         found = _discover(input_dir, file_list, meta, fractions, seed, label_offset, rule, class_list, known_classes)
-    refuse_walk_skips(found.skipped, strict)
+    refuse_walk_skips(found.skipped, strict, annotations=detect.annotations is not None)
     if strict and found.loose:
         raise DataError(f"{option('strict', True)}: {found.loose}; nothing was written")
     split_bytes = {s: estimate_task_bytes(items, opts) for s, items in found.splits.items()}

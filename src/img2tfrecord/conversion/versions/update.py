@@ -163,7 +163,7 @@ def _apply(
         rec = read_recorded(output_dir, rec, input_dir)  # as it is now that we hold the lock
         meta = recorded_metadata(rec.manifest, input_dir, output_dir)
         changes = _changes(input_dir, rec, file_list, check_content, emit, meta)
-        refuse_walk_skips(changes.found.skipped, settings.strict)
+        refuse_walk_skips(changes.found.skipped, settings.strict, annotations=changes.found.boxes is not None)
         if why := refusal(changes.removed_records, _records(rec), limit, input_dir, output_dir):
             raise DataError(why)  # before anything is written: OUTPUT and an unfinished update's shards stay
         layout = layout_of(changes, rec, settings)
