@@ -75,7 +75,7 @@ from img2tfrecord.conversion.write.workspace import (
     workspace,
 )
 from img2tfrecord.errors import DataError, UsageError, option
-from img2tfrecord.format import readers
+from img2tfrecord.format import pinning
 from img2tfrecord.format.manifest import MANIFEST_NAME
 from img2tfrecord.format.naming import PUBLISHING_NAME, SHARD_RE
 from img2tfrecord.format.tfds import FILE_NAMES as TFDS_NAMES
@@ -287,7 +287,7 @@ def _remove_workspace(ws: Workspace) -> str | None:
     """After the switch: the old version, the journal, the marker, then (by the lock) the workspace.
 
     The old version is renamed to `OLD*` in the workspace, then removed unless a reader still holds
-    it (`format.readers`: load() reads the version it opened through its open folder); a later
+    it (`format.pinning`: load() reads the version it opened through its open folder); a later
     command removes it once free (`sweep`). Returns the line to say when removing failed (the new
     version is in place all the same; what is left is removed by the next command)."""
     failed: OSError | None = None
@@ -326,7 +326,7 @@ def sweep(ws: Workspace) -> OSError | None:
     errors: list[BaseException] = []
     for name in names:
         path = os.path.join(ws.root, name)
-        if not readers.in_use(path):
+        if not pinning.in_use(path):
             shutil.rmtree(path, onerror=lambda fn, p, info: errors.append(info[1]))
     failed = next((e for e in errors if isinstance(e, OSError)), None)
     return failed
