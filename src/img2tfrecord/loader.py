@@ -21,8 +21,8 @@ from img2tfrecord.format.framing import COMPRESSIONS, check_framing, detect_comp
 from img2tfrecord.format.layout import (
     Manifest,
 )
+from img2tfrecord.format.load_files import Source, identity, replaced, split_files
 from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME
-from img2tfrecord.format.readers import Source, identity, replaced, split_files
 from img2tfrecord.format.schema import FORMAT_RAW, Declared, declared_features, feature_kinds
 from img2tfrecord.tf_import import tensorflow
 

@@ -30,7 +30,7 @@ class Manifest:
 
     dir: fs.AnyPath
     data: dict[str, Any]
-    # Where its files are read: the folder held open by the reader (`format.readers.open_folder`:
+    # Where its files are read: the folder held open by the reader (`format.pinning.open_folder`:
     # /proc/self/fd/N), so it reads the version whose dataset.json it read; None: by `dir`.
     reads: fs.AnyPath | None = field(default=None, repr=False, compare=False)
     holder: Any = field(default=None, repr=False, compare=False)  # keeps that folder open while this lives
@@ -113,7 +113,7 @@ class ShardRef:
 def read_manifest(directory: str | os.PathLike[str], via: str | None = None) -> Manifest | None:
     """The directory's dataset.json, None if it has none; a broken one is a DataError whose one
     line names the field (`manifest.parse_manifest`, the one validation every reader shares).
-    `via`: the same folder as a reader holds it open (`format.readers`), read there."""
+    `via`: the same folder as a reader holds it open (`format.pinning`), read there."""
     folder = fs.as_path(directory)
     path = folder / MANIFEST
     source = fs.as_path(via) / MANIFEST if via is not None else path
@@ -307,7 +307,7 @@ def resolve_paths(
     A PATH is a file, a glob, an output directory (its dataset.json lists the shards; without one,
     the files named like shards), or a prefix that matches exactly one shard file. Anything
     missing or ambiguous is a UsageError naming what it matched. `open_folder` reads a dataset
-    folder's dataset.json (`format.readers.open_folder`: holding the folder open, so that its
+    folder's dataset.json (`format.pinning.open_folder`: holding the folder open, so that its
     shards are read from the version whose dataset.json was read).
     """
     refs: list[ShardRef] = []

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from img2tfrecord import cstderr
 from img2tfrecord.errors import DataError, UsageError, option
-from img2tfrecord.format import framing, readers
+from img2tfrecord.format import framing, pinning
 from img2tfrecord.format.catalog import Catalog
 from img2tfrecord.format.framing import FramingError, TFRecordFile
 from img2tfrecord.format.layout import Manifest, ShardRef, pixel_limit, resolve_paths
@@ -245,7 +245,7 @@ def inspect(
     """
     if force and contact_sheet is None:
         raise UsageError(f"{option('force')} only goes with {option('contact_sheet')}")
-    refs = resolve_paths(paths, split, readers.open_folder)  # each dataset folder held: one version read
+    refs = resolve_paths(paths, split, pinning.open_folder)  # each dataset folder held: one version read
     listed = _catalog_of(refs, split_group, export_list)
     manifests = {id(r.manifest): r.manifest for r in refs if r.manifest is not None}
     read = [*(m.dir for m in manifests.values()), *(p for p in paths if os.path.isdir(p))]  # no output in them

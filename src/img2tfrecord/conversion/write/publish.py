@@ -75,7 +75,7 @@ from img2tfrecord.conversion.write.workspace import (
     workspace,
 )
 from img2tfrecord.errors import DataError, UsageError, option
-from img2tfrecord.format import readers
+from img2tfrecord.format import pinning
 from img2tfrecord.format.journal import switch_cut_short
 from img2tfrecord.format.layout import finish_advice
 from img2tfrecord.format.manifest import MANIFEST_NAME
@@ -289,7 +289,7 @@ def _remove_workspace(ws: Workspace) -> str | None:
     """After the switch: the old version, the journal, the marker, then (by the lock) the workspace.
 
     The old version is renamed to `OLD*` in the workspace, then removed unless a reader still holds
-    it (`format.readers`: load() reads the version it opened through its open folder); a later
+    it (`format.pinning`: load() reads the version it opened through its open folder); a later
     command removes it once free (`sweep`). Returns the line to say when removing failed (the new
     version is in place all the same; what is left is removed by the next command)."""
     failed: OSError | None = None
@@ -328,7 +328,7 @@ def sweep(ws: Workspace) -> OSError | None:
     errors: list[BaseException] = []
     for name in names:
         path = os.path.join(ws.root, name)
-        if not readers.in_use(path):
+        if not pinning.in_use(path):
             shutil.rmtree(path, onerror=lambda fn, p, info: errors.append(info[1]))
     failed = next((e for e in errors if isinstance(e, OSError)), None)
     return failed

@@ -24,7 +24,7 @@ from img2tfrecord.format.tfds import FILE_NAMES as TFDS_NAMES
 JOURNAL = JOURNAL_NAME  # finished shards, for --resume: conversion.write.resume writes it under this name
 BUILD = "dataset"
 ASIDE = ASIDE_NAME  # the old version, after a plain-rename switch (readers look for it: format.journal)
-OLD = "old-"  # old versions, kept while a reader holds them (`format.readers`)
+OLD = "old-"  # old versions, kept while a reader holds them (`format.pinning`)
 PUBLISHED = "published"
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from img2tfrecord import fs
 from img2tfrecord.errors import UsageError
 from img2tfrecord.format import catalog as catalog_format
-from img2tfrecord.format import readers
+from img2tfrecord.format import pinning
 from img2tfrecord.format.catalog import CONVERTED, Catalog, kind_of
 from img2tfrecord.format.layout import Manifest, refuse_unfinished
 from img2tfrecord.format.schema import utf8_text
@@ -89,7 +89,7 @@ def load(out: str) -> tuple[Manifest, Catalog | None]:
     """OUT's dataset.json (a UsageError when OUT is no dataset folder) and its catalog (None if it has none)."""
     if not fs.exists(out):  # a run into it killed, or its switch cut short: what to run, said as inspect says it
         refuse_unfinished(out)
-    man = readers.open_folder(out)  # held open: the version whose dataset.json is read is the one read
+    man = pinning.open_folder(out)  # held open: the version whose dataset.json is read is the one read
     if man is None:
         raise UsageError(f"{out}: no dataset.json here; give the output folder of img2tfrecord convert")
     path, source = man.dir / catalog_format.CATALOG_NAME, man.at(catalog_format.CATALOG_NAME)
