@@ -63,7 +63,6 @@ from img2tfrecord.conversion.encode.source import (  # the read before the work 
 )
 from img2tfrecord.conversion.plan.job import Task
 from img2tfrecord.conversion.plan.options import EncodeOptions
-from img2tfrecord.conversion.plan.table import Objects
 from img2tfrecord.format.images import (
     MODE_CHANNELS,
     NOT_IMAGES,
@@ -298,10 +297,11 @@ def _digest(data: bytes) -> str:
 def to_record(task: Task, result: Result) -> bytes:
     """The serialized Example of a non-skipped result."""
     assert result.payload is not None, "a skipped image has no record"
-    extra = tuple(task.meta)  # a list after a Beam plan file's JSON
+    extra = task.meta
     if task.objects is not None:  # an annotated image: the Object Detection API's features too
-        objects = Objects._make(task.objects)
-        extra += boxes.features(objects, result.payload, *result.source, result.turned, (result.width, result.height))
+        extra += boxes.features(
+            task.objects, result.payload, *result.source, result.turned, (result.width, result.height)
+        )
     return serialize_example(
         encoded=result.payload,
         image_format=result.fmt,
@@ -541,7 +541,7 @@ def encode_task(task: Task, opts: EncodeOptions) -> Result:
         result = encode_image(task.path, opts)
     except SkipImage as e:
         return Result(kind="skip", reason=str(e), size=task.size)
-    if task.objects is not None and (why := boxes.size_problem(Objects._make(task.objects), *result.source)):
+    if task.objects is not None and (why := boxes.size_problem(task.objects, *result.source)):
         return Result(kind="skip", reason=why, size=task.size)
     return result
 

@@ -10,7 +10,8 @@ adds no scheduling of our own: retries, autoscaling and placement are the runner
 Everything a worker needs travels through the output's staging folder (any filesystem TensorFlow
 knows: gs://, hdfs://, a local disk for the DirectRunner), never through the pipeline graph:
 
-* ``plan.jsonl``: one JSON line per shard; an element is only (shard, offset, length), so the
+* ``plan.jsonl``: one JSON line per shard, each image an object keyed by `Task`'s field names
+  (`task_to_json`); an element is only (shard, offset, length), so the
   job graph stays a few KB for tens of millions of images (Dataflow rejects graphs over ~10 MB);
 * ``<shard>.outcome.json``: what `finalize` needs from a written shard (counts, skipped files),
   read back by the driver after the run. Files, unlike a collected PCollection, work the same on
@@ -346,7 +347,7 @@ class WriteShardFn(_DoFn):  # type: ignore[misc, valid-type]
 
 def shard_to_json(shard: PlannedShard) -> bytes:
     """One plan line. ASCII JSON keeps undecodable file names (surrogate escapes) intact."""
-    tasks = list(shard.tasks)  # this shard's Tasks, made from the plan's table now
+    tasks = [task_to_json(t) for t in shard.tasks]  # this shard's Tasks, made from the plan's table now
     return json.dumps({"split": shard.split, "index": shard.index, "count": shard.count, "tasks": tasks}).encode(
         "ascii"
     )
@@ -354,19 +355,44 @@ def shard_to_json(shard: PlannedShard) -> bytes:
 
 def shard_from_json(data: bytes) -> PlannedShard:
     d = json.loads(data)
-    return PlannedShard(d["split"], d["index"], d["count"], tuple(_task(t) for t in d["tasks"]))
+    return PlannedShard(d["split"], d["index"], d["count"], tuple(task_from_json(t) for t in d["tasks"]))
 
 
-def _task(t: list[Any]) -> Task:
-    """A Task from its JSON list: the metadata features back to the tuples the local engine encodes."""
-    meta = tuple(MetaValue(key, kind, tuple(values)) for key, kind, values in (t[7] if len(t) > 7 else ()))
-    path, rel, filename, label, text, size, mtime_ns = t[:7]
-    objects = t[8] if len(t) > 8 else None  # an annotated image's boxes: their lists back to tuples
-    boxes = Objects._make(tuple(v) if isinstance(v, list) else v for v in objects) if objects is not None else None
-    if boxes is not None and boxes.masks is not None:  # --masks: each Segment's lists back to tuples
-        masks = tuple(Segment(tuple(map(tuple, p)), tuple(c), x, h, w) for p, c, x, h, w in boxes.masks)
-        boxes = boxes._replace(masks=masks)
-    return Task(path, rel, filename, label, text, size, mtime_ns, meta, boxes)
+def task_to_json(task: Task) -> dict[str, Any]:
+    """A Task as its plan-file entry: every field by its name, and so are those of the `Objects`,
+    `Segment`s and `MetaValue`s inside it, so no reader depends on the order of fields."""
+    return {f.name: _named(getattr(task, f.name)) for f in dataclasses.fields(task)}
+
+
+def _named(v: Any) -> Any:
+    if isinstance(v, tuple) and hasattr(v, "_fields"):  # a NamedTuple (Objects, Segment, MetaValue)
+        return {k: _named(x) for k, x in zip(v._fields, v)}
+    if isinstance(v, (tuple, list)):
+        return [_named(x) for x in v]
+    return v
+
+
+def task_from_json(d: dict[str, Any]) -> Task:
+    """A Task from its plan-file entry: JSON's lists back to the tuples the local engine holds,
+    the metadata features, boxes and masks back to their named types. A field the entry does not
+    know is refused (TypeError), one it leaves out takes its default."""
+    fields = {k: _tuples(v) for k, v in d.items() if k not in ("meta", "objects")}
+    meta = tuple(MetaValue(**{k: _tuples(v) for k, v in m.items()}) for m in d.get("meta", ()))
+    objects = d.get("objects")
+    return Task(**fields, meta=meta, objects=None if objects is None else _objects(objects))
+
+
+def _objects(d: dict[str, Any]) -> Objects:
+    boxes = Objects(**{k: _tuples(v) for k, v in d.items() if k != "masks"})
+    masks = d.get("masks")
+    if masks is None:
+        return boxes
+    return boxes._replace(masks=tuple(Segment(**{k: _tuples(v) for k, v in s.items()}) for s in masks))
+
+
+def _tuples(v: Any) -> Any:
+    """JSON's (nested) lists as tuples."""
+    return tuple(map(_tuples, v)) if isinstance(v, list) else v
 
 
 def write_plan(plan: list[PlannedShard], path: str) -> list[tuple[int, int, int]]:
