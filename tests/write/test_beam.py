@@ -320,7 +320,7 @@ def test_plan_file_entries_name_every_field_of_a_task():
     line = shard_to_json(PlannedShard("train", 1, 4, (task,)))
     entry = json.loads(line)["tasks"][0]
     assert list(entry) == [f.name for f in dataclasses.fields(Task)]
-    assert list(entry["objects"]) == list(Objects._fields)
+    assert list(entry["objects"]) == [f.name for f in dataclasses.fields(Objects)]
     assert [list(m) for m in entry["objects"]["masks"]] == [list(Segment._fields)] * 2
     assert list(entry["meta"][0]) == list(MetaValue._fields)
     assert entry["label"] == 3 and entry["size"] == 123 and entry["objects"]["height"] == 3
@@ -477,19 +477,19 @@ def test_annotations_give_the_local_engines_bytes(tmp_path):
     from test_detection import coco_corpus, od_records
 
     boxes = Objects(
-        4,
-        3,
-        "7",
-        (0.0, 0.5),
-        (0.1, 0.2),
-        (0.3, 1.0),
-        (0.4, 0.9),
-        (1, 2),
-        ("a", "b"),
-        (0, 1),
-        (2.0, 3.5),
-        (0, 0),
-        (1, 0),
+        width=4,
+        height=3,
+        source_id="7",
+        xmin=(0.0, 0.5),
+        ymin=(0.1, 0.2),
+        xmax=(0.3, 1.0),
+        ymax=(0.4, 0.9),
+        label=(1, 2),
+        text=("a", "b"),
+        is_crowd=(0, 1),
+        area=(2.0, 3.5),
+        difficult=(0, 0),
+        truncated=(1, 0),
     )
     shard = PlannedShard(
         "train",
@@ -541,9 +541,10 @@ def test_masks_give_the_local_engines_bytes(tmp_path):
     from img2tfrecord.conversion.write.engines.beam import shard_from_json, shard_to_json
     from test_masks import mask_corpus, mask_records
 
-    segments = (Segment(polygons=((1.5, 2.0, 3.1, 4.0, 0.7, 3.3),)), Segment((), (3, 4, 5), "", 3, 4))
-    one = ((0.0, 0.5), (0.1, 0.2), (0.3, 1.0), (0.4, 0.9), (1, 2), ("a", "b"), (0, 1), (2.0, 3.5), (0, 0), (1, 0))
-    boxes = Objects(4, 3, "7", *one, segments)
+    segments = (Segment(polygons=((1.5, 2.0, 3.1, 4.0, 0.7, 3.3),)), Segment(counts=(3, 4, 5), height=3, width=4))
+    one = dict(xmin=(0.0, 0.5), ymin=(0.1, 0.2), xmax=(0.3, 1.0), ymax=(0.4, 0.9), label=(1, 2), text=("a", "b"))
+    more = dict(is_crowd=(0, 1), area=(2.0, 3.5), difficult=(0, 0), truncated=(1, 0))
+    boxes = Objects(width=4, height=3, source_id="7", **one, **more, masks=segments)
     shard = PlannedShard(
         "train",
         0,

@@ -365,7 +365,9 @@ def task_to_json(task: Task) -> dict[str, Any]:
 
 
 def _named(v: Any) -> Any:
-    if isinstance(v, tuple) and hasattr(v, "_fields"):  # a NamedTuple (Objects, Segment, MetaValue)
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):  # Objects
+        return {f.name: _named(getattr(v, f.name)) for f in dataclasses.fields(v)}
+    if isinstance(v, tuple) and hasattr(v, "_fields"):  # a NamedTuple (Segment, MetaValue)
         return {k: _named(x) for k, x in zip(v._fields, v)}
     if isinstance(v, (tuple, list)):
         return [_named(x) for x in v]
@@ -383,11 +385,9 @@ def task_from_json(d: dict[str, Any]) -> Task:
 
 
 def _objects(d: dict[str, Any]) -> Objects:
-    boxes = Objects(**{k: _tuples(v) for k, v in d.items() if k != "masks"})
-    masks = d.get("masks")
-    if masks is None:
-        return boxes
-    return boxes._replace(masks=tuple(Segment(**{k: _tuples(v) for k, v in s.items()}) for s in masks))
+    masks = d.get("masks")  # --masks: each Segment by its field names
+    segments = None if masks is None else tuple(Segment(**{k: _tuples(v) for k, v in m.items()}) for m in masks)
+    return Objects(**{k: _tuples(v) for k, v in d.items() if k != "masks"}, masks=segments)
 
 
 def _tuples(v: Any) -> Any:
