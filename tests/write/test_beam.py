@@ -336,6 +336,23 @@ def test_plan_file_entries_name_every_field_of_a_task():
         shard_from_json(json.dumps({**json.loads(line), "tasks": [{**entry, "colour": "red"}]}).encode("ascii"))
 
 
+def test_a_new_task_field_crosses_the_plan_file_with_no_edit_there(monkeypatch):
+    """A per-image field added to Task (here a tuple: JSON gives a list back) reaches Beam's workers
+    with no change to the plan file's code: entries are written and read by field name."""
+    from img2tfrecord.conversion.plan.job import PlannedShard, Task
+    from img2tfrecord.conversion.write.engines import beam
+
+    @dataclasses.dataclass(slots=True, kw_only=True)
+    class Cropped(Task):
+        crop: tuple[int, ...] = ()
+
+    monkeypatch.setattr(beam, "Task", Cropped)
+    task = Cropped(path="/d/x.jpg", rel="x.jpg", filename="x.jpg", label=1, text="a", size=9, crop=(1, 2, 30, 40))
+    line = beam.shard_to_json(PlannedShard("train", 0, 1, (task,)))
+    assert json.loads(line)["tasks"][0]["crop"] == [1, 2, 30, 40]
+    assert beam.shard_from_json(line).tasks == (task,)
+
+
 def ram_files(path: str) -> dict[str, bytes]:
     from img2tfrecord.tf_import import tensorflow
 

@@ -119,7 +119,8 @@ class Result:
     digest: str = ""  # xxh3-128 of the file's bytes: finds byte-identical duplicates
     depth: int = 8  # bits per sample of the stored pixels: 16 only for 16-bit PNGs
     reduced: str | None = None  # why fewer bits were stored than the source has (counted in dataset.json)
-    source: tuple[int, int] = (0, 0)  # (width, height) of the pixels as stored in the source file
+    source_width: int = 0  # the pixels as stored in the source file (before any turn or resize)
+    source_height: int = 0
     turned: int = 1  # the EXIF orientation applied to the pixels (1: none): boxes turn with them
 
 
@@ -167,7 +168,7 @@ def _encode(data: bytes, kind: str | None, opts: EncodeOptions) -> Result:
         if not opts.reencodes:
             kept = _keep(im, data, fmt, opts.validate)
             if isinstance(kept, Result):
-                return replace(kept, size=len(data), digest=_digest(data), source=(width, height))
+                return replace(kept, size=len(data), digest=_digest(data), source_width=width, source_height=height)
             was = "CMYK JPEG" if fmt in ("JPEG", "MPO") and im.mode == "CMYK" else fmt
             transcoded = kept or f"{was}->{'JPEG' if fmt in ('JPEG', 'MPO') else 'PNG'}"
         deep = _source_bits(im, data) > 8
@@ -196,7 +197,8 @@ def _encode(data: bytes, kind: str | None, opts: EncodeOptions) -> Result:
         digest=_digest(data),
         depth=depth,
         reduced=reduced,
-        source=(width, height),
+        source_width=width,
+        source_height=height,
         turned=turned,
     )
 
@@ -211,7 +213,6 @@ def _turned(im: Image.Image) -> int:
 def _jpeg(data: bytes, view: bytes, jpeg: JpegFrame, opts: EncodeOptions) -> Result:
     """An 8-bit grey/colour JPEG: kept, or decoded by libjpeg-turbo directly (strict when validating), no Pillow open."""
     _check_pixels(jpeg.width, jpeg.height, opts)
-    source = (jpeg.width, jpeg.height)
     if opts.reencodes:
         try:
             payload, out_fmt, (h, w, c), depth = _transcode(None, "JPEG", opts, jpeg, view)
@@ -228,7 +229,8 @@ def _jpeg(data: bytes, view: bytes, jpeg: JpegFrame, opts: EncodeOptions) -> Res
             size=len(data),
             digest=_digest(data),
             depth=depth,
-            source=source,
+            source_width=jpeg.width,
+            source_height=jpeg.height,
             turned=turned,
         )
     if opts.validate:
@@ -245,7 +247,8 @@ def _jpeg(data: bytes, view: bytes, jpeg: JpegFrame, opts: EncodeOptions) -> Res
         orientation_ignored=orientation_ignored,
         size=len(data),
         digest=_digest(data),
-        source=source,
+        source_width=jpeg.width,
+        source_height=jpeg.height,
     )
 
 
@@ -300,7 +303,12 @@ def to_record(task: Task, result: Result) -> bytes:
     extra = task.meta
     if task.objects is not None:  # an annotated image: the Object Detection API's features too
         extra += boxes.features(
-            task.objects, result.payload, *result.source, result.turned, (result.width, result.height)
+            task.objects,
+            result.payload,
+            width=result.source_width,
+            height=result.source_height,
+            orientation=result.turned,
+            out=(result.width, result.height),
         )
     return serialize_example(
         encoded=result.payload,
@@ -541,7 +549,9 @@ def encode_task(task: Task, opts: EncodeOptions) -> Result:
         result = encode_image(task.path, opts)
     except SkipImage as e:
         return Result(kind="skip", reason=str(e), size=task.size)
-    if task.objects is not None and (why := boxes.size_problem(task.objects, *result.source)):
+    if task.objects is not None and (
+        why := boxes.size_problem(task.objects, width=result.source_width, height=result.source_height)
+    ):
         return Result(kind="skip", reason=why, size=task.size)
     return result
 
