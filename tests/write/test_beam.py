@@ -330,6 +330,10 @@ def test_plan_file_entries_name_every_field_of_a_task():
             return {k: reversed_keys(v[k]) for k in reversed(list(v))}
         return [reversed_keys(x) for x in v] if isinstance(v, list) else v
 
+    plain = dataclasses.replace(task, mtime_ns=0, meta=(), objects=None)  # defaults left out, and given back
+    plain_line = shard_to_json(PlannedShard("train", 1, 4, (plain,)))
+    assert list(json.loads(plain_line)["tasks"][0]) == ["path", "rel", "filename", "label", "text", "size"]
+    assert shard_from_json(plain_line).tasks == (plain,)
     again = json.dumps({**json.loads(line), "tasks": [reversed_keys(entry)]}).encode("ascii")
     assert shard_from_json(again).tasks == (task,) == shard_from_json(line).tasks
     with pytest.raises(TypeError):  # a field this Task does not have is refused, not dropped

@@ -348,9 +348,8 @@ class WriteShardFn(_DoFn):  # type: ignore[misc, valid-type]
 def shard_to_json(shard: PlannedShard) -> bytes:
     """One plan line. ASCII JSON keeps undecodable file names (surrogate escapes) intact."""
     tasks = [task_to_json(t) for t in shard.tasks]  # this shard's Tasks, made from the plan's table now
-    return json.dumps({"split": shard.split, "index": shard.index, "count": shard.count, "tasks": tasks}).encode(
-        "ascii"
-    )
+    line = {"split": shard.split, "index": shard.index, "count": shard.count, "tasks": tasks}
+    return json.dumps(line, separators=(",", ":")).encode("ascii")
 
 
 def shard_from_json(data: bytes) -> PlannedShard:
@@ -360,13 +359,20 @@ def shard_from_json(data: bytes) -> PlannedShard:
 
 def task_to_json(task: Task) -> dict[str, Any]:
     """A Task as its plan-file entry: every field by its name, and so are those of the `Objects`,
-    `Segment`s and `MetaValue`s inside it, so no reader depends on the order of fields."""
-    return {f.name: _named(getattr(task, f.name)) for f in dataclasses.fields(task)}
+    `Segment`s and `MetaValue`s inside it, so no reader depends on the order of fields. A field at
+    its default is left out (`task_from_json` gives it back): with no keys but names, a plain
+    image's line is no longer than the positional list it replaces."""
+    return _named(task)  # type: ignore[no-any-return]
 
 
 def _named(v: Any) -> Any:
-    if dataclasses.is_dataclass(v) and not isinstance(v, type):  # Objects
-        return {f.name: _named(getattr(v, f.name)) for f in dataclasses.fields(v)}
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):  # Task, Objects
+        named = {}
+        for f in dataclasses.fields(v):
+            value = getattr(v, f.name)
+            if f.default is dataclasses.MISSING or value != f.default:
+                named[f.name] = _named(value)
+        return named
     if isinstance(v, tuple) and hasattr(v, "_fields"):  # a NamedTuple (Segment, MetaValue)
         return {k: _named(x) for k, x in zip(v._fields, v)}
     if isinstance(v, (tuple, list)):
