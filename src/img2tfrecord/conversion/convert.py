@@ -47,6 +47,7 @@ from img2tfrecord.errors import (
     said,
 )
 from img2tfrecord.format.manifest import MANIFEST_NAME, created_stamp
+from img2tfrecord.format.options import path_names
 
 
 @cstderr.quieted
@@ -78,11 +79,7 @@ def convert(
     """
     check_keywords("convert", options, _PARAMETERS)
     input_dir, output_dir = os.fspath(input_dir), os.fspath(output_dir)  # a pathlib.Path from Python
-    options |= {
-        k: os.fspath(options[k])
-        for k in ("labels", "file_list", "metadata", "annotations")
-        if isinstance(options.get(k), os.PathLike)
-    }
+    options |= {k: os.fspath(options[k]) for k in path_names() if isinstance(options.get(k), os.PathLike)}
     timing = Timing()
     emit = worded(on_event)
     options = _checked_request(input_dir, output_dir, workers, engine, beam_options, resume, like, options)

@@ -28,11 +28,13 @@ from img2tfrecord.format import catalog as catalog_file
 from img2tfrecord.format.catalog import CATALOG_NAME
 from img2tfrecord.format.layout import read_manifest
 from img2tfrecord.format.manifest import MANIFEST_NAME
+from img2tfrecord.format.options import OPTIONS
 
-# recorded options plan_job takes from elsewhere in dataset.json
-_RECORDED_ELSEWHERE = ("shards", "labels")  # the request is `shard_request`; the labels are `classes`
+# recorded options plan_job takes from elsewhere in dataset.json (the shards' request is
+# `shard_request`, the labels are `classes`)
+_RECORDED_ELSEWHERE = tuple(s.name for s in OPTIONS if s.elsewhere)
 # input files beside the images, recorded relative to INPUT when inside it (fs.recorded_path)
-_RECORDED_PATHS = ("annotations", "metadata")
+_RECORDED_PATHS = tuple(s.name for s in OPTIONS if s.recorded and s.path and not s.elsewhere)
 # options given beside `like` that draw the splits anew, so images no longer keep the dataset's
 _SPLIT_DRAW = {"split", "seed", "split_rule", "split_group"}
 

@@ -20,6 +20,7 @@ from img2tfrecord.conversion.plan.metadata import find as find_metadata
 from img2tfrecord.conversion.plan.options import EncodeOptions, ShardSettings, parse_resize, parse_shards
 from img2tfrecord.conversion.plan.splits import parse_split_spec
 from img2tfrecord.errors import UsageError, check_keywords, option, said
+from img2tfrecord.format.options import update_names
 
 # update()'s own parameters, besides the record-shaping options it accepts to compare
 UPDATE_PARAMETERS = (
@@ -27,10 +28,7 @@ UPDATE_PARAMETERS = (
 )
 
 # the record-shaping options update accepts, to compare with dataset.json's (convert's keywords)
-RECORDED = (
-    *("encoding", "quality", "resize", "resize_mode", "channels", "max_pixels", "validate", "seed", "label_offset"),
-    *("compression", "index", "split", "shards", "labels", "dedupe", "checksum", "masks"),
-)
+RECORDED = update_names()
 
 
 def _normal(key: str, value: Any, recorded: Any, asked: Any = None) -> Any:
