@@ -26,7 +26,7 @@ from img2tfrecord.format.naming import SHARD_RE
 from img2tfrecord.format.options import DEDUPE_MODES as DEDUPE_MODES  # re-exported: where they were
 from img2tfrecord.format.options import ENCODINGS as ENCODINGS
 from img2tfrecord.format.options import INT64 as _INT64
-from img2tfrecord.format.options import OPTIONS, Check
+from img2tfrecord.format.options import Check, specs
 from img2tfrecord.format.schema import declared_features
 from img2tfrecord.fs import CHECKSUMS, hasher
 
@@ -383,7 +383,7 @@ def _check(c: Check) -> Any:
 def _options(v: Any, where: str) -> None:
     """dataset.json's `options`: each recorded option with a check (format.options) checked."""
     o = _obj(v, where)
-    for spec in OPTIONS:
+    for spec in specs():
         if spec.recorded and spec.check is not None:
             _optional(o, spec.name, f"{where}.", _check(spec.check))
 

@@ -27,9 +27,6 @@ UPDATE_PARAMETERS = (
     *("check_content", "dry_run", "workers", "strict", "fsync", "file_list", "max_delete", "on_event", "progress"),
 )
 
-# the record-shaping options update accepts, to compare with dataset.json's (convert's keywords)
-RECORDED = update_names()
-
 
 def _normal(key: str, value: Any, recorded: Any, asked: Any = None) -> Any:
     """A given option's value in dataset.json's form."""
@@ -70,7 +67,7 @@ def refuse_other_options(
     """UsageError when a given option differs from dataset.json's, naming the convert to run instead:
     `convert --like OUTPUT`, which keeps every other option and the labels (`like.convert_like_advice`).
     `recorded`: dataset.json's options and its `shard_request`."""
-    check_keywords("update", given, [*RECORDED, *UPDATE_PARAMETERS])
+    check_keywords("update", given, [*update_names(), *UPDATE_PARAMETERS])  # the table says which it compares
     for key, value in given.items():
         if value is None:
             continue

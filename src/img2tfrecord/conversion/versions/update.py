@@ -53,6 +53,7 @@ from img2tfrecord.errors import DataError, Interrupted, UsageError, option, word
 from img2tfrecord.format.catalog import Catalog
 from img2tfrecord.format.manifest import created_stamp, manifest_digest
 from img2tfrecord.format.naming import shard_name
+from img2tfrecord.format.options import path_names
 
 # The extension modules update imports: loaded before the record writer starts loading in a thread
 # (`write.preloading`): the JPEG decoder, the lock's fcntl, the local engine's process pool
@@ -90,7 +91,7 @@ def update(
     (conversion.versions.resume)."""
     input_dir, output_dir = os.fspath(input_dir), os.fspath(output_dir)  # a pathlib.Path from Python
     file_list = os.fspath(file_list) if file_list is not None else None
-    options |= {k: os.fspath(options[k]) for k in ("labels",) if isinstance(options.get(k), os.PathLike)}
+    options |= {k: os.fspath(options[k]) for k in path_names() if isinstance(options.get(k), os.PathLike)}
     timing = Timing()
     emit = worded(on_event)
     created_stamp()
