@@ -117,3 +117,39 @@ def test_the_commands_options_are_the_tables_rows() -> None:
     upd = {p.name: p for p in update_command.params}
     for name in table.update_names():
         assert upd[name].help == cli_options.RECORDED_HELP, name
+
+
+def test_a_dataset_json_without_an_option_means_its_default_or_what_it_meant_before_it() -> None:
+    """update, compact and --like read dataset.json's options through the table (`recorded_value`):
+    a missing or null value is the default, or for a dataset made before the option what it meant
+    then (split_rule: the hash rule)."""
+    assert table.recorded_value({}, "seed") == 0
+    assert table.recorded_value({"seed": None, "label_offset": 1}, "label_offset") == 1
+    assert table.recorded_value({"seed": None}, "seed") == 0
+    assert table.recorded_value({}, "split_rule") == "hash"
+    assert table.recorded_value({"split_rule": "exact"}, "split_rule") == "exact"
+    assert table.recorded_value({}, "checksum") == table.DEFAULT_CHECKSUM
+
+
+def test_the_settings_defaults_are_the_tables() -> None:
+    """EncodeOptions and ShardSettings (how shards are written) default to the table's defaults."""
+    from dataclasses import fields
+
+    from img2tfrecord.conversion.plan.options import EncodeOptions, ShardSettings
+
+    for f in fields(EncodeOptions):
+        assert getattr(EncodeOptions(), f.name) == table.spec(f.name).default, f.name
+    for name in ("compression", "index", "checksum", "fsync", "dedupe", "strict"):
+        assert getattr(ShardSettings(), name) == table.spec(name).default, name
+
+
+def test_convert_s_own_keywords_are_the_tables_run_rows() -> None:
+    """convert()'s own keywords (the run's: workers, engine, ...) spell their defaults and types in
+    its signature for Python readers; the table's run rows, which make their flags, agree."""
+    import inspect
+
+    from img2tfrecord.conversion.convert import convert
+
+    own = inspect.signature(convert).parameters
+    for s in table.specs("run"):
+        assert own[s.name].default == s.default and own[s.name].annotation == s.annotation, s.name

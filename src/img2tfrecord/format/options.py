@@ -13,7 +13,7 @@ without importing the converter); the rows are plain data, so nothing here impor
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +76,7 @@ class OptionSpec:
     update: int = 0
     elsewhere: str | None = None
     path: bool = False
+    absent: Any = ...  # what a dataset.json that records no value (null, or no key) means; ...: the default
 
     @property
     def flag(self) -> str:
@@ -123,6 +124,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         help="How --split picks an image's split: exact (shares per class exact to one image) or hash (a pure function of the path's hash: shares follow the fractions only on average; what datasets made before the exact rule use). Recorded in dataset.json; update keeps it.",
         recorded=True,
         check=_one_of(None, *SPLIT_RULES),
+        absent="hash",  # made before the exact rule
     ),
     OptionSpec(
         "split_group",
@@ -406,6 +408,16 @@ def recorded_names() -> tuple[str, ...]:
 def update_names() -> tuple[str, ...]:
     """The options `update` takes to compare with dataset.json's, in the order of `update --help`."""
     return tuple(s.name for s in sorted((s for s in OPTIONS if s.update), key=lambda s: s.update))
+
+
+def recorded_value(options: Mapping[str, Any], name: str) -> Any:
+    """The option `name` as dataset.json's `options` record it: its value, or what a dataset.json
+    without one means (a dataset made before the option: its row's `absent`, else its default)."""
+    value = options.get(name)
+    if value is not None:
+        return value
+    row = spec(name)
+    return row.default if row.absent is ... else row.absent
 
 
 def path_names() -> tuple[str, ...]:

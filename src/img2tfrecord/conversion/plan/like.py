@@ -27,7 +27,7 @@ from img2tfrecord.format import catalog as catalog_file
 from img2tfrecord.format.catalog import CATALOG_NAME
 from img2tfrecord.format.layout import read_manifest
 from img2tfrecord.format.manifest import MANIFEST_NAME
-from img2tfrecord.format.options import OPTIONS, specs
+from img2tfrecord.format.options import OPTIONS, recorded_value, specs
 
 # recorded options plan_job takes from elsewhere in dataset.json (the shards' request is
 # `shard_request`, the labels are `classes`)
@@ -76,7 +76,7 @@ def _split_prior(dataset_dir: str, recorded: Mapping[str, Any]) -> Prior | None:
         cat = catalog_file.decode(fs.read_bytes(path))
     except catalog_file.CatalogError as e:
         raise DataError(f"{option('like', dataset_dir)}: {path}: {e}") from None
-    seed = int(recorded.get("seed") or 0)
+    seed = int(recorded_value(recorded, "seed"))
     return prior_of(cat.rels.blob, cat.rels.ends, cat.splits.codes, cat.splits.values, seed)
 
 

@@ -20,7 +20,7 @@ from img2tfrecord.conversion.plan.metadata import find as find_metadata
 from img2tfrecord.conversion.plan.options import EncodeOptions, ShardSettings, parse_resize, parse_shards
 from img2tfrecord.conversion.plan.splits import parse_split_spec
 from img2tfrecord.errors import UsageError, check_keywords, option, said
-from img2tfrecord.format.options import update_names
+from img2tfrecord.format.options import recorded_value, update_names
 
 # update()'s own parameters, besides the record-shaping options it accepts to compare
 UPDATE_PARAMETERS = (
@@ -91,24 +91,27 @@ def refuse_other_options(
 
 def recorded_settings(options: dict[str, Any], *, fsync: bool, strict: bool) -> ShardSettings:
     """How the dataset's shards were written (dataset.json's options), for the new shards."""
-    resize = options.get("resize")
-    defaults = EncodeOptions()
+
+    def get(name: str) -> Any:
+        return recorded_value(options, name)
+
+    resize = get("resize")
     opts = EncodeOptions(
-        encoding=options.get("encoding") or defaults.encoding,
-        quality=int(options.get("quality") or defaults.quality),
-        resize=tuple(resize) if isinstance(resize, list) else resize,  # type: ignore[arg-type]
-        resize_mode=options.get("resize_mode") or defaults.resize_mode,
-        channels=str(options.get("channels") or defaults.channels),
-        max_pixels=int(options.get("max_pixels") or defaults.max_pixels),
-        validate=bool(options.get("validate", True)),
+        encoding=get("encoding"),
+        quality=int(get("quality")),
+        resize=tuple(resize) if isinstance(resize, list) else resize,
+        resize_mode=get("resize_mode"),
+        channels=str(get("channels")),
+        max_pixels=int(get("max_pixels")),
+        validate=bool(get("validate")),
     )
     return ShardSettings(
         encode=opts,
-        compression=options.get("compression"),
-        index=bool(options.get("index")),
-        checksum=options.get("checksum") or ShardSettings().checksum,
+        compression=get("compression"),
+        index=bool(get("index")),
+        checksum=get("checksum"),
         fsync=fsync,
-        dedupe=options.get("dedupe") or "report",
+        dedupe=get("dedupe"),
         strict=strict,
     )
 
