@@ -20,7 +20,7 @@ from img2tfrecord.conversion.plan.metadata import find as find_metadata
 from img2tfrecord.conversion.plan.options import EncodeOptions, ShardSettings, parse_resize, parse_shards
 from img2tfrecord.conversion.plan.splits import parse_split_spec
 from img2tfrecord.errors import UsageError, check_keywords, option, said
-from img2tfrecord.format.options import recorded_value, update_names
+from img2tfrecord.format.options import recorded_value, spec, update_names
 
 # update()'s own parameters, besides the record-shaping options it accepts to compare
 UPDATE_PARAMETERS = (
@@ -78,7 +78,7 @@ def refuse_other_options(
         if key == "split" and isinstance(now, dict) and isinstance(then, dict):
             same = list(now.items()) == list(then.items())  # the order decides which slice of the hash each gets
         else:
-            same = now == then or (key in ("validate", "index", "masks") and bool(now) == bool(then))
+            same = now == then or (spec(key).kind is bool and bool(now) == bool(then))  # a flag: null is off
         if same:
             continue
         was = recorded.get("shard_request") if key == "shards" else then
