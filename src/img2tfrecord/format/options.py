@@ -4,11 +4,14 @@ command-line flag and help, what dataset.json records of it and whether `update`
 Every list of options is derived from it: the `convert` and `update` commands' flags (cli), the
 keywords `convert()` takes and the API reference's table (mkdocs_hooks.py), the checks of
 dataset.json's `options` (format.manifest), `update`'s refusal of another value
-(conversion.versions.options) and `convert --like` (conversion.plan.like). Adding an option is one
-row here and the code that uses its value.
+(conversion.versions.options) and `convert --like` (conversion.plan.like); update, compact and
+--like read dataset.json's values through `recorded_value`. Adding an option is one row here and
+the code that uses its value (tests/test_option_spec.py adds one and follows it everywhere).
 
 It lives in `format` because dataset.json's `options` are part of the format (readers check them
-without importing the converter); the rows are plain data, so nothing here imports click.
+without importing the converter); the rows are plain data, so nothing here imports click. Parsing
+a given value (`--resize 224x224`, `--split train=0.8,...`) stays with the code that uses it
+(conversion.plan.job.check_options), above this layer.
 """
 
 from __future__ import annotations
