@@ -1,8 +1,9 @@
 """mkdocs hook (mkdocs.yml `hooks:`): the Python API reference's table of `convert()`'s keywords, made from the code.
 
-Types and defaults come from the signatures (`convert()`'s own keywords and `plan_job`'s, the ones
-`convert()` accepts), meanings from the `convert` command's `--help` of the same option, so the page
-cannot fall behind either. A page asks for the table with the line `<!-- convert keywords -->`."""
+Types and defaults come from `convert()`'s signature for its own keywords and from the options'
+table (img2tfrecord.format.options) for the conversion options it passes on; meanings from the
+`convert` command's `--help` of the same option (made from that table), so the page cannot fall
+behind either. A page asks for the table with the line `<!-- convert keywords -->`."""
 
 from __future__ import annotations
 
@@ -37,19 +38,20 @@ def _type(annotation: Any) -> str:
 
 def table() -> str:
     from img2tfrecord.conversion.convert import _PARAMETERS, convert
-    from img2tfrecord.conversion.plan.job import plan_job
+    from img2tfrecord.format.options import specs
 
     helps = _cli_help()
-    params = {**inspect.signature(plan_job).parameters, **inspect.signature(convert).parameters}
+    own = inspect.signature(convert).parameters
+    table = {s.name: (s.annotation, s.default) for s in specs("plan")}
     rows = ["| keyword | type | default | meaning |", "|---|---|---|---|"]
     for name in _PARAMETERS:
-        p = params[name]
+        annotation, default = (own[name].annotation, own[name].default) if name in own else table[name]
         meaning = PYTHON_ONLY.get(name) or helps.get(name)
         if not meaning:
             raise ValueError(f"convert() keyword {name!r} has no --help and no Python-only meaning")
-        default = "" if p.default is inspect.Parameter.empty else f"`{p.default!r}`"
+        shown = "" if default is inspect.Parameter.empty else f"`{default!r}`"
         meaning = meaning.replace("|", "\\|").replace("\n", " ")
-        rows.append(f"| `{name}` | `{_type(p.annotation)}` | {default} | {meaning} |")
+        rows.append(f"| `{name}` | `{_type(annotation)}` | {shown} | {meaning} |")
     return "\n".join(rows)
 
 

@@ -288,27 +288,30 @@ def test_the_local_scheduler_writes_every_shard_once_and_returns_them_in_plan_or
     assert sorted(p.name for p in staging.iterdir() if "-of-" in p.name) == sorted(s.name for s in plan.shards)
 
 
-def test_check_options_has_plan_jobs_options_and_defaults_from_its_signature(tmp_path, monkeypatch):
-    """`convert` checks the options (check_options) before it looks at the output: with plan_job's
-    own list and defaults, not a copy of them that a new option or a changed default would miss."""
-    import inspect
+def test_check_options_has_the_option_tables_options_and_defaults(tmp_path, monkeypatch):
+    """`convert` checks the options (check_options) before it looks at the output: with the one
+    list and defaults of the options' table (format.options), not a copy of them that a new option
+    or a changed default would miss."""
+    import dataclasses
 
     from img2tfrecord import convert
     from img2tfrecord.conversion.plan import job as plan
+    from img2tfrecord.format import options as table
 
-    defaults = plan.plan_job.__kwdefaults__
-    keywords = [n for n, p in inspect.signature(plan.plan_job).parameters.items() if p.kind is p.KEYWORD_ONLY]
-    assert sorted(defaults) == sorted(keywords)
-    plan.check_options(**defaults)  # every one of plan_job's keywords is one of check_options'
+    def default(name: str, value: object) -> None:  # as if the table's default changed
+        rows = tuple(dataclasses.replace(s, default=value) if s.name == name else s for s in table.OPTIONS)
+        monkeypatch.setattr(table, "OPTIONS", rows)
+
+    plan.check_options(**{s.name: s.default for s in table.specs("plan")})
     with pytest.raises(TypeError, match="'qualty'"):
         plan.check_options(qualty=90)  # a typo in a caller is not dropped
-    monkeypatch.setitem(defaults, "compression", "gzip")  # as if plan_job's default changed
+    default("compression", "gzip")
     with pytest.raises(UsageError, match="describes uncompressed shards"):
         plan.check_options(index=True)
-    monkeypatch.setitem(defaults, "compression", None)
-    monkeypatch.setitem(defaults, "quality", 0)
+    default("compression", None)
+    default("quality", 0)
     (tmp_path / "in").mkdir()
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "x").write_text("not empty")
     with pytest.raises(UsageError, match=r"^bad quality=0: choose 1\.\.100$"):  # not "output is not empty"
-        convert(tmp_path / "in", tmp_path / "out", encoding="jpeg")  # quality not given: plan_job's default
+        convert(tmp_path / "in", tmp_path / "out", encoding="jpeg")  # quality not given: the table's default

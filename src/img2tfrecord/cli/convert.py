@@ -12,10 +12,9 @@ from typing import Any, NoReturn
 import click
 
 from img2tfrecord.cli import answer
+from img2tfrecord.cli import options as cli_options
 from img2tfrecord.cli.text import report, safe, safe_lines, size_text, skipped_text
-from img2tfrecord.conversion.plan import options
 from img2tfrecord.errors import Img2TFRecordError, Interrupted, plural
-from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
 
 
 def _err(msg: str) -> None:
@@ -240,180 +239,7 @@ def _boxes_text(s: dict[str, Any]) -> str:
 # not click.Path(file_okay=False): the library says what is wrong with a path, in one line
 @click.argument("input_dir", type=click.Path(path_type=str))
 @click.argument("output_dir", type=click.Path(path_type=str))
-@click.option(
-    "--like",
-    metavar="DATASET",
-    help="Take every option DATASET was converted with (its dataset.json: split, seed, shards as asked, encoding, ...) and its labels, numbers included (classes INPUT_DIR has beyond them get the next ones); each image DATASET holds keeps its split unless --split, --seed, --split-rule or --split-group is given. Options given too replace only what they name. DATASET may be OUTPUT_DIR itself (with --overwrite).",
-)
-@click.option(
-    "--shards",
-    metavar="N|SPLIT=N,...",
-    help="Shards in total, or per split (e.g. train=16,validation=2). Default: ~100-200 MB per shard.",
-)
-@click.option(
-    "--split",
-    "split",
-    metavar="NAME=FRAC,...",
-    help="Split every class, e.g. train=0.8,validation=0.2: each split of each class of n images gets floor or ceil of its fraction times n, the images chosen by a seeded hash of their paths; update never moves an image (new ones go where their class is furthest below its share). Not with an INPUT_DIR already split into train/validation/test folders, nor a --file-list with a split column (those are used as they are).",
-)
-@click.option(
-    "--split-rule",
-    type=click.Choice(options.SPLIT_RULES),
-    default="exact",
-    show_default=True,
-    help="How --split picks an image's split: exact (shares per class exact to one image) or hash (a pure function of the path's hash: shares follow the fractions only on average; what datasets made before the exact rule use). Recorded in dataset.json; update keeps it.",
-)
-@click.option(
-    "--split-group",
-    metavar="PATTERN",
-    help=r"Keep images of one group in one split: a regular expression searched in each path below INPUT_DIR; its first group (or the whole match) names the group, e.g. 'patient_(\d+)'. Paths it does not match are groups of one. Run in linear time by RE2 (no backreferences or lookaround). Recorded in dataset.json.",
-)
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shuffle and of --split.")
-@click.option(
-    "--labels",
-    "labels_file",
-    type=click.Path(dir_okay=False, path_type=str),
-    help="File with one class name per line: fixes label order and the subset of classes.",
-)
-@click.option(
-    "--label-offset",
-    type=int,
-    default=0,
-    show_default=True,
-    help="Added to every label (Inception's tooling uses 1: 0 = background).",
-)
-@click.option(
-    "--encoding",
-    type=click.Choice(options.ENCODINGS),
-    default="keep",
-    show_default=True,
-    help="keep: store the file bytes (transcoding only what TF cannot decode); jpeg/png: re-encode; raw: decoded uint8 pixels.",
-)
-@click.option(
-    "--quality",
-    type=click.IntRange(1, 100),
-    default=95,
-    show_default=True,
-    help="JPEG quality of re-encoded JPEGs: --encoding jpeg, and keep's JPEGs under --resize/--channels.",
-)
-@click.option(
-    "--resize", metavar="N|WxH", help="Resize: shorter side to N (aspect kept), or exactly WxH. Implies re-encoding."
-)
-@click.option(
-    "--resize-mode",
-    type=click.Choice(options.RESIZE_MODES),
-    default="always",
-    show_default=True,
-    help="always: every image to the --resize size, small ones enlarged; shrink: only images whose shorter side is over N (--resize N), the others keep their size.",
-)
-@click.option(
-    "--channels",
-    type=click.Choice(options.CHANNEL_CHOICES),
-    default="keep",
-    show_default=True,
-    help="Convert every image to 1 (grayscale) or 3 (RGB) channels.",
-)
-@click.option(
-    "--max-pixels",
-    type=click.IntRange(min=1),
-    default=DEFAULT_MAX_PIXELS,
-    show_default=True,
-    help="Skip images with more pixels than this, before decoding them.",
-)
-@click.option(
-    "--validate/--no-validate",
-    default=True,
-    show_default=True,
-    help="Fully decode every image so corrupt files are skipped, not written.",
-)
-@click.option("--strict", is_flag=True, help="Fail (exit 1, publish nothing) if any image is unusable.")
-@click.option(
-    "--compression",
-    type=click.Choice(options.COMPRESSION_CHOICES),
-    help="Compress the shards (JPEG/PNG payloads barely shrink).",
-)
-@click.option(
-    "--index/--no-index",
-    default=False,
-    help="Write a DALI index ({shard}.idx) next to each shard (uncompressed shards only: not with --compression).",
-)
-@click.option(
-    "--dedupe",
-    type=click.Choice(options.DEDUPE_MODES),
-    default="report",
-    show_default=True,
-    help="Byte-identical images (within a class, across classes = conflicting labels, across splits = leakage): report them, drop all but the first copy, or don't look (saves 32 bytes of memory per image during the run, ~100 at its end).",
-)
-@click.option(
-    "--checksum",
-    type=click.Choice(options.CHECKSUM_CHOICES),
-    default=options.DEFAULT_CHECKSUM,
-    show_default=True,
-    help="Checksum of each shard file in dataset.json, checked by inspect --verify and --resume (every record also has its own CRC). xxh3_128 (xxhsum -H2) costs ~10 us per 100 KB image, sha256 (sha256sum) ~55 us.",
-)
-@click.option(
-    "--fsync/--no-fsync",
-    default=True,
-    show_default=True,
-    help="Flush every shard to disk before publishing, so a power cut cannot leave a published dataset with lost data. --no-fsync leaves that to the OS: faster when the disk writes slower than the conversion runs (the output bytes are the same).",
-)
-@click.option(
-    "--overwrite",
-    is_flag=True,
-    help="Replace what a non-empty OUTPUT_DIR holds: a dataset, or the finished shards of an unfinished run.",
-)
-@click.option(
-    "--resume",
-    is_flag=True,
-    help="Continue an interrupted run of the same command: finished shards (checked by their checksum, or with --checksum none by their record CRCs) are reused; the result is identical. Without --resume, a run over an unfinished one's finished shards needs --overwrite.",
-)
-@click.option(
-    "--workers",
-    type=click.IntRange(min=1),
-    help="Worker processes (each encodes and writes whole shards). Default: all CPUs, fewer for small jobs. Output is identical for any value.",
-)
-@click.option(
-    "--file-list",
-    metavar="FILE",
-    help="CSV/TSV of path,label_name (or path: CLASS/.../image below INPUT_DIR), or path,label_name,split to give each image its split, to convert instead of walking INPUT_DIR; relative paths are joined to INPUT_DIR.",
-)
-@click.option(
-    "--metadata",
-    metavar="FILE",
-    help="metadata.jsonl or metadata.csv (Hugging Face imagefolder's): one row per image, file_name its path below INPUT_DIR, every other column a feature image/<column>; a labels column of class-name lists makes multi-label records. Default: INPUT_DIR/metadata.jsonl or metadata.csv, when there.",
-)
-@click.option(
-    "--annotations",
-    metavar="FILE|DIR",
-    help="Object detection boxes for the images anywhere below INPUT_DIR: a COCO instances JSON, a folder of Pascal VOC XML, or a folder of YOLO txt with its classes file (classes.txt, obj.names or data.yaml), told apart by content. Writes the TensorFlow Object Detection API's keys and label_map.pbtxt; boxes follow the pixels as stored in each file.",
-)
-@click.option(
-    "--skip-empty",
-    is_flag=True,
-    help="With --annotations: leave out the images that have no box (default: kept, with none).",
-)
-@click.option(
-    "--masks/--no-masks",
-    default=False,
-    help="With COCO --annotations: each object's instance mask (its segmentation: polygons or RLE, rasterized by pycocotools) as a one-channel PNG of 0 and 1 in image/object/mask, turned and resized with the image. Needs: pip install 'img2tfrecord[masks]'.",
-)
-@click.option(
-    "--engine",
-    type=click.Choice(options.ENGINES),
-    default="local",
-    show_default=True,
-    help="local: processes on this machine; beam: Apache Beam (DirectRunner, Dataflow, Flink, Spark), same bytes. Needs: pip install 'img2tfrecord[beam]'.",
-)
-@click.option(
-    "--beam-options",
-    metavar="'--runner=... ...'",
-    help="Beam pipeline options, as one quoted string. Default: --runner=DirectRunner --direct_running_mode=multi_processing --direct_num_workers=<--workers>.",
-)
-@click.option(
-    "--dry-run",
-    is_flag=True,
-    help="Print the plan (classes, counts per split and shard) on stdout, and what the real run would refuse; write nothing.",
-)
+@cli_options.convert_options
 @click.option(
     "--json",
     "as_json",
@@ -426,9 +252,7 @@ def _boxes_text(s: dict[str, Any]) -> str:
     is_flag=True,
     help="No progress bar, no summary, no notes (warnings and skipped files still go to stderr).",
 )
-def convert_command(
-    input_dir: str, output_dir: str, labels_file: str | None, as_json: bool, quiet: bool, **kw: Any
-) -> None:
+def convert_command(input_dir: str, output_dir: str, as_json: bool, quiet: bool, **kw: Any) -> None:
     """Convert INPUT_DIR/CLASS/.../image files into sharded TFRecords in OUTPUT_DIR.
 
     \b
@@ -444,8 +268,6 @@ def convert_command(
     if kw["like"] is not None:  # --like: what the user typed replaces the dataset's; click's defaults do not
         source = click.get_current_context().get_parameter_source
         kw = {k: v for k, v in kw.items() if source(k) is not click.core.ParameterSource.DEFAULT}
-    if labels_file is not None:
-        kw["labels"] = labels_file
     progress = _Progress(enabled=not quiet and not as_json and _stderr_is_terminal() and not kw.get("dry_run"))
 
     def on_event(kind: str, msg: str) -> None:

@@ -10,11 +10,9 @@ import click
 
 from img2tfrecord.cli import answer
 from img2tfrecord.cli import convert as convert_cli
+from img2tfrecord.cli import options as cli_options
 from img2tfrecord.cli.text import report, safe, safe_lines, size_text, skipped_text
-from img2tfrecord.conversion.plan import options
 from img2tfrecord.errors import Img2TFRecordError, Interrupted, plural
-
-_RECORDED = "As dataset.json records it; another value is refused (exit 2), naming the convert --like OUTPUT_DIR --overwrite that changes only it."
 
 
 def _changes_text(s: dict[str, Any]) -> list[str]:
@@ -117,23 +115,7 @@ def summary_text(s: dict[str, Any]) -> str:
     help="Refuse (exit 1, nothing written) an update that would remove more records than this: a number, or a percentage of the dataset's records. Default: 50% (an input folder other than the dataset's removes them all).",
 )
 @click.option("--workers", type=click.IntRange(min=1), help="Worker processes for the new images (as for convert).")
-@click.option("--shards", metavar="N|SPLIT=N,...", help=_RECORDED)
-@click.option("--split", metavar="NAME=FRAC,...", help=_RECORDED)
-@click.option("--seed", type=int, help=_RECORDED)
-@click.option("--labels", "labels", type=click.Path(dir_okay=False, path_type=str), help=_RECORDED)
-@click.option("--label-offset", type=int, help=_RECORDED)
-@click.option("--encoding", type=click.Choice(options.ENCODINGS), help=_RECORDED)
-@click.option("--quality", type=click.IntRange(1, 100), help=_RECORDED)
-@click.option("--resize", metavar="N|WxH", help=_RECORDED)
-@click.option("--resize-mode", type=click.Choice(options.RESIZE_MODES), help=_RECORDED)
-@click.option("--channels", type=click.Choice(options.CHANNEL_CHOICES), help=_RECORDED)
-@click.option("--max-pixels", type=click.IntRange(min=1), help=_RECORDED)
-@click.option("--validate/--no-validate", default=None, help=_RECORDED)
-@click.option("--compression", type=click.Choice(options.COMPRESSION_CHOICES), help=_RECORDED)
-@click.option("--index/--no-index", default=None, help=_RECORDED)
-@click.option("--masks/--no-masks", default=None, help=_RECORDED)
-@click.option("--dedupe", type=click.Choice(options.DEDUPE_MODES), help=_RECORDED)
-@click.option("--checksum", type=click.Choice(options.CHECKSUM_CHOICES), help=_RECORDED)
+@cli_options.update_options
 @click.option(
     "--dry-run", is_flag=True, help="List what changed (per split and class) and what would be written; write nothing."
 )

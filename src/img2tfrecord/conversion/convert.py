@@ -47,6 +47,7 @@ from img2tfrecord.errors import (
     said,
 )
 from img2tfrecord.format.manifest import MANIFEST_NAME, created_stamp
+from img2tfrecord.format.options import path_names, specs
 
 
 @cstderr.quieted
@@ -76,13 +77,9 @@ def convert(
     UsageError (bad options, no images, output exists) or DataError (--strict with bad images,
     I/O failure).
     """
-    check_keywords("convert", options, _PARAMETERS)
+    check_keywords("convert", options, parameters())
     input_dir, output_dir = os.fspath(input_dir), os.fspath(output_dir)  # a pathlib.Path from Python
-    options |= {
-        k: os.fspath(options[k])
-        for k in ("labels", "file_list", "metadata", "annotations")
-        if isinstance(options.get(k), os.PathLike)
-    }
+    options |= {k: os.fspath(options[k]) for k in path_names() if isinstance(options.get(k), os.PathLike)}
     timing = Timing()
     emit = worded(on_event)
     options = _checked_request(input_dir, output_dir, workers, engine, beam_options, resume, like, options)
@@ -356,12 +353,11 @@ def _kept_message(plan: Plan, ws: Workspace, e: BaseException, done: int, publis
     )
 
 
-# What convert() accepts: its own keywords and plan_job's (named in the error for any other).
-_PARAMETERS = [
-    *(p for p in inspect.signature(convert).parameters if p not in ("input_dir", "output_dir", "options")),
-    *(
-        p
-        for p in inspect.signature(plan_job).parameters
-        if p not in ("input_dir", "output_dir", "known_classes", "split_prior")
-    ),
-]
+def parameters() -> list[str]:
+    """What convert() accepts (named in the error for any other): its own keywords and the
+    conversion options of format.options' table, in its order."""
+    own = [p for p in inspect.signature(convert).parameters if p not in ("input_dir", "output_dir", "options")]
+    return [*own, *(s.name for s in specs("plan"))]
+
+
+_PARAMETERS = parameters()  # the API reference's table lists them in this order (mkdocs_hooks.py)

@@ -23,6 +23,10 @@ from img2tfrecord._version import __version__
 from img2tfrecord.errors import UsageError
 from img2tfrecord.format import jsontext
 from img2tfrecord.format.naming import MAX_RECORDED_SPLIT_NAME_BYTES, SHARD_RE, split_name_too_long
+from img2tfrecord.format.options import DEDUPE_MODES as DEDUPE_MODES  # re-exported: where they were
+from img2tfrecord.format.options import ENCODINGS as ENCODINGS
+from img2tfrecord.format.options import INT64 as _INT64
+from img2tfrecord.format.options import Check, specs
 from img2tfrecord.format.parse_errors import parse_error
 from img2tfrecord.format.schema import declared_features
 from img2tfrecord.fs import CHECKSUMS, hasher
@@ -33,9 +37,6 @@ LABEL_MAP_NAME = "label_map.pbtxt"  # a detection dataset's (the Object Detectio
 FORMAT_VERSION = 1
 CATALOG_FILE = "dataset.catalog"  # format.catalog.CATALOG_NAME (which imports numpy: not imported here)
 CATALOG_CHECKSUM = "xxh3_128"
-# the record-shaping options' allowed values (conversion.plan.options and the CLI's choices take them from here)
-ENCODINGS = ("keep", "jpeg", "png", "raw")
-DEDUPE_MODES = ("report", "drop", "off")
 
 
 def catalog_checksum_problem(manifest: Mapping[str, Any], data: bytes) -> str | None:
@@ -206,7 +207,6 @@ def shown(name: str) -> str:
 # (a later version 1 may add some).
 
 MAX_MANIFEST_BYTES = 1 << 30  # a manifest is kilobytes to megabytes; past this it is not one
-_INT64 = 1 << 63
 
 
 class ManifestError(ValueError):
@@ -369,26 +369,26 @@ def _detection(v: Any, where: str) -> None:
             _str(_obj(p, f"{where}.box_problems[{i}]").get(key), f"{where}.box_problems[{i}].{key}")
 
 
+def _check(c: Check) -> Any:
+    """The check of one option's recorded value, as its row in format.options says."""
+    if c.kind == "one_of":
+        return _one_of(*c.values)
+    if c.kind == "whole" and c.hi is not None:
+        return lambda x, w: _range(x, w, c.lo, c.hi)
+    if c.kind == "whole":
+        check = lambda x, w: _whole(x, w, c.lo)  # noqa: E731
+        return _nullable(check) if c.nullable else check
+    if c.kind == "names":
+        return _nullable(lambda x, w: [_str(n, f"{w}[{i}]") for i, n in enumerate(_list(x, w))])
+    return {"resize": _resize, "fractions": _fractions, "shard_counts": _shard_counts}[c.kind]
+
+
 def _options(v: Any, where: str) -> None:
+    """dataset.json's `options`: each recorded option with a check (format.options) checked."""
     o = _obj(v, where)
-    _optional(o, "encoding", f"{where}.", _one_of(*ENCODINGS))
-    _optional(o, "quality", f"{where}.", lambda x, w: _range(x, w, 1, 100))
-    _optional(o, "resize", f"{where}.", _resize)
-    _optional(o, "compression", f"{where}.", _one_of(None, "none", "gzip", "zlib"))
-    _optional(o, "max_pixels", f"{where}.", _nullable(lambda x, w: _whole(x, w, 1)))
-    _optional(o, "validate", f"{where}.", _one_of(True, False))
-    _optional(o, "seed", f"{where}.", lambda x, w: _whole(x, w, -_INT64))
-    _optional(o, "index", f"{where}.", _one_of(None, True, False))
-    _optional(o, "label_offset", f"{where}.", lambda x, w: _whole(x, w, -_INT64))
-    _optional(o, "channels", f"{where}.", _one_of(None, "keep", 1, 2, 3, 4, "1", "2", "3", "4"))
-    _optional(o, "split", f"{where}.", _fractions)
-    _optional(o, "shards", f"{where}.", _shard_counts)
-    _optional(
-        o, "labels", f"{where}.", _nullable(lambda x, w: [_str(c, f"{w}[{i}]") for i, c in enumerate(_list(x, w))])
-    )
-    _optional(o, "dedupe", f"{where}.", _one_of(*DEDUPE_MODES))
-    _optional(o, "checksum", f"{where}.", _one_of(*CHECKSUMS))
-    _optional(o, "split_rule", f"{where}.", _one_of(None, "exact", "hash"))  # conversion.plan.splits
+    for spec in specs():
+        if spec.recorded and spec.check is not None:
+            _optional(o, spec.name, f"{where}.", _check(spec.check))
 
 
 def _range(v: Any, where: str, lo: int, hi: int) -> int:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import inspect
 import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -35,7 +34,6 @@ from img2tfrecord.conversion.plan.metadata import find as find_metadata
 from img2tfrecord.conversion.plan.options import (
     CHANNEL_CHOICES,
     DEDUPE_MODES,
-    DEFAULT_CHECKSUM,
     ENCODINGS,
     TF_COMPRESSION,
     EncodeOptions,
@@ -44,13 +42,13 @@ from img2tfrecord.conversion.plan.options import (
     parse_resize,
     parse_shards,
 )
-from img2tfrecord.conversion.plan.splits import SPLIT_RULES, Discovery, Prior, SplitRule, parse_split_spec
+from img2tfrecord.conversion.plan.splits import SPLIT_RULES, Discovery, SplitRule, parse_split_spec
 from img2tfrecord.conversion.plan.table import Task, sizes_of
 from img2tfrecord.conversion.plan.walk import discover
 from img2tfrecord.conversion.plan.walk_labels import discover_multi_label
 from img2tfrecord.errors import DataError, UsageError, option, plural
 from img2tfrecord.format.naming import shard_name
-from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
+from img2tfrecord.format.options import specs
 from img2tfrecord.format.split_groups import group_pattern
 
 TARGET_SHARD_BYTES = 200 * 1024 * 1024  # ceil(total / 200 MiB) shards -> each in (100, 200] MiB
@@ -216,8 +214,8 @@ def check_options(**options: Any) -> CheckedOptions:
     """Check and parse `plan_job`'s options without touching the input or the output (UsageError):
     convert calls it first, so a wrong command is told what is wrong, never to add --overwrite.
 
-    `options` are `plan_job`'s keyword parameters; the ones not given take `plan_job`'s defaults,
-    read from its signature (`plan_options`), so the list and its defaults exist once."""
+    `options` are `plan_job`'s; the ones not given take the defaults of the options' table
+    (`plan_options`, format.options), so the list and its defaults exist once."""
     o = plan_options(options)
     encoding, channels, quality, max_pixels = o["encoding"], o["channels"], o["quality"], o["max_pixels"]
     compression, checksum, dedupe, index = o["compression"], o["checksum"], o["dedupe"], o["index"]
@@ -269,79 +267,34 @@ def check_options(**options: Any) -> CheckedOptions:
     return CheckedOptions(opts, shard_request, fractions, class_list)
 
 
+# plan_job's keywords besides the options: what `convert(like=...)` adds (conversion.plan.like)
+LIKE_KEYWORDS: dict[str, Any] = {"known_classes": None, "split_prior": None}
+
+
 def plan_options(given: Mapping[str, Any]) -> dict[str, Any]:
-    """`given` completed with `plan_job`'s defaults: its keyword parameters are the one list of the
-    options (TypeError for a name that is not one, as calling `plan_job` with it would raise)."""
-    params = inspect.signature(plan_job).parameters
-    defaults = {name: p.default for name, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    """`given` completed with the defaults of the options' table (format.options, its plan rows):
+    the one list of the options (TypeError for a name that is not one, as a function's call with
+    an unknown keyword would raise)."""
+    defaults = {s.name: s.default for s in specs("plan")} | LIKE_KEYWORDS
     if unknown := sorted(set(given) - set(defaults)):
         raise TypeError(f"plan_job() got an unexpected keyword argument {unknown[0]!r}")
     return {**defaults, **given}
 
 
-def plan_job(
-    input_dir: str,
-    output_dir: str,
-    *,
-    shards: str | int | dict[str, int] | None = None,
-    split: str | dict[str, float] | None = None,
-    split_rule: str = "exact",
-    split_group: str | None = None,
-    seed: int = 0,
-    label_offset: int = 0,
-    labels: str | list[str] | None = None,
-    encoding: str = "keep",
-    quality: int = 95,
-    resize: str | int | tuple[int, int] | None = None,
-    resize_mode: str = "always",
-    channels: str = "keep",
-    max_pixels: int = DEFAULT_MAX_PIXELS,
-    validate: bool = True,
-    strict: bool = False,
-    compression: str | None = None,
-    index: bool = False,
-    file_list: str | None = None,
-    metadata: str | None = None,
-    annotations: str | None = None,
-    skip_empty: bool = False,
-    masks: bool = False,
-    dedupe: str = "report",
-    checksum: str = DEFAULT_CHECKSUM,
-    fsync: bool = True,
-    known_classes: list[str] | None = None,
-    split_prior: Prior | None = None,
-) -> Plan:
+def plan_job(input_dir: str, output_dir: str, **options: Any) -> Plan:
     """Check the options, walk the input (or read `file_list`) and cut it into shards. Raises UsageError.
 
+    `options`: the conversion options by name, those of format.options' table whose stage is
+    "plan" (the ones not given take its defaults), and:
     `known_classes` (`convert(like=...)`, without `labels`): an existing dataset's classes, which
     keep their labels; the other classes found get the next ones, sorted (update's rule).
     `split_prior` (`convert(like=...)` with its split): the splits an existing dataset gives its
     images, which they keep, as in an update, so that the dataset made again is the same one."""
-    options = {k: v for k, v in locals().items() if k not in ("input_dir", "output_dir")}  # every keyword above
-    opts, shard_request, fractions, class_list = check_options(**options)
+    o = plan_options(options)
+    checked = check_options(**o)
     check_paths(input_dir, output_dir)
     with _gc_paused():
-        return _plan(
-            input_dir,
-            output_dir,
-            opts,
-            shard_request,
-            fractions,
-            class_list,
-            SplitRule(split_rule, split_group, split_prior),
-            seed,
-            label_offset,
-            file_list,
-            index,
-            compression,
-            dedupe,
-            checksum,
-            fsync,
-            strict,
-            known_classes,
-            metadata,
-            Detect(annotations, skip_empty, masks),
-        )
+        return _plan(input_dir, output_dir, o, checked)
 
 
 @contextlib.contextmanager
@@ -356,28 +309,14 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _plan(
-    input_dir: str,
-    output_dir: str,
-    opts: EncodeOptions,
-    shard_request: int | dict[str, int] | None,
-    fractions: dict[str, float] | None,
-    class_list: list[str] | None,
-    rule: SplitRule,
-    seed: int,
-    label_offset: int,
-    file_list: str | None,
-    index: bool,
-    compression: str | None,
-    dedupe: str,
-    checksum: str,
-    fsync: bool,
-    strict: bool,
-    known_classes: list[str] | None = None,
-    metadata_file: str | None = None,
-    detect: Detect | None = None,
-) -> Plan:
-    detect = detect or Detect(None, False, False)
+def _plan(input_dir: str, output_dir: str, o: Mapping[str, Any], checked: CheckedOptions) -> Plan:
+    """The plan of `o` (`plan_options`: every option by name), `checked` its parsed values."""
+    opts, shard_request, fractions, class_list = checked
+    rule = SplitRule(o["split_rule"], o["split_group"], o["split_prior"])
+    seed, label_offset, file_list, strict = o["seed"], o["label_offset"], o["file_list"], o["strict"]
+    index, compression, dedupe, checksum = o["index"], o["compression"], o["dedupe"], o["checksum"]
+    known_classes, metadata_file = o["known_classes"], o["metadata"]
+    detect = Detect(o["annotations"], o["skip_empty"], o["masks"])
     meta = None if file_list or detect.annotations else _metadata(input_dir, metadata_file)
     entry = _metadata_entry(meta, input_dir, metadata_file)
     if detect.annotations is not None:
@@ -411,8 +350,15 @@ def _plan(
         "checksum": checksum,
     }
     options |= _input_files(input_dir, metadata_file, detect)
+    options |= _other_recorded(o, options)
     settings = ShardSettings(
-        encode=opts, compression=compression, index=index, checksum=checksum, fsync=fsync, dedupe=dedupe, strict=strict
+        encode=opts,
+        compression=compression,
+        index=index,
+        checksum=checksum,
+        fsync=o["fsync"],
+        dedupe=dedupe,
+        strict=strict,
     )
     return Plan(
         input_dir=input_dir,
@@ -456,6 +402,14 @@ def _input_files(input_dir: str, metadata_file: str | None, detect: Detect) -> d
         out |= {"annotations": fs.recorded_path(detect.annotations, input_dir), "skip_empty": detect.skip_empty}
         out |= {"masks": True} if detect.masks else {}  # dataset.json as before without --masks
     return out
+
+
+def _other_recorded(o: Mapping[str, Any], recorded: Mapping[str, Any]) -> dict[str, Any]:
+    """The recorded options (format.options) that no code above records in its own way, as given,
+    when not at their default (so dataset.json stays as it was for a dataset made without them)."""
+    return {
+        s.name: o[s.name] for s in specs("plan") if s.recorded and s.name not in recorded and o[s.name] != s.default
+    }
 
 
 class Detect(NamedTuple):

@@ -5,8 +5,8 @@ A dataset's dataset.json records every option that shaped it (`options`, in `pla
 the shard request as it was asked for (`shard_request`) and its classes in label order (updates
 append new classes at the end, so they are not in sorted order); its catalog gives each image's
 split, which the image keeps (updates keep splits, so exact splits drawn again would differ). `like_options` turns these back
-into `plan_job`'s keywords, generically: every recorded option whose name is a `plan_job` keyword
-is passed on as recorded, so an option added to dataset.json later carries over with no code here.
+into `plan_job`'s keywords, generically: every recorded option that is one of the options' table
+(format.options) is passed on as recorded, so an option added to dataset.json later carries over with no code here.
 Options given beside `like` override only what they name.
 
 `convert_like_advice` is the one place that words a command the tool advises to make a dataset
@@ -16,7 +16,6 @@ jpeg"): naming `--like OUT`, the command keeps everything else of the dataset.
 
 from __future__ import annotations
 
-import inspect
 import shlex
 from collections.abc import Mapping
 from typing import Any
@@ -28,11 +27,13 @@ from img2tfrecord.format import catalog as catalog_file
 from img2tfrecord.format.catalog import CATALOG_NAME
 from img2tfrecord.format.layout import read_manifest
 from img2tfrecord.format.manifest import MANIFEST_NAME
+from img2tfrecord.format.options import OPTIONS, recorded_value, specs
 
-# recorded options plan_job takes from elsewhere in dataset.json
-_RECORDED_ELSEWHERE = ("shards", "labels")  # the request is `shard_request`; the labels are `classes`
+# recorded options plan_job takes from elsewhere in dataset.json (the shards' request is
+# `shard_request`, the labels are `classes`)
+_RECORDED_ELSEWHERE = tuple(s.name for s in OPTIONS if s.elsewhere)
 # input files beside the images, recorded relative to INPUT when inside it (fs.recorded_path)
-_RECORDED_PATHS = ("annotations", "metadata")
+_RECORDED_PATHS = tuple(s.name for s in OPTIONS if s.recorded and s.path and not s.elsewhere)
 # options given beside `like` that draw the splits anew, so images no longer keep the dataset's
 _SPLIT_DRAW = {"split", "seed", "split_rule", "split_group"}
 
@@ -40,16 +41,12 @@ _SPLIT_DRAW = {"split", "seed", "split_rule", "split_group"}
 def like_options(dataset_dir: str) -> dict[str, Any]:
     """`plan_job`'s keywords that make a dataset like the one in `dataset_dir`: its recorded options,
     its shard request, and its classes with their label numbers. UsageError when it holds no dataset."""
-    from img2tfrecord.conversion.plan.job import plan_job  # deferred: plan imports the walk
-
     if not fs.exists(fs.join(dataset_dir, MANIFEST_NAME)):
         raise UsageError(f"{option('like', dataset_dir)}: {dataset_dir} holds no dataset ({MANIFEST_NAME} is missing)")
     man = read_manifest(dataset_dir)
     if man is None:  # pragma: no cover - checked just above; a race with a concurrent removal
         raise UsageError(f"{option('like', dataset_dir)}: {dataset_dir} holds no dataset")
-    keywords = {
-        name for name, p in inspect.signature(plan_job).parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY
-    }
+    keywords = {s.name for s in specs("plan")}
     recorded = dict(man.data.get("options") or {})
     out = {k: v for k, v in recorded.items() if k in keywords and k not in _RECORDED_ELSEWHERE}
     if isinstance(out.get("resize"), list):  # [W, H]: dataset.json has no tuples
@@ -79,7 +76,7 @@ def _split_prior(dataset_dir: str, recorded: Mapping[str, Any]) -> Prior | None:
         cat = catalog_file.decode(fs.read_bytes(path))
     except catalog_file.CatalogError as e:
         raise DataError(f"{option('like', dataset_dir)}: {path}: {e}") from None
-    seed = int(recorded.get("seed") or 0)
+    seed = int(recorded_value(recorded, "seed"))
     return prior_of(cat.rels.blob, cat.rels.ends, cat.splits.codes, cat.splits.values, seed)
 
 

@@ -6,16 +6,18 @@ import re
 from dataclasses import dataclass
 
 from img2tfrecord.errors import UsageError, option
-from img2tfrecord.format.manifest import DEDUPE_MODES as DEDUPE_MODES  # re-exported: the CLI's choices
-from img2tfrecord.format.manifest import ENCODINGS as ENCODINGS
+from img2tfrecord.format.options import (  # re-exported: the allowed values live with the options' table
+    CHANNEL_CHOICES as CHANNEL_CHOICES,
+)
+from img2tfrecord.format.options import CHECKSUM_CHOICES as CHECKSUM_CHOICES
+from img2tfrecord.format.options import COMPRESSION_CHOICES as COMPRESSION_CHOICES
+from img2tfrecord.format.options import DEDUPE_MODES as DEDUPE_MODES
+from img2tfrecord.format.options import DEFAULT_CHECKSUM as DEFAULT_CHECKSUM
+from img2tfrecord.format.options import ENCODINGS as ENCODINGS
+from img2tfrecord.format.options import ENGINES as ENGINES
+from img2tfrecord.format.options import RESIZE_MODES as RESIZE_MODES
+from img2tfrecord.format.options import SPLIT_RULES as SPLIT_RULES
 from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
-from img2tfrecord.fs import CHECKSUMS
-
-# The allowed values of the options (the CLI's click.Choice lists are these).
-ENGINES = ("local", "beam")
-SPLIT_RULES = ("exact", "hash")  # --split-rule: exact shares per class, or the path's hash alone
-COMPRESSION_CHOICES = ("gzip", "zlib")
-CHECKSUM_CHOICES = CHECKSUMS
 
 
 def parse_resize(value: str | int | tuple[int, int] | None) -> int | tuple[int, int] | None:
@@ -29,9 +31,6 @@ def parse_resize(value: str | int | tuple[int, int] | None) -> int | tuple[int, 
     if not m or int(m.group(1)) == 0 or (m.group(2) is not None and int(m.group(2)) == 0):
         raise UsageError(f"bad {option('resize', value)}: use N (shorter side to N) or WxH, e.g. 256 or 224x224")
     return int(m.group(1)) if m.group(2) is None else (int(m.group(1)), int(m.group(2)))
-
-
-RESIZE_MODES = ("always", "shrink")
 
 
 def check_resize_mode(mode: str, resize: int | tuple[int, int] | None) -> str:
@@ -71,9 +70,6 @@ def parse_shards(value: str | int | dict[str, int] | None) -> int | dict[str, in
     return parse_shards(out)
 
 
-CHANNEL_CHOICES = ("keep", "1", "3")
-
-
 @dataclass(frozen=True)
 class EncodeOptions:
     """Everything that shapes the bytes of a record (all of it goes into dataset.json)."""
@@ -92,9 +88,6 @@ class EncodeOptions:
 
 
 TF_COMPRESSION = {None: "", "gzip": "GZIP", "zlib": "ZLIB"}  # --compression -> TensorFlow's compression_type
-
-
-DEFAULT_CHECKSUM = "xxh3_128"  # every record also carries TFRecord's own CRC-32C
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from img2tfrecord.conversion.plan.table import ImageTable, boxes_digest, class_c
 from img2tfrecord.conversion.plan.walk import discover, stat_remote
 from img2tfrecord.conversion.plan.walk_labels import discover_multi_label
 from img2tfrecord.format.catalog import CONVERTED, NO_BOXES, SKIPPED, Catalog
+from img2tfrecord.format.options import recorded_value
 from img2tfrecord.format.schema import utf8_text
 
 _UNSEEN = bytes([1]) + bytes(255)  # a bytes.translate table: 0 (not seen) -> 1, else 0
@@ -144,10 +145,10 @@ def walk(
     """The input as `convert` would list it with the dataset's options, with labels that keep their
     meaning; under the exact split rule, the images `cat` holds keep their splits (conversion.plan.splits)."""
     fixed = options.get("labels")  # the dataset was made with --labels: that list is the set of classes
-    split, seed = options.get("split"), int(options.get("seed") or 0)
+    split, seed = options.get("split"), int(recorded_value(options, "seed"))
     labels = list(old_classes) if fixed is not None else None
     known = None if fixed is not None else list(old_classes)  # the labels written in a record keep their meaning
-    offset = int(options.get("label_offset") or 0)
+    offset = int(recorded_value(options, "label_offset"))
     rule = recorded_rule(options)
     if split and rule.name != "hash" and cat is not None:
         rule = rule._replace(prior=prior_of(cat.rels.blob, cat.rels.ends, cat.splits.codes, cat.splits.values, seed))
@@ -157,7 +158,7 @@ def walk(
         found = discover_detection(
             input_dir,
             metadata,
-            skip_empty=bool(options.get("skip_empty")),
+            skip_empty=bool(recorded_value(options, "skip_empty")),
             split=split,
             seed=seed,
             label_offset=offset,

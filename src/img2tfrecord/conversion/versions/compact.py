@@ -48,6 +48,7 @@ from img2tfrecord.format.manifest import (
     manifest_text,
 )
 from img2tfrecord.format.naming import shard_name
+from img2tfrecord.format.options import recorded_value
 from img2tfrecord.format.schema import utf8_text
 
 PLAIN_DIR = ".compact-plain"  # decompressed copies of gzip/zlib shards, inside the build folder
@@ -64,7 +65,7 @@ class _Target:
 def layout(rec: Recorded, settings: ShardSettings) -> tuple[dict[str, list[_Target]], dict[str, int]]:
     """Per split, the shards a fresh conversion would write (rows in record order), and the planned counts."""
     cat, opts = rec.catalog, rec.options
-    seed = int(opts.get("seed") or 0)
+    seed = int(recorded_value(opts, "seed"))
     names = split_order(rec)
     candidates: dict[str, list[int]] = {s: [] for s in names}
     for r, state in enumerate(cat.states):
@@ -273,7 +274,7 @@ def _build(
     data = catalog_file.encode(new)
     fs.write_bytes(fs.join(build, CATALOG_NAME), data)
     files.append(CATALOG_NAME)
-    seed = int(rec.options.get("seed") or 0)
+    seed = int(recorded_value(rec.options, "seed"))
     skipped_order = {
         r: (order_key(cat.rels[r], seed), cat.rels[r]) for r in range(len(cat)) if cat.states[r] == SKIPPED
     }

@@ -20,16 +20,11 @@ from img2tfrecord.conversion.plan.metadata import find as find_metadata
 from img2tfrecord.conversion.plan.options import EncodeOptions, ShardSettings, parse_resize, parse_shards
 from img2tfrecord.conversion.plan.splits import parse_split_spec
 from img2tfrecord.errors import UsageError, check_keywords, option, said
+from img2tfrecord.format.options import recorded_value, spec, update_names
 
 # update()'s own parameters, besides the record-shaping options it accepts to compare
 UPDATE_PARAMETERS = (
     *("check_content", "dry_run", "workers", "strict", "fsync", "file_list", "max_delete", "on_event", "progress"),
-)
-
-# the record-shaping options update accepts, to compare with dataset.json's (convert's keywords)
-RECORDED = (
-    *("encoding", "quality", "resize", "resize_mode", "channels", "max_pixels", "validate", "seed", "label_offset"),
-    *("compression", "index", "split", "shards", "labels", "dedupe", "checksum", "masks"),
 )
 
 
@@ -72,7 +67,7 @@ def refuse_other_options(
     """UsageError when a given option differs from dataset.json's, naming the convert to run instead:
     `convert --like OUTPUT`, which keeps every other option and the labels (`like.convert_like_advice`).
     `recorded`: dataset.json's options and its `shard_request`."""
-    check_keywords("update", given, [*RECORDED, *UPDATE_PARAMETERS])
+    check_keywords("update", given, [*update_names(), *UPDATE_PARAMETERS])  # the table says which it compares
     for key, value in given.items():
         if value is None:
             continue
@@ -83,7 +78,7 @@ def refuse_other_options(
         if key == "split" and isinstance(now, dict) and isinstance(then, dict):
             same = list(now.items()) == list(then.items())  # the order decides which slice of the hash each gets
         else:
-            same = now == then or (key in ("validate", "index", "masks") and bool(now) == bool(then))
+            same = now == then or (spec(key).kind is bool and bool(now) == bool(then))  # a flag: null is off
         if same:
             continue
         was = recorded.get("shard_request") if key == "shards" else then
@@ -96,24 +91,27 @@ def refuse_other_options(
 
 def recorded_settings(options: dict[str, Any], *, fsync: bool, strict: bool) -> ShardSettings:
     """How the dataset's shards were written (dataset.json's options), for the new shards."""
-    resize = options.get("resize")
-    defaults = EncodeOptions()
+
+    def get(name: str) -> Any:
+        return recorded_value(options, name)
+
+    resize = get("resize")
     opts = EncodeOptions(
-        encoding=options.get("encoding") or defaults.encoding,
-        quality=int(options.get("quality") or defaults.quality),
-        resize=tuple(resize) if isinstance(resize, list) else resize,  # type: ignore[arg-type]
-        resize_mode=options.get("resize_mode") or defaults.resize_mode,
-        channels=str(options.get("channels") or defaults.channels),
-        max_pixels=int(options.get("max_pixels") or defaults.max_pixels),
-        validate=bool(options.get("validate", True)),
+        encoding=get("encoding"),
+        quality=int(get("quality")),
+        resize=tuple(resize) if isinstance(resize, list) else resize,
+        resize_mode=get("resize_mode"),
+        channels=str(get("channels")),
+        max_pixels=int(get("max_pixels")),
+        validate=bool(get("validate")),
     )
     return ShardSettings(
         encode=opts,
-        compression=options.get("compression"),
-        index=bool(options.get("index")),
-        checksum=options.get("checksum") or ShardSettings().checksum,
+        compression=get("compression"),
+        index=bool(get("index")),
+        checksum=get("checksum"),
         fsync=fsync,
-        dedupe=options.get("dedupe") or "report",
+        dedupe=get("dedupe"),
         strict=strict,
     )
 

@@ -18,6 +18,7 @@ from img2tfrecord.conversion.plan import quota
 from img2tfrecord.conversion.plan.splits import order_key
 from img2tfrecord.errors import UsageError, option
 from img2tfrecord.format.catalog import CONVERTED, DROPPED, SKIPPED, Catalog
+from img2tfrecord.format.options import recorded_value
 from img2tfrecord.format.split_groups import group_key, group_pattern
 
 
@@ -37,7 +38,7 @@ def rebalanced(options: dict[str, Any], cat: Catalog, output_dir: str) -> Rebala
             f"{option('rebalance', True)} re-splits by {option('split')}'s fractions; {output_dir} was made without "
             "them (its split folders or file list gave each image's split)"
         )
-    seed = int(options.get("seed") or 0)
+    seed = int(recorded_value(options, "seed"))
     names = list(fractions)
     rows = [r for r, s in enumerate(cat.states) if s in (CONVERTED, SKIPPED, DROPPED)]
     rows.sort(key=cat.rels.__getitem__)  # image/filename order within a class: a fresh walk's ties
@@ -52,7 +53,7 @@ def rebalanced(options: dict[str, Any], cat: Catalog, output_dir: str) -> Rebala
     report = {
         "moved": sum(moved.values()),
         "from": dict(sorted(moved.items())),
-        "rule_before": options.get("split_rule") or "hash",
+        "rule_before": recorded_value(options, "split_rule"),
     }
     return Rebalanced(new, {**options, "split_rule": "exact", "split_group": options.get("split_group")}, report)
 

@@ -53,6 +53,7 @@ from img2tfrecord.errors import DataError, Interrupted, UsageError, option, word
 from img2tfrecord.format.catalog import Catalog
 from img2tfrecord.format.manifest import created_stamp, manifest_digest
 from img2tfrecord.format.naming import shard_name
+from img2tfrecord.format.options import path_names, recorded_value
 
 # The extension modules update imports: loaded before the record writer starts loading in a thread
 # (`write.preloading`): the JPEG decoder, the lock's fcntl, the local engine's process pool
@@ -90,7 +91,7 @@ def update(
     (conversion.versions.resume)."""
     input_dir, output_dir = os.fspath(input_dir), os.fspath(output_dir)  # a pathlib.Path from Python
     file_list = os.fspath(file_list) if file_list is not None else None
-    options |= {k: os.fspath(options[k]) for k in ("labels",) if isinstance(options.get(k), os.PathLike)}
+    options |= {k: os.fspath(options[k]) for k in path_names() if isinstance(options.get(k), os.PathLike)}
     timing = Timing()
     emit = worded(on_event)
     created_stamp()
@@ -242,7 +243,7 @@ def _changes(
         from img2tfrecord.conversion.versions.dedupe import resolve
 
         before = (rec.manifest.get("duplicates") or {}).get("dropped") or []
-        resolve(changes, int(rec.options.get("seed") or 0), {d["path"]: d["duplicate_of"] for d in before})
+        resolve(changes, int(recorded_value(rec.options, "seed")), {d["path"]: d["duplicate_of"] for d in before})
     return changes
 
 
@@ -367,7 +368,7 @@ def _encode(
         input_dir=input_dir,
         output_dir=output_dir,
         classes=list(table.classes) if table is not None else list(changes.classes),
-        label_offset=int(rec.options.get("label_offset") or 0),
+        label_offset=int(recorded_value(rec.options, "label_offset")),
         split_names=list(dict.fromkeys(sh.split for sh in planned)),
         shards=planned,
         settings=settings,
