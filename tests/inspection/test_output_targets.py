@@ -1,4 +1,4 @@
-"""Where `report -o`, `inspect --contact-sheet` and `inspect --extract` may write: never inside a
+"""Where `report -o`, `inspect --contact-sheet`, `--extract` and `--export-list` may write: never inside a
 dataset folder, never over a file that is not an earlier output of the same kind (another page or
 picture only with --force), never over what is not a regular file; one line and exit 2 otherwise,
 before anything is read, and the dataset still verifies."""
@@ -188,3 +188,32 @@ def test_report_of_the_current_folder_goes_beside_it(cli, made, tmp_path: Path, 
     res = cli("report", ".", "-n", "0")
     assert res.exit_code == 0, res.output
     assert (tmp_path / "o-report.html").is_file() and not list(out.glob("*.html"))
+
+
+def test_export_list_never_writes_inside_the_dataset_nor_over_a_file_it_did_not_write(
+    cli, made, tmp_path: Path
+) -> None:
+    """--export-list is an output like the others: a mistyped path (dataset.json, the user's own
+    --file-list CSV, an image, a device) is refused before anything is read; its own earlier list
+    is replaced, whole, and converts back with --file-list."""
+    src, out = made
+    own_csv = tmp_path / "mine.csv"
+    own_csv.write_text("file,class\ncircle/img_000.png,circle\n")
+    image = next(src.glob("circle/*.png"))
+    before = _snapshot(src, out) | {own_csv: own_csv.read_bytes()}
+    for target, said in [
+        (out / "dataset.json", "is inside the dataset folder"),
+        (out / "list.csv", "is inside the dataset folder"),
+        (own_csv, "exists and is not a file list img2tfrecord wrote"),
+        (image, "exists and is not a file list img2tfrecord wrote"),
+        (Path("/dev/null"), "is a device"),
+    ]:
+        _refused(cli("inspect", out, "--export-list", target), said)
+    assert _snapshot(src, out) | {own_csv: own_csv.read_bytes()} == before
+    listed = tmp_path / "list.csv"
+    for _ in range(2):  # the second run replaces the first's list: its own
+        res = cli("inspect", out, "--export-list", listed)
+        assert res.exit_code == 0, res.output
+    assert listed.read_text().startswith("path,label,split\n") and not list(tmp_path.glob(".list.csv*"))
+    res = cli("convert", src, tmp_path / "again", "--file-list", listed, "-q")
+    assert res.exit_code == 0, res.output

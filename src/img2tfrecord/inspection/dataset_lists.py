@@ -22,6 +22,7 @@ from img2tfrecord.format import catalog as catalog_file
 from img2tfrecord.format.catalog import CONVERTED, DROPPED, SKIPPED, Catalog
 from img2tfrecord.format.layout import Manifest
 from img2tfrecord.format.split_groups import group_key, group_pattern
+from img2tfrecord.inspection import outputs
 
 CROSSING_SHOWN = 1000  # groups listed in the report at most (the count is always whole)
 
@@ -67,8 +68,9 @@ def crossing_groups(cat: Catalog, pattern: str) -> dict[str, Any]:
     }
 
 
-def export_list(cat: Catalog, man: Manifest, file: str | os.PathLike[str]) -> dict[str, Any]:
-    """Write the dataset's assignment as `path,label,split` rows to `file`; {file, images}."""
+def export_list(cat: Catalog, man: Manifest, file: str | os.PathLike[str], real: str | None = None) -> dict[str, Any]:
+    """Write the dataset's assignment as `path,label,split` rows to `file` (locally: to `real`, the
+    file outputs.check_file allowed, whole or not at all); {file, images}."""
     order = {s: i for i, s in enumerate(man.splits)}
     rows = [r for r, state in enumerate(cat.states) if state in (CONVERTED, SKIPPED, DROPPED)]
     rows.sort(key=lambda r: (order.get(cat.splits[r], len(order)), cat.splits[r], cat.rels[r]))
@@ -78,8 +80,12 @@ def export_list(cat: Catalog, man: Manifest, file: str | os.PathLike[str]) -> di
     for r in rows:
         out.writerow([_rel(cat, r), cat.classes[r], cat.splits[r]])
     target = os.fspath(file)
+    data = buf.getvalue().encode("utf-8", "surrogateescape")
+    if not fs.is_remote(target):
+        outputs.write_file(real or target, option("export_list", target), data)
+        return {"file": target, "images": len(rows)}
     try:
-        fs.write_bytes(target, buf.getvalue().encode("utf-8", "surrogateescape"))
+        fs.write_bytes(target, data)
     except OSError as e:
         raise UsageError(f"cannot write {option('export_list', target)}: {e.strerror or e}") from None
     return {"file": target, "images": len(rows)}

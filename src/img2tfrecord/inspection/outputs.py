@@ -1,4 +1,4 @@
-"""Where `report`, `inspect --contact-sheet` and `inspect --extract` may write, and how.
+"""Where `report`, `inspect --contact-sheet`, `--extract` and `--export-list` may write, and how.
 
 A path typed by mistake must not cost data: these outputs never go inside a dataset folder (nor a
 run's workspace or staging folder), never over a file that is not an earlier output of the same
@@ -65,7 +65,21 @@ def _is_our_sheet(path: str) -> bool:
         return SHEET_MARKER.encode() in f.read()
 
 
+LIST_HEADER = b"path,label,split\n"  # the first line of every list --export-list writes
+
+
+def _is_our_list(path: str) -> bool:
+    return _head(path, len(LIST_HEADER)) == LIST_HEADER
+
+
+def _never(path: str) -> bool:
+    return False
+
+
 REPORT = Kind("html", "output", "an HTML page", _is_our_page, _is_page)
+# a file list: replaced only when it is one we wrote (its header line); no --force, since a CSV of
+# the user's (the --file-list it was converted from) is what a mistyped path would cost
+FILE_LIST = Kind("export_list", None, "a file list img2tfrecord wrote", _is_our_list, _never)
 SHEET = Kind("contact_sheet", None, "a picture", _is_our_sheet, _is_picture)
 
 

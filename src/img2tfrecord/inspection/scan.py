@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
-from img2tfrecord import cstderr
+from img2tfrecord import cstderr, fs
 from img2tfrecord.errors import DataError, UsageError, option
 from img2tfrecord.format import framing, pinning
 from img2tfrecord.format.catalog import Catalog
@@ -28,7 +28,7 @@ from img2tfrecord.format.framing import FramingError, TFRecordFile
 from img2tfrecord.format.layout import Manifest, ShardRef, pixel_limit, resolve_paths
 from img2tfrecord.format.split_groups import group_pattern
 from img2tfrecord.fs import CHECKSUMS
-from img2tfrecord.inspection import dataset_lists
+from img2tfrecord.inspection import dataset_lists, outputs
 from img2tfrecord.inspection.catalog_check import Loaded, check_catalog, load_catalog
 from img2tfrecord.inspection.checks import (
     Problem,
@@ -246,9 +246,12 @@ def inspect(
     if force and contact_sheet is None:
         raise UsageError(f"{option('force')} only goes with {option('contact_sheet')}")
     refs = resolve_paths(paths, split, pinning.open_folder)  # each dataset folder held: one version read
-    listed = _catalog_of(refs, split_group, export_list)
     manifests = {id(r.manifest): r.manifest for r in refs if r.manifest is not None}
     read = [*(m.dir for m in manifests.values()), *(p for p in paths if os.path.isdir(p))]  # no output in them
+    export_to = None  # --export-list's file, checked before any reading (a link: the file it names)
+    if export_list is not None and not fs.is_remote(os.fspath(export_list)):
+        export_to = outputs.check_file(export_list, outputs.FILE_LIST, False, read)
+    listed = _catalog_of(refs, split_group, export_list)
     by_split = len({r.split for r in refs}) > 1  # extract into SPLIT/CLASS/ so the splits stay apart
     extractor = (
         Extractor(extract_dir, None if extract_all else records, by_split, read) if extract_dir is not None else None
@@ -292,7 +295,7 @@ def inspect(
         if split_group is not None:
             report.split_groups = dataset_lists.crossing_groups(cat, split_group)
         if export_list is not None:
-            report.exported = dataset_lists.export_list(cat, man, export_list)
+            report.exported = dataset_lists.export_list(cat, man, export_list, export_to)
     return report
 
 
