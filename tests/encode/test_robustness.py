@@ -193,6 +193,25 @@ def test_header_probe_agrees_with_pillow(tmp_path):
         encode_image(str(tmp_path / "rgb.jpg"), EncodeOptions(validate=False, max_pixels=100))
 
 
+def test_a_skip_carries_its_reason_apart_from_the_format(tmp_path):
+    """An encoder result names why an image was skipped in `reason`; `fmt` is only ever a stored format."""
+    from img2tfrecord.conversion.encode.example import Result, encode_task
+    from img2tfrecord.conversion.plan.job import Task
+    from img2tfrecord.conversion.plan.options import EncodeOptions
+
+    (tmp_path / "notes.jpg").write_text("not an image at all")
+    natural_image(8, 6, 3).save(tmp_path / "ok.png")
+    task = {"label": 0, "text": "a", "size": 19}
+    bad = encode_task(
+        Task(path=str(tmp_path / "notes.jpg"), rel="notes.jpg", filename="notes.jpg", **task), EncodeOptions()
+    )
+    assert (bad.kind, bad.payload, bad.fmt) == ("skip", None, "") and "text" in bad.reason
+    ok = encode_task(Task(path=str(tmp_path / "ok.png"), rel="ok.png", filename="ok.png", **task), EncodeOptions())
+    assert (ok.kind, ok.fmt, ok.reason, ok.height, ok.width) == ("keep", "PNG", "", 6, 8)
+    with pytest.raises(TypeError):
+        Result("skip", None, "a reason in the format's place")  # type: ignore[misc]
+
+
 def test_one_run_at_a_time_per_output(cli, tmp_path):
     """A second run into an output another run is writing is refused before it touches anything."""
     import fcntl

@@ -35,7 +35,7 @@ def fixed_tree(root: Path) -> Path:
 
 
 def plan_of(plan) -> list[tuple[str, list[tuple[str, int]]]]:
-    return [(s.name, [(t[1], t[3]) for t in s.tasks]) for s in plan.shards]
+    return [(s.name, [(t.rel, t.label) for t in s.tasks]) for s in plan.shards]
 
 
 # Since stable splits (issue 22): an image's split and place are its seeded XXH3-64 path hash

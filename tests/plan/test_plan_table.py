@@ -11,6 +11,7 @@ dry run of a real tree runs without TensorFlow.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -100,7 +101,10 @@ def reference_plan(
     splits: dict[str, list[Task]] = {s: [] for s in keys}
     for c in classes:
         for skey, found in per_class.get(c, {}).items():
-            items = [Task(p, r, f, label_of[c], c, sz, mt) for p, r, f, sz, mt in found]
+            items = [
+                Task(path=p, rel=r, filename=f, label=label_of[c], text=c, size=sz, mtime_ns=mt)
+                for p, r, f, sz, mt in found
+            ]
             if presplit:
                 splits[skey].extend(items)
             elif split:
@@ -216,8 +220,8 @@ def test_a_file_list_of_the_tree_plans_as_its_walk(tmp_path):
     options = {"shards": 3, "split": "train=0.5,validation=0.5", "seed": 4}
     walked = plan_job(str(src), str(tmp_path / "o1"), **options)
     listed = plan_job(str(src), str(tmp_path / "o2"), file_list=str(tmp_path / "list.csv"), **options)
-    strip = [(name, [t._replace(path="") for t in tasks]) for name, tasks in plan_list(walked)]
-    assert [(name, [t._replace(path="") for t in tasks]) for name, tasks in plan_list(listed)] == strip
+    strip = [(name, [dataclasses.replace(t, path="") for t in tasks]) for name, tasks in plan_list(walked)]
+    assert [(name, [dataclasses.replace(t, path="") for t in tasks]) for name, tasks in plan_list(listed)] == strip
     absolute = {str(src / r) for r in rels[::3]}
     for _, tasks in plan_list(listed):
         for t in tasks:

@@ -7,6 +7,7 @@ paths are tested without a network on TensorFlow's in-memory filesystem (ram://)
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -249,7 +250,20 @@ def test_plan_lines_round_trip_undecodable_names():
 
     name = b"caf\xe9/\xff.jpg".decode("utf-8", "surrogateescape")
     shard = PlannedShard(
-        "train", 1, 4, (Task(f"/d/{name}", name, name, 3, "caf\udce9", 123, 1_700_000_000_123_456_789),)
+        "train",
+        1,
+        4,
+        (
+            Task(
+                path=f"/d/{name}",
+                rel=name,
+                filename=name,
+                label=3,
+                text="caf\udce9",
+                size=123,
+                mtime_ns=1_700_000_000_123_456_789,
+            ),
+        ),
     )
     assert shard_from_json(shard_to_json(shard)) == shard
     from img2tfrecord.format.schema import MetaValue
@@ -259,8 +273,88 @@ def test_plan_lines_round_trip_undecodable_names():
         MetaValue("image/class/text", "bytes", ("caf\udce9", "dog")),
         MetaValue("image/score", "float", (0.1, 1e-300)),
     )
-    labelled = PlannedShard("train", 1, 4, (shard.tasks[0]._replace(meta=meta),))
+    labelled = PlannedShard("train", 1, 4, (dataclasses.replace(shard.tasks[0], meta=meta),))
     assert shard_from_json(shard_to_json(labelled)) == labelled  # metadata and multi-label survive Beam's plan file
+
+
+def test_plan_file_entries_name_every_field_of_a_task():
+    """Beam's plan file holds each Task by field name, its boxes, masks and metadata too: an entry
+    read back in any key order is the same Task, and a Task field the file does not carry fails
+    here (the sample must set every field, so a new one cannot be left at its default unseen)."""
+    from img2tfrecord.conversion.plan.job import PlannedShard, Task
+    from img2tfrecord.conversion.plan.raw_boxes import Segment
+    from img2tfrecord.conversion.plan.table import Objects
+    from img2tfrecord.conversion.write.engines.beam import shard_from_json, shard_to_json
+    from img2tfrecord.format.schema import MetaValue
+
+    masks = (Segment(polygons=((1.5, 2.0, 3.1, 4.0, 0.7, 3.3),)), Segment(counts=(3, 4, 5), height=3, width=4))
+    boxes = Objects(
+        width=4,
+        height=3,
+        source_id="7",
+        xmin=(0.0, 0.5),
+        ymin=(0.1, 0.2),
+        xmax=(0.3, 1.0),
+        ymax=(0.4, 0.9),
+        label=(1, 2),
+        text=("a", "b"),
+        is_crowd=(0, 1),
+        area=(2.0, 3.5),
+        difficult=(1, 0),
+        truncated=(0, 1),
+        masks=masks,
+    )
+    task = Task(  # every field distinct from the others and from its default: a swap cannot go unseen
+        path="/d/train/a/x.jpg",
+        rel="train/a/x.jpg",
+        filename="a/x.jpg",
+        label=3,
+        text="caf\udce9",
+        size=123,
+        mtime_ns=1_700_000_000_123_456_789,
+        meta=(MetaValue(key="image/score", kind="float", values=(0.1, 1e-300)),),
+        objects=boxes,
+    )
+    unset = [f.name for f in dataclasses.fields(Task) if getattr(task, f.name) == f.default]
+    assert not unset, f"the sample Task leaves {unset} at the default: give them a value"
+    line = shard_to_json(PlannedShard("train", 1, 4, (task,)))
+    entry = json.loads(line)["tasks"][0]
+    assert list(entry) == [f.name for f in dataclasses.fields(Task)]
+    assert list(entry["objects"]) == [f.name for f in dataclasses.fields(Objects)]
+    assert [list(m) for m in entry["objects"]["masks"]] == [list(Segment._fields)] * 2
+    assert list(entry["meta"][0]) == list(MetaValue._fields)
+    assert entry["label"] == 3 and entry["size"] == 123 and entry["objects"]["height"] == 3
+
+    def reversed_keys(v):
+        if isinstance(v, dict):
+            return {k: reversed_keys(v[k]) for k in reversed(list(v))}
+        return [reversed_keys(x) for x in v] if isinstance(v, list) else v
+
+    plain = dataclasses.replace(task, mtime_ns=0, meta=(), objects=None)  # defaults left out, and given back
+    plain_line = shard_to_json(PlannedShard("train", 1, 4, (plain,)))
+    assert list(json.loads(plain_line)["tasks"][0]) == ["path", "rel", "filename", "label", "text", "size"]
+    assert shard_from_json(plain_line).tasks == (plain,)
+    again = json.dumps({**json.loads(line), "tasks": [reversed_keys(entry)]}).encode("ascii")
+    assert shard_from_json(again).tasks == (task,) == shard_from_json(line).tasks
+    with pytest.raises(TypeError):  # a field this Task does not have is refused, not dropped
+        shard_from_json(json.dumps({**json.loads(line), "tasks": [{**entry, "colour": "red"}]}).encode("ascii"))
+
+
+def test_a_new_task_field_crosses_the_plan_file_with_no_edit_there(monkeypatch):
+    """A per-image field added to Task (here a tuple: JSON gives a list back) reaches Beam's workers
+    with no change to the plan file's code: entries are written and read by field name."""
+    from img2tfrecord.conversion.plan.job import PlannedShard, Task
+    from img2tfrecord.conversion.write.engines import beam
+
+    @dataclasses.dataclass(slots=True, kw_only=True)
+    class Cropped(Task):
+        crop: tuple[int, ...] = ()
+
+    monkeypatch.setattr(beam, "Task", Cropped)
+    task = Cropped(path="/d/x.jpg", rel="x.jpg", filename="x.jpg", label=1, text="a", size=9, crop=(1, 2, 30, 40))
+    line = beam.shard_to_json(PlannedShard("train", 0, 1, (task,)))
+    assert json.loads(line)["tasks"][0]["crop"] == [1, 2, 30, 40]
+    assert beam.shard_from_json(line).tasks == (task,)
 
 
 def ram_files(path: str) -> dict[str, bytes]:
@@ -404,21 +498,26 @@ def test_annotations_give_the_local_engines_bytes(tmp_path):
     from test_detection import coco_corpus, od_records
 
     boxes = Objects(
-        4,
-        3,
-        "7",
-        (0.0, 0.5),
-        (0.1, 0.2),
-        (0.3, 1.0),
-        (0.4, 0.9),
-        (1, 2),
-        ("a", "b"),
-        (0, 1),
-        (2.0, 3.5),
-        (0, 0),
-        (1, 0),
+        width=4,
+        height=3,
+        source_id="7",
+        xmin=(0.0, 0.5),
+        ymin=(0.1, 0.2),
+        xmax=(0.3, 1.0),
+        ymax=(0.4, 0.9),
+        label=(1, 2),
+        text=("a", "b"),
+        is_crowd=(0, 1),
+        area=(2.0, 3.5),
+        difficult=(0, 0),
+        truncated=(1, 0),
     )
-    shard = PlannedShard("train", 0, 1, (Task("/d/x.jpg", "x.jpg", "x.jpg", 0, "a", 9, 1, (), boxes),))
+    shard = PlannedShard(
+        "train",
+        0,
+        1,
+        (Task(path="/d/x.jpg", rel="x.jpg", filename="x.jpg", label=0, text="a", size=9, mtime_ns=1, objects=boxes),),
+    )
     assert shard_from_json(shard_to_json(shard)) == shard
     ann = coco_corpus(tmp_path)
     runner = CliRunner()
@@ -463,10 +562,16 @@ def test_masks_give_the_local_engines_bytes(tmp_path):
     from img2tfrecord.conversion.write.engines.beam import shard_from_json, shard_to_json
     from test_masks import mask_corpus, mask_records
 
-    segments = (Segment(polygons=((1.5, 2.0, 3.1, 4.0, 0.7, 3.3),)), Segment((), (3, 4, 5), "", 3, 4))
-    one = ((0.0, 0.5), (0.1, 0.2), (0.3, 1.0), (0.4, 0.9), (1, 2), ("a", "b"), (0, 1), (2.0, 3.5), (0, 0), (1, 0))
-    boxes = Objects(4, 3, "7", *one, segments)
-    shard = PlannedShard("train", 0, 1, (Task("/d/x.jpg", "x.jpg", "x.jpg", 0, "a", 9, 1, (), boxes),))
+    segments = (Segment(polygons=((1.5, 2.0, 3.1, 4.0, 0.7, 3.3),)), Segment(counts=(3, 4, 5), height=3, width=4))
+    one = dict(xmin=(0.0, 0.5), ymin=(0.1, 0.2), xmax=(0.3, 1.0), ymax=(0.4, 0.9), label=(1, 2), text=("a", "b"))
+    more = dict(is_crowd=(0, 1), area=(2.0, 3.5), difficult=(0, 0), truncated=(1, 0))
+    boxes = Objects(width=4, height=3, source_id="7", **one, **more, masks=segments)
+    shard = PlannedShard(
+        "train",
+        0,
+        1,
+        (Task(path="/d/x.jpg", rel="x.jpg", filename="x.jpg", label=0, text="a", size=9, mtime_ns=1, objects=boxes),),
+    )
     assert shard_from_json(shard_to_json(shard)) == shard
     ann = mask_corpus(tmp_path)
     runner = CliRunner()

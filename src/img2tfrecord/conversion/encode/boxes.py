@@ -20,7 +20,7 @@ from img2tfrecord.format.schema import MetaValue
 _Box = tuple[float, float, float, float]  # xmin, ymin, xmax, ymax, normalised
 
 
-def size_problem(objects: Objects, width: int, height: int) -> str | None:
+def size_problem(objects: Objects, *, width: int, height: int) -> str | None:
     """Why the boxes do not fit an image that stores `width` x `height` pixels, or None."""
     if objects.width <= 0 or (objects.width, objects.height) == (width, height):
         return masks.problem(_segments(objects), width, height)
@@ -54,7 +54,7 @@ def turn(box: _Box, orientation: int) -> _Box:
 
 
 def features(
-    objects: Objects, payload: bytes, width: int, height: int, orientation: int, out: tuple[int, int]
+    objects: Objects, payload: bytes, *, width: int, height: int, orientation: int, out: tuple[int, int]
 ) -> tuple[MetaValue, ...]:
     """The Object Detection API's features of one record; `width` x `height` the pixels as stored
     in the source file, `orientation` the EXIF turn the encoder applied (1: none), `out` the

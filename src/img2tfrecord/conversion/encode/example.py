@@ -34,7 +34,8 @@ import io
 import itertools
 import warnings
 from collections.abc import Callable, Container, Iterable, Iterator
-from typing import Any, NamedTuple
+from dataclasses import dataclass, replace
+from typing import Any
 
 import xxhash
 from PIL import (
@@ -62,7 +63,6 @@ from img2tfrecord.conversion.encode.source import (  # the read before the work 
 )
 from img2tfrecord.conversion.plan.job import Task
 from img2tfrecord.conversion.plan.options import EncodeOptions
-from img2tfrecord.conversion.plan.table import Objects
 from img2tfrecord.format.images import (
     MODE_CHANNELS,
     NOT_IMAGES,
@@ -96,17 +96,20 @@ _PLUGINS: dict[str, Callable[[io.BytesIO], Image.Image]] = {  # Pillow's readers
 }
 
 
-class Result(NamedTuple):
+@dataclass(slots=True, kw_only=True)
+class Result:
     """How one image is stored. The process that validates an image also writes it, so the bytes
     that were checked are exactly the bytes stored (no second read, no pipe).
 
     kind "keep": `payload` is the file's own bytes. kind "encoded": `payload` is the new encoding
-    (PNG/JPEG/RAW). kind "skip": `payload` is None and `fmt` is the reason.
+    (PNG/JPEG/RAW). kind "skip": `payload` is None and `reason` says why. Built by keyword only
+    (a slotted dataclass, not a tuple), so a new field is one line here and where it is set.
     """
 
-    kind: str
-    payload: bytes | None
-    fmt: str
+    kind: str  # "keep", "encoded", "skip", or DROPPED (a duplicate --dedupe drop leaves out, never read)
+    payload: bytes | None = None
+    fmt: str = ""  # the stored format: JPEG, PNG, BMP or RAW ("" when nothing is stored)
+    reason: str = ""  # why the image was skipped (kind "skip"), else ""
     height: int = 0
     width: int = 0
     channels: int = 0
@@ -116,7 +119,8 @@ class Result(NamedTuple):
     digest: str = ""  # xxh3-128 of the file's bytes: finds byte-identical duplicates
     depth: int = 8  # bits per sample of the stored pixels: 16 only for 16-bit PNGs
     reduced: str | None = None  # why fewer bits were stored than the source has (counted in dataset.json)
-    source: tuple[int, int] = (0, 0)  # (width, height) of the pixels as stored in the source file
+    source_width: int = 0  # the pixels as stored in the source file (before any turn or resize)
+    source_height: int = 0
     turned: int = 1  # the EXIF orientation applied to the pixels (1: none): boxes turn with them
 
 
@@ -164,7 +168,7 @@ def _encode(data: bytes, kind: str | None, opts: EncodeOptions) -> Result:
         if not opts.reencodes:
             kept = _keep(im, data, fmt, opts.validate)
             if isinstance(kept, Result):
-                return kept._replace(size=len(data), digest=_digest(data), source=(width, height))
+                return replace(kept, size=len(data), digest=_digest(data), source_width=width, source_height=height)
             was = "CMYK JPEG" if fmt in ("JPEG", "MPO") and im.mode == "CMYK" else fmt
             transcoded = kept or f"{was}->{'JPEG' if fmt in ('JPEG', 'MPO') else 'PNG'}"
         deep = _source_bits(im, data) > 8
@@ -182,20 +186,20 @@ def _encode(data: bytes, kind: str | None, opts: EncodeOptions) -> Result:
             else "16-bit colour -> 8-bit (Pillow decodes it to 8 bits)"
         )
     return Result(
-        "encoded",
-        payload,
-        out_fmt,
-        h,
-        w,
-        c,
-        transcoded,
-        False,
-        len(data),
-        _digest(data),
-        depth,
-        reduced,
-        (width, height),
-        turned,
+        kind="encoded",
+        payload=payload,
+        fmt=out_fmt,
+        height=h,
+        width=w,
+        channels=c,
+        transcoded=transcoded,
+        size=len(data),
+        digest=_digest(data),
+        depth=depth,
+        reduced=reduced,
+        source_width=width,
+        source_height=height,
+        turned=turned,
     )
 
 
@@ -209,31 +213,42 @@ def _turned(im: Image.Image) -> int:
 def _jpeg(data: bytes, view: bytes, jpeg: JpegFrame, opts: EncodeOptions) -> Result:
     """An 8-bit grey/colour JPEG: kept, or decoded by libjpeg-turbo directly (strict when validating), no Pillow open."""
     _check_pixels(jpeg.width, jpeg.height, opts)
-    source = (jpeg.width, jpeg.height)
     if opts.reencodes:
         try:
             payload, out_fmt, (h, w, c), depth = _transcode(None, "JPEG", opts, jpeg, view)
         except ValueError as e:
             raise SkipImage(f"JPEG: corrupt or truncated: {describe_error(e)}") from None
         turned = jpeg.orientation if jpeg.orientation in EXIF_TRANSPOSE else 1
-        digest = _digest(data)
-        return Result("encoded", payload, out_fmt, h, w, c, None, False, len(data), digest, depth, None, source, turned)
+        return Result(
+            kind="encoded",
+            payload=payload,
+            fmt=out_fmt,
+            height=h,
+            width=w,
+            channels=c,
+            size=len(data),
+            digest=_digest(data),
+            depth=depth,
+            source_width=jpeg.width,
+            source_height=jpeg.height,
+            turned=turned,
+        )
     if opts.validate:
         _check_jpeg_scan(view)
     orientation_ignored = jpeg.orientation not in (1, None)
     c = jpeg.channels
     return Result(
-        "keep",
-        data,
-        "JPEG",
-        jpeg.height,
-        jpeg.width,
-        c,
-        None,
-        orientation_ignored,
-        len(data),
-        _digest(data),
-        source=source,
+        kind="keep",
+        payload=data,
+        fmt="JPEG",
+        height=jpeg.height,
+        width=jpeg.width,
+        channels=c,
+        orientation_ignored=orientation_ignored,
+        size=len(data),
+        digest=_digest(data),
+        source_width=jpeg.width,
+        source_height=jpeg.height,
     )
 
 
@@ -285,10 +300,16 @@ def _digest(data: bytes) -> str:
 def to_record(task: Task, result: Result) -> bytes:
     """The serialized Example of a non-skipped result."""
     assert result.payload is not None, "a skipped image has no record"
-    extra = tuple(task.meta)  # a list after a Beam plan file's JSON
+    extra = task.meta
     if task.objects is not None:  # an annotated image: the Object Detection API's features too
-        objects = Objects._make(task.objects)
-        extra += boxes.features(objects, result.payload, *result.source, result.turned, (result.width, result.height))
+        extra += boxes.features(
+            task.objects,
+            result.payload,
+            width=result.source_width,
+            height=result.source_height,
+            orientation=result.turned,
+            out=(result.width, result.height),
+        )
     return serialize_example(
         encoded=result.payload,
         image_format=result.fmt,
@@ -342,7 +363,16 @@ def _keep(im: Image.Image, data: bytes, fmt: str, validate: bool) -> Result | st
             if not png_chunks_sound(data):  # libpng (TensorFlow) fails on what Pillow lets pass
                 return "PNG->PNG"
         orient = hdr.has_exif and im.getexif().get(0x0112, 1) not in (1, None)
-        return Result("keep", data, "PNG", h, w, channels, None, orient, depth=depth)
+        return Result(
+            kind="keep",
+            payload=data,
+            fmt="PNG",
+            height=h,
+            width=w,
+            channels=channels,
+            orientation_ignored=orient,
+            depth=depth,
+        )
     tile = getattr(im, "tile", None)  # an ImageFile's decoder plan: ("raw", box, offset, (rawmode, ...))
     if (
         fmt == "BMP"
@@ -354,7 +384,7 @@ def _keep(im: Image.Image, data: bytes, fmt: str, validate: bool) -> Result | st
     ):
         if validate:  # uncompressed 24-bit, nothing after the rows: what tf.io.decode_bmp reads
             im.load()
-        return Result("keep", data, "BMP", h, w, 3)
+        return Result(kind="keep", payload=data, fmt="BMP", height=h, width=w, channels=3)
     return None
 
 
@@ -518,9 +548,11 @@ def encode_task(task: Task, opts: EncodeOptions) -> Result:
     try:
         result = encode_image(task.path, opts)
     except SkipImage as e:
-        return Result("skip", None, str(e), size=task.size)
-    if task.objects is not None and (why := boxes.size_problem(Objects._make(task.objects), *result.source)):
-        return Result("skip", None, why, size=task.size)
+        return Result(kind="skip", reason=str(e), size=task.size)
+    if task.objects is not None and (
+        why := boxes.size_problem(task.objects, width=result.source_width, height=result.source_height)
+    ):
+        return Result(kind="skip", reason=why, size=task.size)
     return result
 
 
@@ -539,7 +571,7 @@ def encode_shard(
     Before returning, while `warming()` is true (TensorFlow still importing in the background),
     it encodes ahead and holds up to `hold_bytes` of results, so the import overlaps useful work.
     """
-    results = (Result(DROPPED, None, "", size=t.size) if t.rel in drop else encode_task(t, opts) for t in tasks)
+    results = (Result(kind=DROPPED, size=t.size) if t.rel in drop else encode_task(t, opts) for t in tasks)
     head: list[Result] = []
     held = 0
     while warming is not None and warming() and held < hold_bytes:

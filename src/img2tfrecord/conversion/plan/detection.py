@@ -13,6 +13,7 @@ the first class. Images with no annotation are kept with no boxes, unless `--ski
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from array import array
 from collections import Counter
@@ -73,9 +74,23 @@ def clip(rel: str, ann: ImageBoxes, ids: dict[str, int], segments: Any = None) -
         kept.append((x0 / w, y0 / h, x1 / w, y1 / h, ids[name], name, crowd, area, difficult, truncated))
         masks.append(mask)
     cols = tuple(zip(*kept)) if kept else ((),) * 10  # one pass to columns (10: xmin .. truncated)
-    source = Objects(ann.width, ann.height, ann.source_id, *cols)
-    if segments is not None:
-        source = source._replace(masks=SegmentRows(segments, masks))
+    xmins, ymins, xmaxs, ymaxs, labels, texts, crowds, areas, difficults, truncateds = cols
+    source = Objects(
+        width=ann.width,
+        height=ann.height,
+        source_id=ann.source_id,
+        xmin=xmins,
+        ymin=ymins,
+        xmax=xmaxs,
+        ymax=ymaxs,
+        label=labels,
+        text=texts,
+        is_crowd=crowds,
+        area=areas,
+        difficult=difficults,
+        truncated=truncateds,
+        masks=None if segments is None else SegmentRows(segments, masks),
+    )
     return Clipped(source, problems)
 
 
@@ -155,7 +170,11 @@ def discover_detection(
         count += len(objects.label)
         empty += not objects.label
         kept.append(
-            (i, min(objects.label, default=1) - 1, objects if objects.source_id else objects._replace(source_id=rel))
+            (
+                i,
+                min(objects.label, default=1) - 1,
+                objects if objects.source_id else dataclasses.replace(objects, source_id=rel),
+            )
         )
         if by_folder:
             folder_of.append(image_split(f"{base}/{rel}", ann.split_folders or {}))

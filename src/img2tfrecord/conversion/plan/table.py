@@ -1,7 +1,7 @@
 """The plan's images as columns, and `Task`, the one image a worker is handed.
 
-A plan of 100 M images must fit a Beam driver. Held as a Python object per image (a `Task`
-tuple, its three path strings and its size int, ~500-700 bytes), one million cost 665 MB and
+A plan of 100 M images must fit a Beam driver. Held as a Python object per image (a `Task`,
+its three path strings and its size int, ~500-700 bytes), one million cost 665 MB and
 100 M would need ~70 GB. So the walk writes every image into an `ImageTable` instead:
 
 * one bytes blob of names (each image's path below its group's prefix, e.g. ``img_0042.jpg``
@@ -36,6 +36,7 @@ import posixpath
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple, overload
 
 from img2tfrecord import fs
@@ -43,9 +44,12 @@ from img2tfrecord.conversion.plan.raw_boxes import Segment, SegmentRows
 from img2tfrecord.format.schema import MetaValue
 
 
-class Task(NamedTuple):
+@dataclass(slots=True, kw_only=True)
+class Task:
     """One image of the plan, as a worker gets it (made per shard from the table, or read back
-    from Beam's plan file)."""
+    from Beam's plan file, where it is written field by field by name). Built by keyword only (a
+    slotted dataclass, not a tuple), so a new per-image field is one line here, where the table
+    fills it, and where the worker reads it; Beam's plan file carries it by name."""
 
     path: str  # where to read it (local path or URL)
     rel: str  # relative to the input: how the manifest, dedupe and resume name it
@@ -58,10 +62,12 @@ class Task(NamedTuple):
     objects: Objects | None = None  # an annotated image's boxes (conversion.plan.detection), else None
 
 
-class Objects(NamedTuple):
+@dataclass(slots=True, kw_only=True)
+class Objects:
     """An annotated image's objects, clipped and normalised to [0, 1] in the pixels as stored in the
     file (`--annotations`); the encoder checks the size and turns them with the pixels. Plain
-    values, so Beam's plan file (JSON) carries them."""
+    values, so Beam's plan file (JSON) carries them, by field name. Built by keyword only: ten
+    columns of numbers side by side are where a positional swap would go unseen."""
 
     width: int  # the image size the annotation recorded (0, 0: none, YOLO): must be the stored one
     height: int
@@ -204,22 +210,22 @@ class ImageTable:
         if path is None:
             path = self.default_path(rel)
         return Task(
-            path,
-            rel,
-            rel[group.strip :],
-            self.labels[group.cls],
-            self.classes[group.cls],
-            self.sizes[i],
-            self.mtimes[i],
-            self.meta.get(i, ()) if self.meta else (),
-            self._objects(i) if self.objects else None,
+            path=path,
+            rel=rel,
+            filename=rel[group.strip :],
+            label=self.labels[group.cls],
+            text=self.classes[group.cls],
+            size=self.sizes[i],
+            mtime_ns=self.mtimes[i],
+            meta=self.meta.get(i, ()) if self.meta else (),
+            objects=self._objects(i) if self.objects else None,
         )
 
     def _objects(self, i: int) -> Objects | None:
         """Image `i`'s objects, their masks made `Segment`s from the store's rows (--masks)."""
         got = self.objects.get(i)
         if got is not None and isinstance(got.masks, SegmentRows):
-            return got._replace(masks=got.masks.resolve())
+            return replace(got, masks=got.masks.resolve())
         return got
 
 

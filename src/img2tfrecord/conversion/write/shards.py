@@ -300,12 +300,11 @@ def write_shard(
     for position, (task, result) in enumerate(zip(shard.tasks, results)):
         out.images += 1
         out.bytes_read += result.size
-        reason = result.fmt
+        reason = result.reason  # "" unless skipped
         rel = utf8_text(task.rel)  # names in the manifest are written exactly as in the records
         if result.kind == DROPPED:
             assert drop is not None
             digest, kept_copy = drop[task.rel]
-            reason = ""
             out.dropped_at.append(position)
             out.dropped.append(
                 {
@@ -337,7 +336,6 @@ def write_shard(
             out.shapes.extend((result.height or 0, result.width or 0, result.channels or 0))
             out.orientation_ignored += result.orientation_ignored
             out.converted_bytes += result.size
-            reason = ""
         if reason:
             out.skipped.append({"path": rel, "split": shard.split, "reason": reason})
             out.skipped_at.append(position)

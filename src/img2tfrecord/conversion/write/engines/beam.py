@@ -10,7 +10,8 @@ adds no scheduling of our own: retries, autoscaling and placement are the runner
 Everything a worker needs travels through the output's staging folder (any filesystem TensorFlow
 knows: gs://, hdfs://, a local disk for the DirectRunner), never through the pipeline graph:
 
-* ``plan.jsonl``: one JSON line per shard; an element is only (shard, offset, length), so the
+* ``plan.jsonl``: one JSON line per shard, each image an object keyed by `Task`'s field names
+  (`task_to_json`); an element is only (shard, offset, length), so the
   job graph stays a few KB for tens of millions of images (Dataflow rejects graphs over ~10 MB);
 * ``<shard>.outcome.json``: what `finalize` needs from a written shard (counts, skipped files),
   read back by the driver after the run. Files, unlike a collected PCollection, work the same on
@@ -346,27 +347,58 @@ class WriteShardFn(_DoFn):  # type: ignore[misc, valid-type]
 
 def shard_to_json(shard: PlannedShard) -> bytes:
     """One plan line. ASCII JSON keeps undecodable file names (surrogate escapes) intact."""
-    tasks = list(shard.tasks)  # this shard's Tasks, made from the plan's table now
-    return json.dumps({"split": shard.split, "index": shard.index, "count": shard.count, "tasks": tasks}).encode(
-        "ascii"
-    )
+    tasks = [task_to_json(t) for t in shard.tasks]  # this shard's Tasks, made from the plan's table now
+    line = {"split": shard.split, "index": shard.index, "count": shard.count, "tasks": tasks}
+    return json.dumps(line, separators=(",", ":")).encode("ascii")
 
 
 def shard_from_json(data: bytes) -> PlannedShard:
     d = json.loads(data)
-    return PlannedShard(d["split"], d["index"], d["count"], tuple(_task(t) for t in d["tasks"]))
+    return PlannedShard(d["split"], d["index"], d["count"], tuple(task_from_json(t) for t in d["tasks"]))
 
 
-def _task(t: list[Any]) -> Task:
-    """A Task from its JSON list: the metadata features back to the tuples the local engine encodes."""
-    meta = tuple(MetaValue(key, kind, tuple(values)) for key, kind, values in (t[7] if len(t) > 7 else ()))
-    path, rel, filename, label, text, size, mtime_ns = t[:7]
-    objects = t[8] if len(t) > 8 else None  # an annotated image's boxes: their lists back to tuples
-    boxes = Objects._make(tuple(v) if isinstance(v, list) else v for v in objects) if objects is not None else None
-    if boxes is not None and boxes.masks is not None:  # --masks: each Segment's lists back to tuples
-        masks = tuple(Segment(tuple(map(tuple, p)), tuple(c), x, h, w) for p, c, x, h, w in boxes.masks)
-        boxes = boxes._replace(masks=masks)
-    return Task(path, rel, filename, label, text, size, mtime_ns, meta, boxes)
+def task_to_json(task: Task) -> dict[str, Any]:
+    """A Task as its plan-file entry: every field by its name, and so are those of the `Objects`,
+    `Segment`s and `MetaValue`s inside it, so no reader depends on the order of fields. A field at
+    its default is left out (`task_from_json` gives it back): with no keys but names, a plain
+    image's line is no longer than the positional list it replaces."""
+    return _named(task)  # type: ignore[no-any-return]
+
+
+def _named(v: Any) -> Any:
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):  # Task, Objects
+        named = {}
+        for f in dataclasses.fields(v):
+            value = getattr(v, f.name)
+            if f.default is dataclasses.MISSING or value != f.default:
+                named[f.name] = _named(value)
+        return named
+    if isinstance(v, tuple) and hasattr(v, "_fields"):  # a NamedTuple (Segment, MetaValue)
+        return {k: _named(x) for k, x in zip(v._fields, v)}
+    if isinstance(v, (tuple, list)):
+        return [_named(x) for x in v]
+    return v
+
+
+def task_from_json(d: dict[str, Any]) -> Task:
+    """A Task from its plan-file entry: JSON's lists back to the tuples the local engine holds,
+    the metadata features, boxes and masks back to their named types. A field the entry does not
+    know is refused (TypeError), one it leaves out takes its default."""
+    fields = {k: _tuples(v) for k, v in d.items() if k not in ("meta", "objects")}
+    meta = tuple(MetaValue(**{k: _tuples(v) for k, v in m.items()}) for m in d.get("meta", ()))
+    objects = d.get("objects")
+    return Task(**fields, meta=meta, objects=None if objects is None else _objects(objects))
+
+
+def _objects(d: dict[str, Any]) -> Objects:
+    masks = d.get("masks")  # --masks: each Segment by its field names
+    segments = None if masks is None else tuple(Segment(**{k: _tuples(v) for k, v in m.items()}) for m in masks)
+    return Objects(**{k: _tuples(v) for k, v in d.items() if k != "masks"}, masks=segments)
+
+
+def _tuples(v: Any) -> Any:
+    """JSON's (nested) lists as tuples."""
+    return tuple(map(_tuples, v)) if isinstance(v, list) else v
 
 
 def write_plan(plan: list[PlannedShard], path: str) -> list[tuple[int, int, int]]:
