@@ -309,6 +309,7 @@ def _problem(p: dict[str, Any], compressed: bool = False) -> str:
     help="Threads decoding images for --verify. Default: all cores. The report is the same for any value.",
 )
 def inspect_command(
+    *,
     paths: tuple[str, ...],
     n: int,
     as_json: bool,
