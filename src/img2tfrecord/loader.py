@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -18,9 +18,7 @@ from google.protobuf.message import DecodeError
 from img2tfrecord import cstderr
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.format.framing import COMPRESSIONS, check_framing, detect_compression
-from img2tfrecord.format.layout import (
-    Manifest,
-)
+from img2tfrecord.format.layout import Manifest
 from img2tfrecord.format.load_files import Source, identity, replaced, split_files
 from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME
 from img2tfrecord.format.schema import FORMAT_RAW, Declared, declared_features, feature_kinds
@@ -30,15 +28,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import tensorflow as tf
 
 MANIFEST, LABELS = MANIFEST_NAME, LABELS_NAME  # the names convert writes
-
-
-# --------------------------------------------------------------------------- framing and sniffing
-
-
-# --------------------------------------------------------------------------- manifests and discovery
-
-
-# --------------------------------------------------------------------------- TensorFlow side
 
 
 def features_spec(metadata: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -222,19 +211,7 @@ def _opened(tf: Any, src: Source) -> Any:
 _NOT_OURS = "is not a tf.train.Example with the img2tfrecord features"
 
 
-def _checked_records(
-    tf: Any,
-    src: Source,
-    counts: list[int],
-    compression_type: str,
-    spec: dict[str, Any],
-    image_of: Any,
-    out: Any,
-    shuffle_files: bool,
-    seed: int | None,
-    cycle_length: int,
-    deterministic: bool,
-) -> Any:
+def _checked_records(tf: Any, src: Source, counts: list[int], reading: _Reading, order: _Order) -> Any:
     """`out(example, image)` of every record of `files`; one that cannot be read, parsed or decoded
     raises naming its shard, its index and, when it parses, its image/filename.
 
@@ -249,6 +226,7 @@ def _checked_records(
     Nothing of this runs a function a record (tf.data runs each one ~25-40 us a record here), so
     the checks cost next to nothing while all is well: decoding is the shards' one function.
     """
+    compression_type, spec, image_of, out = reading.compression_type, reading.spec, reading.image_of, reading.out
     comp = compression_type.lower() or "none"
     files = src.reads
     declared = declared_features(src.man.data.get("metadata") if src.man else None)
@@ -278,14 +256,14 @@ def _checked_records(
         return good.concatenate(tf.data.Dataset.from_tensors(blank).map(_graph(short))).take(sizes[s])
 
     ds = tf.data.Dataset.range(len(files))
-    if shuffle_files:
-        ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    if order.shuffle_files:
+        ds = ds.shuffle(len(files), seed=order.seed, reshuffle_each_iteration=True)
     return ds.interleave(
         _graph(shard),
-        cycle_length=cycle_length,
+        cycle_length=order.cycle_length,
         block_length=1,
         num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=deterministic,
+        deterministic=order.deterministic,
     )
 
 
@@ -337,37 +315,27 @@ def _describe_short_shard(
     return f"{path}: record {index} cannot be read (cut short: it holds {index:,} of the {count:,} records {MANIFEST} lists)"
 
 
-def _plain_records(
-    tf: Any,
-    src: Source,
-    compression_type: str,
-    spec: dict[str, Any],
-    image_of: Any,
-    out: Any,
-    shuffle_files: bool,
-    seed: int | None,
-    cycle_length: int,
-    deterministic: bool,
-) -> Any:
+def _plain_records(tf: Any, src: Source, reading: _Reading, order: _Order) -> Any:
     """`out(example, image)` of every record of `files`, unchecked: TensorFlow's own errors."""
     ds = tf.data.Dataset.range(len(src.reads))
-    if shuffle_files:
-        ds = ds.shuffle(len(src.reads), seed=seed, reshuffle_each_iteration=True)
+    if order.shuffle_files:
+        ds = ds.shuffle(len(src.reads), seed=order.seed, reshuffle_each_iteration=True)
     opened = _opened(tf, src)
-    read = _graph(lambda s: tf.data.TFRecordDataset(opened(s), compression_type=compression_type))
+    read = _graph(lambda s: tf.data.TFRecordDataset(opened(s), compression_type=reading.compression_type))
     ds = ds.interleave(
         read,
-        cycle_length=cycle_length,
+        cycle_length=order.cycle_length,
         block_length=1,
         num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=deterministic,
+        deterministic=order.deterministic,
     )
+    spec, image_of, out = reading.spec, reading.image_of, reading.out
 
     def one(r: Any) -> Any:
         ex = tf.io.parse_single_example(r, spec)
         return out(ex, image_of(ex))
 
-    return ds.map(_graph(one), num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    return ds.map(_graph(one), num_parallel_calls=tf.data.AUTOTUNE, deterministic=order.deterministic)
 
 
 @contextlib.contextmanager
@@ -563,6 +531,16 @@ class _Order(NamedTuple):
     deterministic: bool
 
 
+class _Reading(NamedTuple):
+    """How each record of a shard becomes an element: its framing, its parse spec, its image and the
+    element made of the parsed example and that image (`_records` builds it from `_Elements`)."""
+
+    compression_type: str  # TensorFlow's: "", "GZIP" or "ZLIB"
+    spec: dict[str, Any]  # features_spec()
+    image_of: Callable[[Any], Any]  # parsed example -> image tensor
+    out: Callable[[Any, Any], Any]  # (parsed example, image) -> the element
+
+
 def _records(tf: Any, src: Source, counts: Sequence[int | None], comp: str, elements: _Elements, order: _Order) -> Any:
     """The dataset of `elements`, one per record: checked against each shard's record count
     when every count is known, else with TensorFlow's own errors."""
@@ -583,10 +561,8 @@ def _records(tf: Any, src: Source, counts: Sequence[int | None], comp: str, elem
     def out(ex: Any, img: Any) -> Any:
         return {**ex, "image": img, "label": ex["image/class/label"]} if as_dict else (img, ex["image/class/label"])
 
-    shuffle_files, seed, cycle, deterministic = order
+    reading = _Reading(compression_type, spec, image_of, out)
     if None in counts:  # no count to hold TensorFlow's reads against: its own errors it is
-        return _plain_records(tf, src, compression_type, spec, image_of, out, shuffle_files, seed, cycle, deterministic)
+        return _plain_records(tf, src, reading, order)
     known = [n for n in counts if n is not None]  # every count is known on this branch
-    return _checked_records(
-        tf, src, known, compression_type, spec, image_of, out, shuffle_files, seed, cycle, deterministic
-    )
+    return _checked_records(tf, src, known, reading, order)

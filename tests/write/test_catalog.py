@@ -106,12 +106,12 @@ def _rows(n: int) -> catalog.Catalog:
             i.to_bytes(16, "little") if converted else catalog.NO_DIGEST,
             state,
             "train",
-            "" if converted else "not an image",
-            f"train-{i % 3:05d}-of-00003" if converted else "",
-            i // 3 if converted else -1,
-            1016 + i if converted else 0,
-            f"c{i % 10:02d}",
-            catalog.kind_key("jpeg", "8", None, None) if converted else "",
+            reason="" if converted else "not an image",
+            shard=f"train-{i % 3:05d}-of-00003" if converted else "",
+            record=i // 3 if converted else -1,
+            length=1016 + i if converted else 0,
+            cls=f"c{i % 10:02d}",
+            kind=catalog.kind_key("jpeg", "8", None, None) if converted else "",
         )
     return cat
 

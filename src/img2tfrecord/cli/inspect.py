@@ -72,15 +72,33 @@ def _count_values(f: dict[str, Any]) -> str:
 
 
 def _details(s: dict[str, Any], title: str) -> list[str]:
-    """The detailed block: schema, labels, formats, sizes, first records."""
-    from img2tfrecord.inspection.records import MAX_RECORD_KEYS
-    from img2tfrecord.inspection.scan import REPORT_RECORD_BYTES
-    from img2tfrecord.inspection.stats import MAX_FEATURE_KEYS, MAX_LABELS
+    """The detailed block of a file or of the total: a section after another, each its own renderer."""
+    return [
+        *_header(s, title),
+        *_features(s),
+        *_labels(s),
+        *_boxes(s),
+        *_images(s),
+        *_first_records(s),
+    ]
 
+
+def _header(s: dict[str, Any], title: str) -> list[str]:
+    """Records, bytes, compression; and how many records are not tf.train.Example at all."""
     out = [f"{title}: {s['records']:,} records, {size_text(s['bytes'])}, compression {s['compression'] or 'unknown'}"]
     if s["non_examples"]:
         n = s["non_examples"]
         out.append(f"  {plural(n, 'record')} {'is' if n == 1 else 'are'} not tf.train.Example")
+    return out
+
+
+def _features(s: dict[str, Any]) -> list[str]:
+    """The schema the records show: a row per key, then what was left undescribed or unread."""
+    from img2tfrecord.inspection.records import MAX_RECORD_KEYS
+    from img2tfrecord.inspection.scan import REPORT_RECORD_BYTES
+    from img2tfrecord.inspection.stats import MAX_FEATURE_KEYS
+
+    out = []
     if s["features"]:
         out.append("  features (key, type, values per record):")
         rows = []
@@ -100,6 +118,14 @@ def _details(s: dict[str, Any], title: str) -> list[str]:
         out.append(
             f"  {plural(n, 'record')} over {size_text(REPORT_RECORD_BYTES)}: CRC checked, content not read (--verify reads {'it' if n == 1 else 'them'})"
         )
+    return out
+
+
+def _labels(s: dict[str, Any]) -> list[str]:
+    """A bar per label (the first MAX_LABEL_ROWS), scaled to the most common; then the unlabelled."""
+    from img2tfrecord.inspection.stats import MAX_LABELS
+
+    out = []
     if s["labels"]:
         out.append("  labels:")
         top = max(x["count"] for x in s["labels"])
@@ -117,9 +143,20 @@ def _details(s: dict[str, Any], title: str) -> list[str]:
             )
     if s["unlabelled"]:
         out.append(f"  records without a label: {s['unlabelled']:,}")
-    if b := s.get("boxes"):
-        out.append(f"  boxes: {b['total']:,} in {plural(b['records'], 'record')}")
-        out += _table([[_cell(c), f"{n:,}"] for c, n in list(b["per_class"].items())[:MAX_LABEL_ROWS]], "    ")
+    return out
+
+
+def _boxes(s: dict[str, Any]) -> list[str]:
+    """Detection datasets: how many boxes in how many records, and a count per class."""
+    if not (b := s.get("boxes")):
+        return []
+    out = [f"  boxes: {b['total']:,} in {plural(b['records'], 'record')}"]
+    return out + _table([[_cell(c), f"{n:,}"] for c, n in list(b["per_class"].items())[:MAX_LABEL_ROWS]], "    ")
+
+
+def _images(s: dict[str, Any]) -> list[str]:
+    """What the images are: formats, the range of heights and widths, channels."""
+    out = []
     if s["formats"]:
         out.append("  formats:  " + ", ".join(f"{_cell(k)} {v:,}" for k, v in s["formats"].items()))
     for dim in ("height", "width"):
@@ -128,29 +165,34 @@ def _details(s: dict[str, Any], title: str) -> list[str]:
             out.append(f"  {dim + ':':9} min {r['min']}, median {r['median']}, max {r['max']}")
     if s["channels"]:
         out.append("  channels: " + ", ".join(f"{k}: {v:,}" for k, v in s["channels"].items()))
-    if s["first_records"]:
-        sources = list(dict.fromkeys(r.get("file") for r in s["first_records"]))
-        of = f" of {sources[0]}" if len(sources) == 1 and sources[0] else ""
-        n = len(s["first_records"])
-        out.append(f"  first {plural(n, 'record') if n > 1 else 'record'}{of}:")
-        rows = [["#", "filename", "label", "text", "HxWxC", "format", "bytes"] + (["file"] if len(sources) > 1 else [])]
-        for r in s["first_records"]:
-            shape = "x".join("?" if r[k] is None else str(r[k]) for k in ("height", "width", "channels"))
-            enc = "" if r["encoded_bytes"] is None else f"{r['encoded_bytes']:,}"
-            rows.append(
-                [
-                    str(r["index"]),
-                    _cell(r["filename"]),
-                    "" if r["label"] is None else str(r["label"]),
-                    _cell(r["text"]),
-                    shape,
-                    _cell(r["format"]),
-                    enc,
-                ]
-                + ([r.get("file") or ""] if len(sources) > 1 else [])
-            )
-        out += _table(rows, "    ")
     return out
+
+
+def _first_records(s: dict[str, Any]) -> list[str]:
+    """A table of the first records; a file column when they come from more than one file."""
+    if not s["first_records"]:
+        return []
+    sources = list(dict.fromkeys(r.get("file") for r in s["first_records"]))
+    of = f" of {sources[0]}" if len(sources) == 1 and sources[0] else ""
+    n = len(s["first_records"])
+    out = [f"  first {plural(n, 'record') if n > 1 else 'record'}{of}:"]
+    rows = [["#", "filename", "label", "text", "HxWxC", "format", "bytes"] + (["file"] if len(sources) > 1 else [])]
+    for r in s["first_records"]:
+        shape = "x".join("?" if r[k] is None else str(r[k]) for k in ("height", "width", "channels"))
+        enc = "" if r["encoded_bytes"] is None else f"{r['encoded_bytes']:,}"
+        rows.append(
+            [
+                str(r["index"]),
+                _cell(r["filename"]),
+                "" if r["label"] is None else str(r["label"]),
+                _cell(r["text"]),
+                shape,
+                _cell(r["format"]),
+                enc,
+            ]
+            + ([r.get("file") or ""] if len(sources) > 1 else [])
+        )
+    return out + _table(rows, "    ")
 
 
 def format_report(rep: dict[str, Any], per_file: bool = False) -> str:
@@ -309,6 +351,7 @@ def _problem(p: dict[str, Any], compressed: bool = False) -> str:
     help="Threads decoding images for --verify. Default: all cores. The report is the same for any value.",
 )
 def inspect_command(
+    *,
     paths: tuple[str, ...],
     n: int,
     as_json: bool,

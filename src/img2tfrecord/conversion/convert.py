@@ -116,7 +116,18 @@ def convert(
         _walk_events(plan, emit)
         _check_space(plan, emit)
         started = True
-        return _run(plan, ws, engine, workers, overwrite, resume, beam_options, emit, progress, timing)
+        return _run(
+            plan,
+            ws,
+            engine=engine,
+            workers=workers,
+            overwrite=overwrite,
+            resume=resume,
+            beam_options=beam_options,
+            emit=emit,
+            progress=progress,
+            timing=timing,
+        )
     finally:
         if not started and not existed and not fs.is_remote(output_dir):
             with contextlib.suppress(OSError):
@@ -274,6 +285,7 @@ def _unfinished_run(ws: Workspace, resume: bool, overwrite: bool) -> str | None:
 def _run(
     plan: Plan,
     ws: Workspace,
+    *,
     engine: str,
     workers: int | None,
     overwrite: bool,

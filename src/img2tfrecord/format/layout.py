@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 from img2tfrecord import fs
 from img2tfrecord.errors import DataError, UsageError, option, plural, said
 from img2tfrecord.format.images import MAX_PIXELS
-from img2tfrecord.format.journal import switch_cut_short, unfinished_beside
 from img2tfrecord.format.manifest import LABELS_NAME, MAX_MANIFEST_BYTES, ManifestError, parse_manifest
 from img2tfrecord.format.manifest import MANIFEST_NAME as MANIFEST
 from img2tfrecord.format.naming import _AUX_SUFFIXES, PUBLISHING_NAME, SHARD_RE, STAGING_DIR, shard_split
+from img2tfrecord.format.workspace_journal import switch_cut_short, unfinished_beside
 
 if TYPE_CHECKING:  # pragma: no cover
     pass

@@ -19,9 +19,9 @@ from typing import NamedTuple
 
 from img2tfrecord.errors import DataError, UsageError, option
 from img2tfrecord.format.images import sniff
-from img2tfrecord.format.journal import WORKSPACE_SUFFIX
 from img2tfrecord.format.manifest import MANIFEST_NAME
 from img2tfrecord.format.naming import STAGING_DIR
+from img2tfrecord.format.workspace_journal import WORKSPACE_SUFFIX
 
 PAGE_MARKER = b'<meta name="generator" content="img2tfrecord'  # in the report's <head>
 SHEET_MARKER = "img2tfrecord contact sheet"  # in the sheet's metadata (PNG text, JPEG comment, ...)

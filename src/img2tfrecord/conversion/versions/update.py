@@ -121,32 +121,29 @@ def update(
     # the load (glibc's loader lock), so the engine's threads would wait too (+1% update measured
     # 0.93 -> 1.36 s). The price: an update with nothing to do waits for it (0.6 -> 0.9 s, 384 MB peak).
     with writer.preloading(output_dir, first=_EXTENSIONS):
-        return _apply(
-            input_dir,
-            output_dir,
-            rec,
-            settings,
-            check_content,
-            resume,
-            workers,
-            file_list,
-            limit,
-            emit,
-            progress,
-            timing,
-        )
+        request = _Request(input_dir, output_dir, file_list, check_content, resume, workers, limit)
+        return _apply(request, rec, settings, emit=emit, progress=progress, timing=timing)
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What `update` was asked, checked: the folders, how the input is read and compared, whether
+    an unfinished update is resumed, the workers, and how much it may remove."""
+
+    input_dir: str
+    output_dir: str
+    file_list: str | None
+    check_content: bool
+    resume: bool
+    workers: int | None
+    limit: Limit
 
 
 def _apply(
-    input_dir: str,
-    output_dir: str,
+    request: _Request,
     rec: Recorded,
     settings: ShardSettings,
-    check_content: bool,
-    resume: bool,
-    workers: int | None,
-    file_list: str | None,
-    limit: Limit,
+    *,
     emit: EventSink,
     progress: Callable[[int, int, int], None] | None,
     timing: Timing,
@@ -155,6 +152,7 @@ def _apply(
     from img2tfrecord.conversion.write import publish
     from img2tfrecord.conversion.write.workspace import workspace
 
+    input_dir, output_dir, resume = request.input_dir, request.output_dir, request.resume
     ws = workspace(output_dir)
     lock = publish.OutputLock(ws)
     lock.acquire()
@@ -163,9 +161,9 @@ def _apply(
         check_unfinished(ws, resume)
         rec = read_recorded(output_dir, rec, input_dir)  # as it is now that we hold the lock
         meta = recorded_metadata(rec.manifest, input_dir, output_dir)
-        changes = _changes(input_dir, rec, file_list, check_content, emit, meta)
+        changes = _changes(input_dir, rec, request.file_list, request.check_content, emit, meta)
         refuse_walk_skips(changes.found.skipped, settings.strict, annotations=changes.found.boxes is not None)
-        if why := refusal(changes.removed_records, _records(rec), limit, input_dir, output_dir):
+        if why := refusal(changes.removed_records, _records(rec), request.limit, input_dir, output_dir):
             raise DataError(why)  # before anything is written: OUTPUT and an unfinished update's shards stay
         layout = layout_of(changes, rec, settings)
         if changes.nothing:
@@ -182,9 +180,8 @@ def _apply(
         state = publish.Published()
         run = ResumeState(resume)
         try:
-            built = _build(
-                ws, input_dir, output_dir, rec, changes, layout, settings, workers, emit, progress, timing, run
-            )
+            ver = _new_version(ws, output_dir, rec, changes, layout, settings, emit, run)
+            built = _build(ver, input_dir, request.workers, progress=progress, timing=timing)
             publish.publish(ws, built.files, built.metadata, settings.fsync, state)
         except BaseException as e:
             if state.switched:  # the new version is in place; only removing the old one failed
@@ -255,25 +252,32 @@ class _Built:
     warnings: list[str]
 
 
-def _build(
+def _new_version(
     ws: Workspace,
-    input_dir: str,
     output_dir: str,
     rec: Recorded,
     changes: Changes,
     layout: Layout,
     settings: ShardSettings,
-    workers: int | None,
     emit: EventSink,
+    run: ResumeState,
+) -> NewVersion:
+    """The version this update builds: the next number, its shards written under `NEW_DIR` first."""
+    version = int(rec.manifest.get("version") or 1) + 1
+    return NewVersion(ws, output_dir, rec, changes, layout, settings, emit, run, fs.join(ws.build, NEW_DIR), version)
+
+
+def _build(
+    ver: NewVersion,
+    input_dir: str,
+    workers: int | None,
+    *,
     progress: Callable[[int, int, int], None] | None,
     timing: Timing,
-    run: ResumeState,
 ) -> _Built:
     """Write the new version into `ws.build`: new shards, rewritten shards, links, catalog, metadata."""
-    version = int(rec.manifest.get("version") or 1) + 1
-    work = fs.join(ws.build, NEW_DIR)
-    ver = NewVersion(ws, output_dir, rec, changes, layout, settings, emit, run, work, version)
-    fs.makedirs(work)
+    changes, layout = ver.changes, ver.layout
+    fs.makedirs(ver.work)
     table = next(iter(changes.found.splits.values())).table
     # 1. the new shards, encoded by the local engine (the same workers and writer as convert)
     planned = [
@@ -282,9 +286,7 @@ def _build(
         if k
         for j, part in enumerate(_cut(TaskView(table, changes.splits[s].encode), k))
     ]
-    outcomes = _encode(
-        planned, ws, input_dir, output_dir, changes, rec, layout, settings, work, workers, emit, progress, timing, run
-    )
+    outcomes = _encode(planned, ver, input_dir, workers, progress=progress, timing=timing)
     encoded = Encoded(planned, outcomes)
     kept_back = keep_unread(ver, encoded)  # read errors keep the old records
     new = _new_shards(ver, encoded)
@@ -342,23 +344,19 @@ def _cut(view: TaskView, k: int) -> list[TaskView]:
 
 def _encode(
     planned: list[PlannedShard],
-    ws: Workspace,
+    ver: NewVersion,
     input_dir: str,
-    output_dir: str,
-    changes: Changes,
-    rec: Recorded,
-    layout: Layout,
-    settings: ShardSettings,
-    work: str,
     workers: int | None,
-    emit: EventSink,
+    *,
     progress: Callable[[int, int, int], None] | None,
     timing: Timing,
-    run: ResumeState,
 ) -> list[writer.ShardOutcome]:
-    """Run the local engine over the new shards (in `work`), journaled in the workspace for --resume
+    """Run the local engine over the new shards (in `ver.work`), journaled in the workspace for --resume
     with the rewritten shards to come (which `_build` journals as it copies them)."""
     from img2tfrecord.conversion.versions.resume import journal, rewrite_key
+
+    ws, changes, rec, layout, settings = ver.ws, ver.changes, ver.rec, ver.layout, ver.settings
+    work, emit, run = ver.work, ver.emit, ver.run
 
     rewrites = {REWRITE + e["file"]: rewrite_key(e, keep) for v in layout.rewritten.values() for e, keep in v}
     if not planned and not rewrites:
@@ -366,7 +364,7 @@ def _encode(
     table = planned[0].tasks.table if planned and isinstance(planned[0].tasks, TaskView) else None
     plan = Plan(
         input_dir=input_dir,
-        output_dir=output_dir,
+        output_dir=ver.output_dir,
         classes=list(table.classes) if table is not None else list(changes.classes),
         label_offset=int(recorded_value(rec.options, "label_offset")),
         split_names=list(dict.fromkeys(sh.split for sh in planned)),

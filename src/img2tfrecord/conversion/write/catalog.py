@@ -74,7 +74,17 @@ def add_split(
                 if key in skipped or key in dropped:
                     state, digest = (SKIPPED, NO_DIGEST) if key in skipped else (DROPPED, digest_bytes(dropped[key]))
                     why = skipped.get(key, "")
-                    cat.add(item.rel, item.size, item.mtime, digest, state, split, why, cls=item.cls, boxes=item.boxes)
+                    cat.add(
+                        item.rel,
+                        item.size,
+                        item.mtime,
+                        digest,
+                        state,
+                        split,
+                        reason=why,
+                        cls=item.cls,
+                        boxes=item.boxes,
+                    )
                     continue
             digest = digest_bytes(column[k * DIGEST_HEX : (k + 1) * DIGEST_HEX])
             kind = o.kinds[o.kind_of[k]] if k < len(o.kind_of) else ""
@@ -89,16 +99,15 @@ def add_split(
                 digest,
                 CONVERTED,
                 split,
-                "",
-                shard,
-                record,
-                length,
-                item.cls,
-                kind,
-                height,
-                width,
-                channels,
-                item.boxes,
+                shard=shard,
+                record=record,
+                length=length,
+                cls=item.cls,
+                kind=kind,
+                height=height,
+                width=width,
+                channels=channels,
+                boxes=item.boxes,
             )
 
 

@@ -76,11 +76,11 @@ from img2tfrecord.conversion.write.workspace import (
 )
 from img2tfrecord.errors import DataError, UsageError, option
 from img2tfrecord.format import pinning
-from img2tfrecord.format.journal import switch_cut_short
 from img2tfrecord.format.layout import finish_advice
 from img2tfrecord.format.manifest import MANIFEST_NAME
 from img2tfrecord.format.naming import PUBLISHING_NAME, SHARD_RE
 from img2tfrecord.format.tfds import FILE_NAMES as TFDS_NAMES
+from img2tfrecord.format.workspace_journal import switch_cut_short
 
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100

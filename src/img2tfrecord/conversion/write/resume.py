@@ -25,7 +25,7 @@ from img2tfrecord.conversion.write.dedupe import DIGEST_HEX
 from img2tfrecord.conversion.write.shards import ShardOutcome
 from img2tfrecord.conversion.write.workspace import JOURNAL  # the one name, beside the workspace's others
 from img2tfrecord.errors import DataError, UsageError, option, plural, said
-from img2tfrecord.format import journal as journal_file
+from img2tfrecord.format import workspace_journal as journal_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from img2tfrecord.conversion.plan.job import Plan

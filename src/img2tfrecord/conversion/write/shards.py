@@ -30,6 +30,7 @@ from img2tfrecord.conversion.plan.options import (
     TF_COMPRESSION,
     ShardSettings,
 )
+from img2tfrecord.conversion.plan.table import Task
 from img2tfrecord.errors import DataError
 from img2tfrecord.format.catalog import kind_key
 from img2tfrecord.format.framing import RECORD_OVERHEAD, record_spans
@@ -222,10 +223,67 @@ class ShardOutcome:
     # each record's stored height, width and channels, three entries a record (the catalog's: the
     # report's size distributions without reading every record); empty in an older journal
     shapes: array = field(default_factory=lambda: array("I"))
+    # while the shard is written (`add`, then `close`): its digests, and each kind's index in `kinds`
+    _digests: list[str] = field(default_factory=list, init=False, repr=False, compare=False)
+    _kind_index: dict[tuple[str, str, str, str], int] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def add(self, position: int, task: Task, result: Result, dropped: tuple[str, str] | None = None) -> None:
+        """Count one planned image, the `position`-th of the shard's tasks: a record written, a
+        duplicate left out (`dropped`: its digest and the kept copy's path) or a skip (its reason)."""
+        self.images += 1
+        self.bytes_read += result.size
+        rel = utf8_text(task.rel)  # names in the manifest are written exactly as in the records
+        if dropped is not None:
+            digest, kept_copy = dropped
+            self.dropped_at.append(position)
+            self.dropped.append(
+                {
+                    "path": rel,
+                    "split": self.split,
+                    "class": utf8_text(task.text),
+                    "digest": digest,
+                    "duplicate_of": utf8_text(kept_copy),
+                }
+            )
+        elif result.kind != "skip":
+            self._record(result, utf8_text(task.text))
+        if result.reason:
+            self.skipped.append({"path": rel, "split": self.split, "reason": result.reason})
+            self.skipped_at.append(position)
+
+    def _record(self, result: Result, text: str) -> None:
+        """A record written: its class, format, depth and kind, shape and digest."""
+        self._digests.append(result.digest)
+        self.class_counts[text] = self.class_counts.get(text, 0) + 1
+        self.formats[result.fmt] = self.formats.get(result.fmt, 0) + 1
+        if result.transcoded:
+            self.transcoded[result.transcoded] = self.transcoded.get(result.transcoded, 0) + 1
+        depth = str(result.depth)
+        self.depths[depth] = self.depths.get(depth, 0) + 1
+        if result.reduced:
+            self.reduced[result.reduced] = self.reduced.get(result.reduced, 0) + 1
+        kind = (result.fmt, depth, result.transcoded or "", result.reduced or "")
+        code = self._kind_index.get(kind)  # by the tuple: no kind_key string made per record
+        if code is None:
+            code = self._kind_index[kind] = len(self._kind_index)
+        self.kind_of.append(code)
+        self.shapes.extend((result.height or 0, result.width or 0, result.channels or 0))
+        self.orientation_ignored += result.orientation_ignored
+        self.converted_bytes += result.size
+
+    def close(self, lengths: array, digests: bool) -> None:
+        """The shard is written: its records' framed `lengths`, the digests run together (or none:
+        `digests` False, a run without content digests) and the kinds named."""
+        self.digests = "".join(self._digests) if digests else ""
+        self.lengths = lengths
+        self.kinds = [kind_key(*kind) for kind in self._kind_index]
+        self._digests, self._kind_index = [], {}
 
     def to_dict(self) -> dict[str, Any]:
         """The outcome as JSON-ready data (journal, Beam outcome files, worker results)."""
-        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "info"}
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "info" and not f.name.startswith("_")}
         return d | {"info": asdict(self.info)} | {k: pack_ints(getattr(self, k)) for k in _PACKED}
 
     @classmethod
@@ -293,61 +351,22 @@ def write_shard(
     sw = ShardWriter(
         staging, shard.name, settings.compression, settings.index, checksum=settings.checksum, writeback=writeback
     )
-    no_digests = not settings.digests  # --strict is enforced once every image was tried (finalize)
-    out = ShardOutcome(shard.split, sw.info)
-    digests: list[str] = []
-    kind_index: dict[tuple[str, str, str, str], int] = {}
+    out = ShardOutcome(shard.split, sw.info)  # --strict is enforced once every image was tried (finalize)
     for position, (task, result) in enumerate(zip(shard.tasks, results)):
-        out.images += 1
-        out.bytes_read += result.size
-        reason = result.reason  # "" unless skipped
-        rel = utf8_text(task.rel)  # names in the manifest are written exactly as in the records
         if result.kind == DROPPED:
             assert drop is not None
-            digest, kept_copy = drop[task.rel]
-            out.dropped_at.append(position)
-            out.dropped.append(
-                {
-                    "path": rel,
-                    "split": shard.split,
-                    "class": utf8_text(task.text),
-                    "digest": digest,
-                    "duplicate_of": utf8_text(kept_copy),
-                }
-            )
-        elif result.kind != "skip":
-            sw.write(to_record(task, result))
-            text = utf8_text(task.text)
-            if not no_digests:
-                digests.append(result.digest)
-            out.class_counts[text] = out.class_counts.get(text, 0) + 1
-            out.formats[result.fmt] = out.formats.get(result.fmt, 0) + 1
-            if result.transcoded:
-                out.transcoded[result.transcoded] = out.transcoded.get(result.transcoded, 0) + 1
-            depth = str(result.depth)
-            out.depths[depth] = out.depths.get(depth, 0) + 1
-            if result.reduced:
-                out.reduced[result.reduced] = out.reduced.get(result.reduced, 0) + 1
-            kind = (result.fmt, depth, result.transcoded or "", result.reduced or "")
-            code = kind_index.get(kind)  # by the tuple: no kind_key string made per record
-            if code is None:
-                code = kind_index[kind] = len(kind_index)
-            out.kind_of.append(code)
-            out.shapes.extend((result.height or 0, result.width or 0, result.channels or 0))
-            out.orientation_ignored += result.orientation_ignored
-            out.converted_bytes += result.size
-        if reason:
-            out.skipped.append({"path": rel, "split": shard.split, "reason": reason})
-            out.skipped_at.append(position)
-            if on_skip:
-                on_skip(rel, reason)
+            out.add(position, task, result, drop[task.rel])
+        else:
+            if result.kind != "skip":
+                sw.write(to_record(task, result))
+            out.add(position, task, result)
+        if result.reason and on_skip:
+            on_skip(utf8_text(task.rel), result.reason)
         if on_image:  # the bytes of images written; 0 for one skipped or dropped (never an empty image)
-            on_image(0 if reason or result.kind == DROPPED else result.size)
+            on_image(0 if result.reason or result.kind == DROPPED else result.size)
 
     sw.close(settings.fsync if durable is None else durable)
-    out.digests = "".join(digests)
-    out.lengths = sw.sizes
-    out.kinds = [kind_key(*kind) for kind in kind_index]
+    out.close(sw.sizes, settings.digests)
     return out
 
 

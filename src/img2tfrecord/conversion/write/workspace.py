@@ -16,14 +16,14 @@ from img2tfrecord import fs
 from img2tfrecord.conversion.write.output_lock import WORKSPACE_LOCK
 from img2tfrecord.errors import UsageError, option
 from img2tfrecord.format.catalog import CATALOG_NAME
-from img2tfrecord.format.journal import ASIDE_NAME, JOURNAL_NAME, workspace_name
 from img2tfrecord.format.manifest import LABEL_MAP_NAME, LABELS_NAME, MANIFEST_NAME
 from img2tfrecord.format.naming import LOCK_NAME, PUBLISHING_NAME, SHARD_RE, STAGING_DIR
 from img2tfrecord.format.tfds import FILE_NAMES as TFDS_NAMES
+from img2tfrecord.format.workspace_journal import ASIDE_NAME, JOURNAL_NAME, workspace_name
 
 JOURNAL = JOURNAL_NAME  # finished shards, for --resume: conversion.write.resume writes it under this name
 BUILD = "dataset"
-ASIDE = ASIDE_NAME  # the old version, after a plain-rename switch (readers look for it: format.journal)
+ASIDE = ASIDE_NAME  # the old version, after a plain-rename switch (readers look for it: format.workspace_journal)
 OLD = "old-"  # old versions, kept while a reader holds them (`format.pinning`)
 PUBLISHED = "published"
 

@@ -1,4 +1,4 @@
-"""The resume journal's file: where a run's workspace is and what its journal holds.
+"""Workspace naming and the resume journal's file: where a run's workspace is and what its journal holds.
 
 A run writes OUTPUT's next version in a workspace beside it, `.NAME.img2tfrecord/` (in OUTPUT
 itself where there is no atomic switch: conversion.write.publish), and records each finished shard in
