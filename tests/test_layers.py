@@ -175,11 +175,8 @@ def test_long_functions_are_reported_and_none_is_past_the_limit():
 
 
 POSITIONAL_LIMIT = 8  # past this a function's parameters are keyword-only (`*`): a call names what it passes
-# Functions allowed past POSITIONAL_LIMIT for now, each with why.
-POSITIONAL_ALLOWED = {
-    "img2tfrecord.conversion.plan.job._plan": "reworked by the options spec, issue 40 item 1",
-    "img2tfrecord.conversion.plan.job._discover": "reworked by the options spec, issue 40 item 1",
-}
+# Functions allowed past POSITIONAL_LIMIT, each with why (none today).
+POSITIONAL_ALLOWED: dict[str, str] = {}
 
 
 def test_no_function_takes_more_than_8_positional_parameters():

@@ -323,7 +323,17 @@ def _plan(input_dir: str, output_dir: str, o: Mapping[str, Any], checked: Checke
         found, entry = _detect(input_dir, detect, fractions, seed, label_offset, rule, class_list, known_classes)
         refuse_box_problems(entry, strict)
     else:
-        found = _discover(input_dir, file_list, meta, fractions, seed, label_offset, rule, class_list, known_classes)
+        found = _discover(
+            input_dir,
+            file_list,
+            meta,
+            fractions=fractions,
+            seed=seed,
+            label_offset=label_offset,
+            rule=rule,
+            class_list=class_list,
+            known_classes=known_classes,
+        )
     refuse_walk_skips(found.skipped, strict, annotations=detect.annotations is not None)
     if strict and found.loose:
         raise DataError(f"{option('strict', True)}: {found.loose}; nothing was written")
@@ -462,6 +472,7 @@ def _discover(
     input_dir: str,
     file_list: str | None,
     meta: Metadata | None,
+    *,
     fractions: dict[str, float] | None,
     seed: int,
     label_offset: int,
