@@ -208,8 +208,7 @@ def _summary_text(s: dict[str, Any]) -> str:
         text = f"{wrote} from {size_text(s['converted_bytes'])} of source images, {timed}."
     if s["skipped_count"]:
         text += f" Skipped {skipped_text(s['skipped_count'], boxes=bool(s.get('detection')))} (listed in dataset.json)."
-    for split, names in (s.get("absent_classes") or {}).items():
-        text += f" No image of {', '.join(names[:5])}{' ...' if len(names) > 5 else ''} in {split} (see the warning)."
+    text += absent_text(s)
     if s["transcoded"]:
         text += " Transcoded: " + ", ".join(f"{k} {v}" for k, v in s["transcoded"].items()) + "."
     if s["ignored_files"]:
@@ -217,6 +216,15 @@ def _summary_text(s: dict[str, Any]) -> str:
     if s["excluded_files"]:
         text += f" Left out {plural(s['excluded_files'], 'image')} of classes not in --labels."
     return text + _boxes_text(s) + f"\nSee it in a browser: {report_hint(s['output'])}"
+
+
+def absent_text(s: dict[str, Any]) -> str:
+    """The summary's sentence per split left with no image of a class (its warning says why it matters):
+    convert's and update's, the same."""
+    return "".join(
+        f" No image of {', '.join(names[:5])}{' ...' if len(names) > 5 else ''} in {split} (see the warning)."
+        for split, names in (s.get("absent_classes") or {}).items()
+    )
 
 
 def _boxes_text(s: dict[str, Any]) -> str:

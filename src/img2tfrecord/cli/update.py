@@ -84,6 +84,8 @@ def summary_text(s: dict[str, Any]) -> str:
         head += f". {skipped_text(len(s['skipped']), boxes=bool(s.get('detection')))} skipped (listed in dataset.json)"
     if s.get("still_skipped"):
         head += f"; {plural(s['still_skipped'], 'image')} skipped before and unchanged, still skipped"
+    if absent := convert_cli.absent_text(s):  # as convert says it
+        head += "." + absent
     from img2tfrecord.cli.report import report_hint
 
     return "\n".join([head, *_changes_text(s), f"See it in a browser: {report_hint(s['output'])}"])

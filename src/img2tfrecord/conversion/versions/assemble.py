@@ -23,6 +23,7 @@ from img2tfrecord.conversion.versions.manifest import history, manifest_of, new_
 from img2tfrecord.conversion.versions.recorded import Recorded
 from img2tfrecord.conversion.versions.resume import ResumeState, link_or_move
 from img2tfrecord.conversion.write import shards as writer
+from img2tfrecord.conversion.write.finalize import absent_classes, absent_warnings
 from img2tfrecord.conversion.write.publish import reuse
 from img2tfrecord.conversion.write.shards import ShardInfo
 from img2tfrecord.conversion.write.workspace import Workspace
@@ -247,6 +248,8 @@ def write_catalog(
     for s, sp in manifest["splits"].items():
         if settings.index and sp["records"] == 1:
             ver.warn(one_record_warning(s))
+    for w in absent_warnings(manifest["splits"], [*changes.found.warnings, *ver.warnings]):
+        ver.warn(w)  # a class the new version leaves out of a split, as convert says it
     metadata = tfds_metadata.files(manifest) | {
         **label_files(manifest),
         MANIFEST_NAME: manifest_text(manifest),
@@ -279,6 +282,7 @@ def report_of(
         "skipped": list(changes.found.skipped) + encoded.skipped,
         "still_skipped": sum(sc.counts.get("still_skipped", 0) for sc in changes.splits.values()),
         "records": sum(sp["records"] for sp in manifest["splits"].values()),
+        "absent_classes": absent_classes(manifest["splits"]),  # as convert's summary
         "duplicates": {k: v for k, v in manifest["duplicates"].items() if k != "groups"},  # as convert's summary
         "elapsed_seconds": round(time.perf_counter() - timing.start, 3),
     }

@@ -166,18 +166,26 @@ def absent_classes(split_info: dict[str, dict[str, Any]]) -> dict[str, list[str]
 
 def _warn_absent(run: _Merged, emit: EventSink) -> None:
     """A warning per split missing a class (unless the plan's hash-split warning named it already)."""
-    for s, names in absent_classes(run.split_info).items():
-        said = [w for w in run.warnings if w.startswith(f"split {s} has no image of ")]
-        names = [c for c in names if not any(repr(c) in w for w in said)]
+    for w in absent_warnings(run.split_info, run.warnings):
+        run.warn(w, emit)
+
+
+def absent_warnings(split_info: dict[str, dict[str, Any]], said: list[str]) -> list[str]:
+    """A warning per split missing a class (`absent_classes`), leaving out the classes a warning in
+    `said` names already: convert's and update's words for it, the same."""
+    out = []
+    for s, names in absent_classes(split_info).items():
+        before = [w for w in said if w.startswith(f"split {s} has no image of ")]
+        names = [c for c in names if not any(repr(c) in w for w in before)]
         if names:
             shown = ", ".join(repr(c) for c in names[:5]) + (", ..." if len(names) > 5 else "")
             one = len(names) == 1
-            run.warn(
+            out.append(
                 f"split {s} has no image of {plural(len(names), 'class', 'classes')} ({shown}), which "
-                f"{'another split holds' if len(run.split_info) == 2 else 'other splits hold'}: "
-                f"results on {s} say nothing about {'it' if one else 'them'}",
-                emit,
+                f"{'another split holds' if len(split_info) == 2 else 'other splits hold'}: "
+                f"results on {s} say nothing about {'it' if one else 'them'}"
             )
+    return out
 
 
 def _warn_merged(run: _Merged, orient: int, emit: EventSink) -> None:
