@@ -110,3 +110,22 @@ def test_report_reads_the_version_it_opened_while_an_update_publishes(out, tmp_p
     assert "added.jpg" not in text
     assert "could not be shown" not in text, "a thumbnail of version 1 was read from version 2's shards"
     assert text.count("data:image/jpeg;base64,") == V1_RECORDS
+
+
+@pytest.mark.parametrize(
+    ("named", "shards"),
+    [("train-*", [0, 1, 2]), ("train-0000[02]-of-00003", [0, 2]), ("train-00001-of-00003", [1]), ("train-00002", [2])],
+    ids=["glob", "glob-set", "file", "prefix"],
+)
+def test_inspect_of_shard_files_reads_the_version_it_opened(out, cli, update_after_open, named, shards):
+    """PATHs naming shard files of a dataset folder (a glob, a file, a prefix) are found in that
+    folder as inspect holds it open: the files and the dataset.json that describes them are version
+    1's, though version 2 (every shard renamed) is published once its dataset.json is read."""
+    res = cli("inspect", str(out / named), "--verify", "--json")
+    assert update_after_open == [2]
+    assert res.exit_code == 0, res.output[-3000:]
+    rep = json.loads(res.output)
+    assert rep["problems"] == [] and rep["ok"], rep["problems"]
+    assert [f["path"] for f in rep["files"]] == [str(out / f"train-0000{i}-of-00003") for i in shards]
+    assert rep["total"]["records"] == V1_RECORDS * len(shards) // 3
+    assert rep["lineage"][0]["version"] == 1

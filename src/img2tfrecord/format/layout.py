@@ -251,6 +251,26 @@ def _manifest_for_file(
     return man, None, None
 
 
+def _in_held_folder(
+    text: str,
+    p: fs.AnyPath,
+    cache: dict[fs.AnyPath, Manifest | None],
+    open_folder: Callable[[fs.AnyPath], Manifest | None],
+) -> fs.AnyPath:
+    """Where to look for the files PATH (a file, glob or shard prefix) names: in its folder as held
+    open, when that folder is a dataset folder `open_folder` holds (its dataset.json read first, the
+    Manifest cached for `_manifest_for_file`), so the files found and the dataset.json describing
+    them are of one version whatever is published meanwhile; else `p` itself (by name)."""
+    folder = os.path.dirname(text) or "."
+    if fs.is_remote(text) or glob.has_magic(folder) or not os.path.isfile(os.path.join(folder, MANIFEST)):
+        return p  # several folders (a pattern), remote, or no dataset folder: by name
+    key = fs.as_path(folder).resolve()
+    if key not in cache:
+        cache[key] = open_folder(fs.as_path(folder))
+    man = cache[key]
+    return p if man is None or man.reads is None else fs.as_path(os.path.join(os.fspath(man.reads), p.name))
+
+
 def special_kind(path: fs.AnyPath) -> str | None:
     """What a path that exists but is neither a file nor a directory is (/dev/null: a character
     device), or None (it does not exist, or is a file or directory)."""
@@ -308,7 +328,8 @@ def resolve_paths(
     the files named like shards), or a prefix that matches exactly one shard file. Anything
     missing or ambiguous is a UsageError naming what it matched. `open_folder` reads a dataset
     folder's dataset.json (`format.pinning.open_folder`: holding the folder open, so that its
-    shards are read from the version whose dataset.json was read).
+    shards are read from the version whose dataset.json was read); a file, glob or prefix in a
+    dataset folder is looked for in that folder as held (`_in_held_folder`).
     """
     refs: list[ShardRef] = []
     cache: dict[fs.AnyPath, Manifest | None] = {}
@@ -331,21 +352,26 @@ def resolve_paths(
                 )
             refs.extend(ShardRef(f, shard_split(f.name)) for f in files)
             continue
+        # a dataset folder's files are listed in it as held open, its dataset.json read there first
+        look = _in_held_folder(text, p, cache, open_folder)
         matches: list[fs.AnyPath]
-        if p.is_file():
-            matches = [p]
-        elif (kind := special_kind(p)) is not None:
+        if look.is_file():
+            matches = [look]
+        elif (kind := special_kind(look)) is not None:
             raise UsageError(f"{text}: is {kind}, not a TFRecord file or a dataset directory")
         elif glob.has_magic(text):
-            matches = [m for m in glob_paths(text) if is_shard_candidate(m)]
+            pattern = text if look is p else os.path.join(glob.escape(os.fspath(look.parent)), p.name)
+            matches = [m for m in glob_paths(pattern) if is_shard_candidate(m)]
             if not matches:
                 raise UsageError(f"{text}: the pattern matches no shard file")
         else:
-            matches = [m for m in _prefixed(p) if SHARD_RE.match(m.name) and is_shard_candidate(m)]
+            matches = [m for m in _prefixed(look) if SHARD_RE.match(m.name) and is_shard_candidate(m)]
             if len(matches) > 1:
                 raise UsageError(f"{text}: ambiguous, it is a prefix of {len(matches)} files: {_list_names(matches)}")
             if not matches:
                 raise UsageError(f"{text}: no such file, directory or shard prefix{_nearby(p)}")
+        if look is not p:  # named as given (in p's folder), read through the folder held (`ShardRef.source`)
+            matches = [p.parent / m.name for m in matches]
         found = []
         for m in matches:
             man, sp, entry = _manifest_for_file(m, cache)
