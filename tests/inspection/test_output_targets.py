@@ -217,3 +217,18 @@ def test_export_list_never_writes_inside_the_dataset_nor_over_a_file_it_did_not_
     assert listed.read_text().startswith("path,label,split\n") and not list(tmp_path.glob(".list.csv*"))
     res = cli("convert", src, tmp_path / "again", "--file-list", listed, "-q")
     assert res.exit_code == 0, res.output
+
+
+def test_a_page_written_under_the_fallback_temporary_name_has_the_usual_mode(cli, made, tmp_path: Path) -> None:
+    """When `.NAME.img2tfrecord.tmp` is taken (a run killed mid-write left it), the page is written
+    under another temporary name: it still gets 0666 less the umask, as any new file, not mkstemp's 0600."""
+    _, out = made
+    page = tmp_path / "page.html"
+    (tmp_path / ".page.html.img2tfrecord.tmp").write_text("left by a killed run")
+    old = os.umask(0o022)
+    try:
+        res = cli("report", out, "-o", page)
+    finally:
+        os.umask(old)
+    assert res.exit_code == 0, res.output
+    assert page.stat().st_mode & 0o777 == 0o644

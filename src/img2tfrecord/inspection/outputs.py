@@ -199,6 +199,7 @@ def write_file(real: str, shown: str, data: bytes) -> None:
     except FileExistsError:
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".img2tfrecord.tmp", dir=folder)
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would become the output's mode
         except OSError as e:
             raise UsageError(f"cannot write {shown}: {e.strerror or e}") from None
     except OSError as e:
@@ -218,6 +219,18 @@ def write_file(real: str, shown: str, data: bytes) -> None:
     except BaseException:
         _remove(tmp)
         raise
+
+
+def _umask() -> int:
+    """The process's umask, read without setting it (os.umask sets it, racing other threads)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
 
 
 def _remove(path: str) -> None:
