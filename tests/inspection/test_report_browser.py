@@ -5,17 +5,34 @@ Set REPORT_SCREENSHOT=FILE to keep the sample report's screenshot (`make docs-sc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from helpers import make_dataset
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@contextlib.contextmanager
+def chromium_page(**context: Any) -> Iterator[Any]:
+    """A page of Debian's headless Chromium, 1280x900 unless `context` says otherwise (Playwright's
+    new_context options), closed with its browser after the block."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            yield browser.new_context(**{"viewport": {"width": 1280, "height": 900}, **context}).new_page()
+        finally:
+            browser.close()
 
 
 @pytest.fixture(scope="module")
@@ -40,41 +57,34 @@ def page_file(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def test_chromium_shows_the_page_from_disk_alone(page_file: tuple[Path, Path], tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
     out, html = page_file
     man = json.loads((out / "dataset.json").read_text())
     assert os.access(CHROMIUM, os.X_OK), "Debian's chromium is needed (make sysdeps)"
     requests: list[str] = []
     errors: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("requestfailed", lambda r: errors.append(f"failed: {r.url}"))
+    with chromium_page() as page:
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("requestfailed", lambda r: errors.append(f"failed: {r.url}"))
 
-            def route(r):
-                requests.append(r.request.url)
-                if r.request.url.startswith("file://"):
-                    r.continue_()
-                else:
-                    r.abort()
+        def route(r):
+            requests.append(r.request.url)
+            if r.request.url.startswith("file://"):
+                r.continue_()
+            else:
+                r.abort()
 
-            page.route("**/*", route)
-            page.goto(html.as_uri())
-            page.wait_for_load_state("load")
-            natural = page.eval_on_selector_all("img", "els => els.map(e => e.complete ? e.naturalWidth : -1)")
-            cells = page.eval_on_selector_all(
-                "td.count", "els => els.map(e => [e.dataset.split, e.dataset.class, e.textContent.trim()])"
-            )
-            records_text = page.inner_text("#records")
-            body = page.inner_text("body")
-            history = page.inner_text("#history")
-            page.screenshot(path=str(tmp_path / "report.png"), full_page=False)
-        finally:
-            browser.close()
+        page.route("**/*", route)
+        page.goto(html.as_uri())
+        page.wait_for_load_state("load")
+        natural = page.eval_on_selector_all("img", "els => els.map(e => e.complete ? e.naturalWidth : -1)")
+        cells = page.eval_on_selector_all(
+            "td.count", "els => els.map(e => [e.dataset.split, e.dataset.class, e.textContent.trim()])"
+        )
+        records_text = page.inner_text("#records")
+        body = page.inner_text("body")
+        history = page.inner_text("#history")
+        page.screenshot(path=str(tmp_path / "report.png"), full_page=False)
     assert errors == []
     assert requests == [html.as_uri()]  # the page itself; its pictures are data: URIs, never requested
     assert natural and all(w > 0 for w in natural), natural
@@ -103,18 +113,11 @@ def test_chromium_shows_the_page_from_disk_alone(page_file: tuple[Path, Path], t
 
 
 def test_numbers_read_without_javascript(page_file: tuple[Path, Path]) -> None:
-    from playwright.sync_api import sync_playwright
-
     out, html = page_file
     man = json.loads((out / "dataset.json").read_text())
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            page = browser.new_context(java_script_enabled=False).new_page()
-            page.goto(html.as_uri())
-            table = page.inner_text("#counts")
-        finally:
-            browser.close()
+    with chromium_page(java_script_enabled=False) as page:
+        page.goto(html.as_uri())
+        table = page.inner_text("#counts")
     for s, sp in man["splits"].items():
         assert s in table
         for c, n in sp["class_counts"].items():
@@ -124,8 +127,6 @@ def test_numbers_read_without_javascript(page_file: tuple[Path, Path]) -> None:
 def test_boxes_render_over_their_objects_on_the_thumbnails(tmp_path: Path) -> None:
     """sample_data's COCO set: each box element's bounding rectangle, as Chromium lays it out, is the
     annotation's box scaled to its thumbnail's rectangle (within a pixel)."""
-    from playwright.sync_api import sync_playwright
-
     from img2tfrecord.conversion.convert import convert
     from img2tfrecord.inspection.report import report
 
@@ -136,23 +137,18 @@ def test_boxes_render_over_their_objects_on_the_thumbnails(tmp_path: Path) -> No
     convert(str(sample), str(tmp_path / "out"), annotations=str(sample / "annotations.json"))
     html = tmp_path / "r.html"
     report(tmp_path / "out", html, per_class=4)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.goto(html.as_uri())
-            shown = page.eval_on_selector_all(
-                "#samples .frame",
-                """els => els.map(f => {
-                    const img = f.querySelector('img').getBoundingClientRect();
-                    return [f.querySelector('img').alt, [img.x, img.y, img.width, img.height],
-                            [...f.querySelectorAll('.box')].map(b => {
-                                const r = b.getBoundingClientRect(); return [r.x, r.y, r.width, r.height, b.title];
-                            })];
-                })""",
-            )
-        finally:
-            browser.close()
+    with chromium_page() as page:
+        page.goto(html.as_uri())
+        shown = page.eval_on_selector_all(
+            "#samples .frame",
+            """els => els.map(f => {
+                const img = f.querySelector('img').getBoundingClientRect();
+                return [f.querySelector('img').alt, [img.x, img.y, img.width, img.height],
+                        [...f.querySelectorAll('.box')].map(b => {
+                            const r = b.getBoundingClientRect(); return [r.x, r.y, r.width, r.height, b.title];
+                        })];
+            })""",
+        )
     assert len(shown) == 12  # 4 of each of the 3 classes, one box each
     names = {c["id"]: c["name"] for c in coco["categories"]}
     for name, (ix, iy, iw, ih), boxes in shown:
@@ -218,24 +214,17 @@ def test_the_sample_report_reads_right_in_chromium(sample_report: Path, tmp_path
     """What a reader of the sample's report sees: its title and date, "1 record", a name's leading
     space, long names wrapped after their separators, the parent as a version number, and the
     history chart's heading saying what it shows. REPORT_SCREENSHOT=FILE keeps the picture (docs)."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.goto(sample_report.as_uri())
-            page.wait_for_load_state("load")
-            title, sub, body = page.inner_text("h1"), page.inner_text("header .sub"), page.inner_text("body")
-            star = page.inner_text('.classrow[data-class="star"] h3')
-            names = page.eval_on_selector_all("#samples .fn", "els => els.map(e => e.innerText)")
-            long_lines = page.eval_on_selector(f'#samples .fn[title$="{LONG_NAME}"]', _LINES_JS)
-            versions = page.inner_text("#versions")
-            page.screenshot(path=str(tmp_path / "report.png"))
-            if os.environ.get("REPORT_SCREENSHOT"):
-                page.screenshot(path=os.environ["REPORT_SCREENSHOT"])
-        finally:
-            browser.close()
+    with chromium_page() as page:
+        page.goto(sample_report.as_uri())
+        page.wait_for_load_state("load")
+        title, sub, body = page.inner_text("h1"), page.inner_text("header .sub"), page.inner_text("body")
+        star = page.inner_text('.classrow[data-class="star"] h3')
+        names = page.eval_on_selector_all("#samples .fn", "els => els.map(e => e.innerText)")
+        long_lines = page.eval_on_selector(f'#samples .fn[title$="{LONG_NAME}"]', _LINES_JS)
+        versions = page.inner_text("#versions")
+        page.screenshot(path=str(tmp_path / "report.png"))
+        if os.environ.get("REPORT_SCREENSHOT"):
+            page.screenshot(path=os.environ["REPORT_SCREENSHOT"])
     assert title == "out" and "created 2025-12-02T00:00:00Z" in sub
     assert star == "star (1 record)" and "(1 records)" not in body
     assert "circle/  leading spaces_d.png" in names  # two spaces, not collapsed to one
@@ -251,8 +240,6 @@ def test_a_detection_report_names_each_clipped_box_and_outlines_show_on_any_colo
     """sample_data's COCO boxes with one made to reach past its image: the page says which box was
     clipped (file, box, class, why), and every box outline has a dark line outside and a light
     line inside its class colour (a box in its object's own colour vanished without them)."""
-    from playwright.sync_api import sync_playwright
-
     from img2tfrecord.conversion.convert import convert
     from img2tfrecord.inspection.report import report
 
@@ -264,25 +251,20 @@ def test_a_detection_report_names_each_clipped_box_and_outlines_show_on_any_colo
     convert(str(SAMPLE), str(tmp_path / "out"), annotations=str(tmp_path / "ann.json"))
     html = tmp_path / "r.html"
     report(tmp_path / "out", html, per_class=4)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.goto(html.as_uri())
-            boxes_table = page.inner_text("#boxes")
-            problems = page.eval_on_selector_all(
-                "#box-problems tr", "rows => rows.slice(1).map(r => [...r.cells].map(c => c.innerText))"
-            )
-            page.click("#boxes a")  # "(which)" leads to the list
-            at_list = page.evaluate("location.hash")
-            edges = page.eval_on_selector_all(
-                "#samples .box",
-                "els => els.map(b => { const r = b.getBoundingClientRect(), f = b.parentElement.getBoundingClientRect();"
-                " return [r.x, r.y + scrollY, r.width, f.y + scrollY]; })",
-            )
-            png = page.screenshot(full_page=True)
-        finally:
-            browser.close()
+    with chromium_page() as page:
+        page.goto(html.as_uri())
+        boxes_table = page.inner_text("#boxes")
+        problems = page.eval_on_selector_all(
+            "#box-problems tr", "rows => rows.slice(1).map(r => [...r.cells].map(c => c.innerText))"
+        )
+        page.click("#boxes a")  # "(which)" leads to the list
+        at_list = page.evaluate("location.hash")
+        edges = page.eval_on_selector_all(
+            "#samples .box",
+            "els => els.map(b => { const r = b.getBoundingClientRect(), f = b.parentElement.getBoundingClientRect();"
+            " return [r.x, r.y + scrollY, r.width, f.y + scrollY]; })",
+        )
+        png = page.screenshot(full_page=True)
     assert "clipped to the image (which)\t1" in boxes_table
     name = next(c["name"] for c in coco["categories"] if c["id"] == first["category_id"])
     ((path, box, cls, why),) = problems
