@@ -148,11 +148,11 @@ def test_shard_bounds_cover_everything_once_and_differ_by_at_most_one(n, k):
 
 def test_shard_counts_by_total_per_split_and_by_size():
     sizes, items = {"train": 900, "validation": 100}, {"train": 90, "validation": 10}
-    assert auto_shard_counts(sizes, items, 10)[0] == {"train": 9, "validation": 1}
-    assert auto_shard_counts(sizes, items, {"train": 3})[0] == {"train": 3, "validation": 1}
-    assert auto_shard_counts(sizes, items, None)[0] == {"train": 1, "validation": 1}  # far below 100 MiB a shard
-    counts, warnings = auto_shard_counts({"train": 10}, {"train": 4}, 8)
-    assert counts == {"train": 4} and warnings  # never more shards than images, and said
+    assert auto_shard_counts(sizes, items, 10).counts == {"train": 9, "validation": 1}
+    assert auto_shard_counts(sizes, items, {"train": 3}).counts == {"train": 3, "validation": 1}
+    assert auto_shard_counts(sizes, items, None).counts == {"train": 1, "validation": 1}  # far below 100 MiB a shard
+    cut = auto_shard_counts({"train": 10}, {"train": 4}, 8)
+    assert cut.counts == {"train": 4} and cut.warnings  # never more shards than images, and said
     with pytest.raises(UsageError):
         auto_shard_counts(sizes, items, {"test": 2})
 

@@ -250,10 +250,10 @@ def test_plan_lines_round_trip_undecodable_names():
 
     name = b"caf\xe9/\xff.jpg".decode("utf-8", "surrogateescape")
     shard = PlannedShard(
-        "train",
-        1,
-        4,
-        (
+        split="train",
+        index=1,
+        count=4,
+        tasks=(
             Task(
                 path=f"/d/{name}",
                 rel=name,
@@ -273,7 +273,7 @@ def test_plan_lines_round_trip_undecodable_names():
         MetaValue("image/class/text", "bytes", ("caf\udce9", "dog")),
         MetaValue("image/score", "float", (0.1, 1e-300)),
     )
-    labelled = PlannedShard("train", 1, 4, (dataclasses.replace(shard.tasks[0], meta=meta),))
+    labelled = PlannedShard(split="train", index=1, count=4, tasks=(dataclasses.replace(shard.tasks[0], meta=meta),))
     assert shard_from_json(shard_to_json(labelled)) == labelled  # metadata and multi-label survive Beam's plan file
 
 
@@ -317,7 +317,7 @@ def test_plan_file_entries_name_every_field_of_a_task():
     )
     unset = [f.name for f in dataclasses.fields(Task) if getattr(task, f.name) == f.default]
     assert not unset, f"the sample Task leaves {unset} at the default: give them a value"
-    line = shard_to_json(PlannedShard("train", 1, 4, (task,)))
+    line = shard_to_json(PlannedShard(split="train", index=1, count=4, tasks=(task,)))
     entry = json.loads(line)["tasks"][0]
     assert list(entry) == [f.name for f in dataclasses.fields(Task)]
     assert list(entry["objects"]) == [f.name for f in dataclasses.fields(Objects)]
@@ -331,7 +331,7 @@ def test_plan_file_entries_name_every_field_of_a_task():
         return [reversed_keys(x) for x in v] if isinstance(v, list) else v
 
     plain = dataclasses.replace(task, mtime_ns=0, meta=(), objects=None)  # defaults left out, and given back
-    plain_line = shard_to_json(PlannedShard("train", 1, 4, (plain,)))
+    plain_line = shard_to_json(PlannedShard(split="train", index=1, count=4, tasks=(plain,)))
     assert list(json.loads(plain_line)["tasks"][0]) == ["path", "rel", "filename", "label", "text", "size"]
     assert shard_from_json(plain_line).tasks == (plain,)
     again = json.dumps({**json.loads(line), "tasks": [reversed_keys(entry)]}).encode("ascii")
@@ -352,7 +352,7 @@ def test_a_new_task_field_crosses_the_plan_file_with_no_edit_there(monkeypatch):
 
     monkeypatch.setattr(beam, "Task", Cropped)
     task = Cropped(path="/d/x.jpg", rel="x.jpg", filename="x.jpg", label=1, text="a", size=9, crop=(1, 2, 30, 40))
-    line = beam.shard_to_json(PlannedShard("train", 0, 1, (task,)))
+    line = beam.shard_to_json(PlannedShard(split="train", index=0, count=1, tasks=(task,)))
     assert json.loads(line)["tasks"][0]["crop"] == [1, 2, 30, 40]
     assert beam.shard_from_json(line).tasks == (task,)
 
@@ -513,10 +513,12 @@ def test_annotations_give_the_local_engines_bytes(tmp_path):
         truncated=(1, 0),
     )
     shard = PlannedShard(
-        "train",
-        0,
-        1,
-        (Task(path="/d/x.jpg", rel="x.jpg", filename="x.jpg", label=0, text="a", size=9, mtime_ns=1, objects=boxes),),
+        split="train",
+        index=0,
+        count=1,
+        tasks=(
+            Task(path="/d/x.jpg", rel="x.jpg", filename="x.jpg", label=0, text="a", size=9, mtime_ns=1, objects=boxes),
+        ),
     )
     assert shard_from_json(shard_to_json(shard)) == shard
     ann = coco_corpus(tmp_path)
@@ -567,10 +569,12 @@ def test_masks_give_the_local_engines_bytes(tmp_path):
     more = dict(is_crowd=(0, 1), area=(2.0, 3.5), difficult=(0, 0), truncated=(1, 0))
     boxes = Objects(width=4, height=3, source_id="7", **one, **more, masks=segments)
     shard = PlannedShard(
-        "train",
-        0,
-        1,
-        (Task(path="/d/x.jpg", rel="x.jpg", filename="x.jpg", label=0, text="a", size=9, mtime_ns=1, objects=boxes),),
+        split="train",
+        index=0,
+        count=1,
+        tasks=(
+            Task(path="/d/x.jpg", rel="x.jpg", filename="x.jpg", label=0, text="a", size=9, mtime_ns=1, objects=boxes),
+        ),
     )
     assert shard_from_json(shard_to_json(shard)) == shard
     ann = mask_corpus(tmp_path)

@@ -27,6 +27,7 @@ from img2tfrecord.conversion.write.output import Source, _check_space, _describe
 from img2tfrecord.conversion.write.publish import OutputLock, Published, discard, has_unfinished, prepare, recover
 from img2tfrecord.conversion.write.resume import (
     Journal,
+    Reusable,
     finished_count,
     header,
     journal_command,
@@ -299,9 +300,10 @@ def _run(
     (or, when there is nothing to resume, remove what it wrote), all under the caller's lock."""
     output_dir = plan.output_dir
     prepare(ws, keep=resume)
-    done, redone = load_done(plan, ws.build, ws.journal_dir) if resume else ({}, [])
-    for name, why in redone:
-        emit("warning", f"resuming: {name} is converted again: {why}")
+    reusable = load_done(plan, ws.build, ws.journal_dir) if resume else Reusable()
+    done = reusable.done
+    for redone in reusable.redone:
+        emit("warning", f"resuming: {redone.name} is converted again: {redone.why}")
     if done:
         emit(
             "note",

@@ -70,12 +70,20 @@ def min_shard_records(index: bool) -> int:
     return MIN_INDEXED_RECORDS if index else 1
 
 
+@dataclass(frozen=True)
+class ShardCounts:
+    """`auto_shard_counts`' answer: shards per split, and what it had to change of the request."""
+
+    counts: dict[str, int]
+    warnings: list[str]
+
+
 def auto_shard_counts(
     split_bytes: dict[str, int],
     split_items: dict[str, int],
     requested: int | dict[str, int] | None,
     min_records: int = 1,
-) -> tuple[dict[str, int], list[str]]:
+) -> ShardCounts:
     """Shard count per split, plus warnings.
 
     * None: aim at 100-200 MiB per shard;
@@ -119,7 +127,7 @@ def auto_shard_counts(
             counts[s] = most
         if min_records > 1 and split_items[s] < min_records:
             warnings.append(one_record_warning(s))
-    return counts, warnings
+    return ShardCounts(counts=counts, warnings=warnings)
 
 
 def one_record_warning(split: str) -> str:
@@ -129,7 +137,7 @@ def one_record_warning(split: str) -> str:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PlannedShard:
     """One shard of the plan: which images, in which order. The unit of work of every engine."""
 
@@ -145,11 +153,20 @@ class PlannedShard:
 
 def make_plan(splits: Mapping[str, Sequence[Task]], counts: dict[str, int]) -> list[PlannedShard]:
     return [
-        PlannedShard(s, i, counts[s], tasks[a:b])
+        PlannedShard(split=s, index=i, count=counts[s], tasks=tasks[a:b])
         for s, tasks in splits.items()
         if tasks
         for i, (a, b) in enumerate(shard_bounds(len(tasks), counts[s]))
     ]
+
+
+@dataclass(frozen=True)
+class Drop:
+    """--dedupe drop's decision on one later copy of an image: its content `digest` (hex) and the
+    rel path of the copy that is `kept` (the first in plan order, or an earlier version's)."""
+
+    digest: str
+    kept: str
 
 
 UNKNOWN_IMAGE_BYTES = 110_000  # assumed size of a file listed without one (remote walk): an ImageNet JPEG
@@ -176,8 +193,8 @@ class Plan:
     shard_request: int | dict[str, int] | None = None  # --shards as asked (dataset.json's shard_request)
     notes: list[str] = field(default_factory=list)  # said once (junk folders ignored), not warnings
     # --dedupe drop decided before the run (update: across versions, conversion.versions.dedupe): the
-    # rel path of each copy to leave out -> (digest, kept copy's rel); None: the engine decides
-    drop: dict[str, tuple[str, str]] | None = None
+    # rel path of each copy to leave out -> its `Drop`; None: the engine decides
+    drop: dict[str, Drop] | None = None
     known_classes: list[str] | None = None  # `convert(like=...)`'s classes, which kept their labels
     metadata: dict[str, Any] | None = None  # dataset.json's `metadata` entry (conversion.plan.metadata), if any
 
@@ -338,9 +355,10 @@ def _plan(input_dir: str, output_dir: str, o: Mapping[str, Any], checked: Checke
     if strict and found.loose:
         raise DataError(f"{option('strict', True)}: {found.loose}; nothing was written")
     split_bytes = {s: estimate_task_bytes(items, opts) for s, items in found.splits.items()}
-    counts, shard_warnings = auto_shard_counts(
+    cut = auto_shard_counts(
         split_bytes, {s: len(v) for s, v in found.splits.items()}, shard_request, min_shard_records(index)
     )
+    counts, shard_warnings = cut.counts, cut.warnings
     empty = [f"split {s} has no images; no shards are written for it" for s, v in found.splits.items() if not v]
     recorded = asdict(opts)
     if opts.resize_mode == "always":  # the default: dataset.json and the resume fingerprint as before the option

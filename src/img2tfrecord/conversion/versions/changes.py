@@ -27,6 +27,7 @@ from typing import Any
 from img2tfrecord.conversion.plan.annotations import Annotations
 from img2tfrecord.conversion.plan.detection import discover_detection
 from img2tfrecord.conversion.plan.filelist import discover_file_list
+from img2tfrecord.conversion.plan.job import Drop
 from img2tfrecord.conversion.plan.labels import updated_class_list
 from img2tfrecord.conversion.plan.metadata import Metadata
 from img2tfrecord.conversion.plan.skips import is_passing
@@ -75,10 +76,10 @@ class Changes:
     # listing): row -> (size, mtime_ns) as the walk's stat found them, for the new catalog
     refreshed: dict[int, tuple[int, int]] = field(default_factory=dict)
     # --dedupe drop (versions.dedupe.resolve): images to encode that are later copies (Task.rel ->
-    # (digest, the kept copy's rel)), for the engine to leave out; kept rows that are later copies
+    # its Drop: digest, the kept copy's rel), for the engine to leave out; kept rows that are later copies
     # now (-> their digest: a converted one's record leaves, a skipped one is a dropped copy now);
     # and the kept copy of each copy it placed, by path as dataset.json writes them
-    drop: dict[str, tuple[str, str]] = field(default_factory=dict)
+    drop: dict[str, Drop] = field(default_factory=dict)
     demoted: dict[int, bytes] = field(default_factory=dict)
     kept_copy: dict[str, str] = field(default_factory=dict)
     # what the walk could not read differs from what dataset.json lists (a folder listed again):

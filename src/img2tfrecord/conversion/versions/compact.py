@@ -74,12 +74,12 @@ def layout(rec: Recorded, settings: ShardSettings) -> tuple[dict[str, list[_Targ
     for rows in candidates.values():
         rows.sort(key=lambda r: (order_key(cat.rels[r], seed), cat.rels[r]))
     split_bytes = {s: estimate_bytes([cat.sizes[r] for r in rows], settings.encode) for s, rows in candidates.items()}
-    counts, _ = auto_shard_counts(
+    counts = auto_shard_counts(
         split_bytes,
         {s: len(rows) for s, rows in candidates.items()},
         rec.manifest.get("shard_request"),
         min_shard_records(settings.index),
-    )
+    ).counts
     out: dict[str, list[_Target]] = {}
     for s, rows in candidates.items():
         if not rows:

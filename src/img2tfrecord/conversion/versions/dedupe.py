@@ -26,6 +26,7 @@ import bisect
 from array import array
 from typing import NamedTuple
 
+from img2tfrecord.conversion.plan.job import Drop
 from img2tfrecord.conversion.plan.splits import order_key
 from img2tfrecord.conversion.plan.table import TaskView, decode_name
 from img2tfrecord.conversion.versions.changes import Changes
@@ -105,7 +106,7 @@ def resolve(changes: Changes, seed: int, dropped_before: dict[str, str]) -> None
             name = decode_name(cat.rels[c.row]) if c.row >= 0 else table.rel(c.image)
             changes.kept_copy[utf8_text(name)] = utf8_text(first_rel)
             if c.row < 0:
-                changes.drop[name] = (digest.hex(), first_rel)
+                changes.drop[name] = Drop(digest=digest.hex(), kept=first_rel)
             elif cat.states[c.row] != DROPPED:  # converted (its record leaves) or skipped: dropped now
                 changes.demoted[c.row] = digest
                 sc = changes.splits[cat.splits[c.row]]

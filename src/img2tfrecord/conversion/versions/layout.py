@@ -92,12 +92,12 @@ def _empty_counts(changes: Changes, rec: Recorded, settings: ShardSettings) -> d
     request = rec.manifest.get("shard_request")
     if isinstance(request, dict):  # a split folder gone since: convert would refuse to name it
         request = {s: k for s, k in request.items() if s in views}
-    counts, _ = auto_shard_counts(
+    counts = auto_shard_counts(
         {s: estimate_task_bytes(v, settings.encode) for s, v in views.items()},
         {s: len(v) for s, v in views.items()},
         request,
         min_shard_records(settings.index),
-    )
+    ).counts
     return {s: writer.recut_count(k, 0, settings.index) for s, k in counts.items()}
 
 
@@ -109,12 +109,12 @@ def _byte_rule_counts(changes: Changes, settings: ShardSettings) -> dict[str, in
         return {}
     table = next(iter(changes.found.splits.values())).table
     views = {s: TaskView(table, sc.encode) for s, sc in changes.splits.items()}
-    counts, _ = auto_shard_counts(  # its warnings are convert's; update warns of a one-record shard itself
+    counts = auto_shard_counts(  # its warnings are convert's; update warns of a one-record shard itself
         {s: estimate_task_bytes(v, settings.encode) for s, v in views.items()},
         {s: len(v) for s, v in views.items()},
         None,
         min_shard_records(settings.index),
-    )
+    ).counts
     return counts
 
 

@@ -31,6 +31,7 @@ from img2tfrecord.conversion.write.output_lock import WORKSPACE_LOCK
 from img2tfrecord.conversion.write.resume import (
     JOURNAL,
     Journal,
+    Reusable,
     finished_count,
     header,
     journal_command,
@@ -108,12 +109,13 @@ def journal(
     done: dict[str, ShardOutcome] = {}
     if state.resume:
         try:
-            done, redone = load_done(plan, work, ws.journal_dir, rewrites)
+            reusable = load_done(plan, work, ws.journal_dir, rewrites)
         except UsageError as e:  # another input or dataset: nothing of it fits
             emit("warning", wording(f"resuming: the unfinished update's shards are not reused: {e}"))
-            done, redone = {}, []
-        for name, why in redone:
-            emit("warning", f"resuming: shard {name} is made again: {why}")
+            reusable = Reusable()
+        done = reusable.done
+        for redone in reusable.redone:
+            emit("warning", f"resuming: shard {redone.name} is made again: {redone.why}")
         prune(work, set(done))
         if done:
             emit("note", f"resuming: {len(done)} of {plural(len(plan.shards) + len(rewrites), 'shard')} reused")

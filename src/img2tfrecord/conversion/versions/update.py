@@ -281,7 +281,7 @@ def _build(
     table = next(iter(changes.found.splits.values())).table
     # 1. the new shards, encoded by the local engine (the same workers and writer as convert)
     planned = [
-        PlannedShard(s, j, k, part)
+        PlannedShard(split=s, index=j, count=k, tasks=part)
         for s, k in layout.new_counts.items()
         if k
         for j, part in enumerate(_cut(TaskView(table, changes.splits[s].encode), k))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from img2tfrecord import fs
@@ -145,12 +146,28 @@ def finished_count(journal_dir: str) -> int | None:
     return len(entries) - 1 if entries else None
 
 
+@dataclass(frozen=True)
+class Redone:
+    """A journaled shard `--resume` does not reuse (it is converted again), and `why`."""
+
+    name: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Reusable:
+    """`load_done`'s answer: the finished shards reused, by name, and the journaled ones redone."""
+
+    done: dict[str, ShardOutcome] = field(default_factory=dict)
+    redone: list[Redone] = field(default_factory=list)
+
+
 def load_done(
     plan: Plan, staging: str, journal_dir: str | None = None, extra_sources: dict[str, str] | None = None
-) -> tuple[dict[str, ShardOutcome], list[tuple[str, str]]]:
+) -> Reusable:
     """The finished shards of an interrupted run of this same job, each checked (by its checksum,
     or with --checksum none by its records' CRCs), and the journaled shards that are not reused,
-    with the reason: ({name: outcome}, [(name, why)]).
+    with the reason.
 
     `extra_sources`: shards the job makes besides the plan's (update's rewritten ones), each with
     a digest of what it is made from, as the header's `sources` holds it.
@@ -159,7 +176,7 @@ def load_done(
     """
     entries = _entries(journal_dir or staging)
     if not entries:
-        return {}, []
+        return Reusable()
     now = header(plan)
     if entries[0].get("fingerprint") != now["fingerprint"]:
         raise UsageError(
@@ -171,19 +188,20 @@ def load_done(
     planned = {s.name for s in plan.shards} | set(extra_sources or {})
     then_sources = entries[0].get("sources")
     then_sources = then_sources if isinstance(then_sources, dict) else {}
-    done, redone = {}, []
+    done: dict[str, ShardOutcome] = {}
+    redone: list[Redone] = []
     for d in entries[1:]:
         outcome = _journaled(d)
         if outcome is None:  # edited, damaged or another version's: that shard is converted again
             name = d.get("info", {}).get("file") if isinstance(d, dict) and isinstance(d.get("info"), dict) else None
             if isinstance(name, str) and name in planned:
-                redone.append((name, "its journal line is damaged"))
+                redone.append(Redone(name=name, why="its journal line is damaged"))
             continue
         name = outcome.info.file
         if name not in planned:
             continue
         if then_sources.get(name) != now["sources"][name]:
-            redone.append((name, "its source images were modified since it was written"))
+            redone.append(Redone(name=name, why="its source images were modified since it was written"))
             continue
         why = _damage(fs.join(staging, name), outcome, plan.settings.compression)
         if why is None and outcome.info.index and not fs.exists(fs.join(staging, outcome.info.index)):
@@ -191,8 +209,8 @@ def load_done(
         if why is None:
             done[name] = outcome
         else:
-            redone.append((name, why))
-    return done, redone
+            redone.append(Redone(name=name, why=why))
+    return Reusable(done=done, redone=redone)
 
 
 def _journaled(d: Any) -> ShardOutcome | None:

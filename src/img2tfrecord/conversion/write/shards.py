@@ -24,7 +24,7 @@ from typing import Any, BinaryIO, NamedTuple
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.encode.example import DROPPED, Result, to_record
-from img2tfrecord.conversion.plan.job import MIN_INDEXED_RECORDS, PlannedShard, shard_bounds
+from img2tfrecord.conversion.plan.job import MIN_INDEXED_RECORDS, Drop, PlannedShard, shard_bounds
 from img2tfrecord.conversion.plan.options import (
     DEFAULT_CHECKSUM,
     TF_COMPRESSION,
@@ -229,22 +229,21 @@ class ShardOutcome:
         default_factory=dict, init=False, repr=False, compare=False
     )
 
-    def add(self, position: int, task: Task, result: Result, dropped: tuple[str, str] | None = None) -> None:
+    def add(self, position: int, task: Task, result: Result, dropped: Drop | None = None) -> None:
         """Count one planned image, the `position`-th of the shard's tasks: a record written, a
         duplicate left out (`dropped`: its digest and the kept copy's path) or a skip (its reason)."""
         self.images += 1
         self.bytes_read += result.size
         rel = utf8_text(task.rel)  # names in the manifest are written exactly as in the records
         if dropped is not None:
-            digest, kept_copy = dropped
             self.dropped_at.append(position)
             self.dropped.append(
                 {
                     "path": rel,
                     "split": self.split,
                     "class": utf8_text(task.text),
-                    "digest": digest,
-                    "duplicate_of": utf8_text(kept_copy),
+                    "digest": dropped.digest,
+                    "duplicate_of": utf8_text(dropped.kept),
                 }
             )
         elif result.kind != "skip":
@@ -338,13 +337,13 @@ def write_shard(
     *,
     on_skip: Callable[[str, str], None] | None = None,
     on_image: Callable[[int], None] | None = None,
-    drop: Mapping[str, tuple[str, str]] | None = None,
+    drop: Mapping[str, Drop] | None = None,
     durable: bool | None = None,
     writeback: bool = False,
 ) -> ShardOutcome:
     """Write the encoded results of `shard.tasks` (same order) into staging/<shard name> and close it
     (checksum, index; fsync if `settings.fsync`, unless `durable=False`: the caller does it). `on_skip(rel, reason)` and `on_image(bytes written: 0 if not)`
-    report as it goes. `drop` maps the rel path of each duplicate to leave out to (its digest, the kept copy's path);
+    report as it goes. `drop` maps the rel path of each duplicate to leave out to its `Drop` (its digest, the kept copy's path);
     their results are `encoder.DROPPED`. `durable=False` skips the fsync (the caller does it);
     `writeback` starts the disk writing while the shard is still being written (see fs.start_writeback).
     """

@@ -354,7 +354,9 @@ def shard_to_json(shard: PlannedShard) -> bytes:
 
 def shard_from_json(data: bytes) -> PlannedShard:
     d = json.loads(data)
-    return PlannedShard(d["split"], d["index"], d["count"], tuple(task_from_json(t) for t in d["tasks"]))
+    return PlannedShard(
+        split=d["split"], index=d["index"], count=d["count"], tasks=tuple(task_from_json(t) for t in d["tasks"])
+    )
 
 
 def task_to_json(task: Task) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from img2tfrecord.conversion.plan.job import Drop
 from img2tfrecord.conversion.plan.options import ShardSettings
 from img2tfrecord.conversion.write.dedupe import Deduper
 from img2tfrecord.conversion.write.shards import ShardOutcome
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 DIGEST_BATCH = 64 * 256  # files whose digests are asked for at once (their Tasks held meanwhile)
 
 
-def stale_drops(plan: Plan, done: dict[str, ShardOutcome], drop: dict[str, tuple[str, str]]) -> list[str]:
+def stale_drops(plan: Plan, done: dict[str, ShardOutcome], drop: dict[str, Drop]) -> list[str]:
     """The journaled shards (a resumed run) whose dropped copies are not the ones `drop` decides now.
 
     A shard's journal fingerprint covers its own images, not the copies elsewhere that decide what
@@ -33,10 +34,10 @@ def stale_drops(plan: Plan, done: dict[str, ShardOutcome], drop: dict[str, tuple
         now: dict[int | str | None, str | None]
         then: dict[int | str | None, str | None]
         if len(outcome.dropped_at) == len(outcome.dropped):  # by position in the shard
-            now = {i: drop[t.rel][0] for i, t in enumerate(shard.tasks) if t.rel in drop}
+            now = {i: drop[t.rel].digest for i, t in enumerate(shard.tasks) if t.rel in drop}
             then = {int(i): d.get("digest") for i, d in zip(outcome.dropped_at, outcome.dropped)}
         else:  # a journal from before dropped_at: by path
-            now = {utf8_text(t.rel): drop[t.rel][0] for t in shard.tasks if t.rel in drop}
+            now = {utf8_text(t.rel): drop[t.rel].digest for t in shard.tasks if t.rel in drop}
             then = {d.get("path"): d.get("digest") for d in outcome.dropped}
         if now != then:
             stale.append(shard.name)
@@ -45,8 +46,8 @@ def stale_drops(plan: Plan, done: dict[str, ShardOutcome], drop: dict[str, tuple
 
 def drop_map(
     plan: Plan, settings: ShardSettings, digest_all: Callable[[list[str]], list[str | None]]
-) -> dict[str, tuple[str, str]]:
-    """--dedupe drop: rel path of each later copy -> (digest, first copy's rel path), in plan order.
+) -> dict[str, Drop]:
+    """--dedupe drop: rel path of each later copy -> its `Drop` (digest, the first copy's rel path), in plan order.
 
     Decided before any shard is written, from a content hash of every planned file (~40 us per
     100 KB file), so every shard knows what to leave out whichever worker writes it, and a resumed
@@ -57,13 +58,13 @@ def drop_map(
     if plan.drop is not None:  # decided across versions (update)
         return plan.drop
     first = Deduper("drop")
-    out: dict[str, tuple[str, str]] = {}
+    out: dict[str, Drop] = {}
     batch: list[Task] = []
 
     def decide() -> None:
         for t, d in zip(batch, digest_all([t.path for t in batch])):
             if d is not None and (kept := first.admit(d, t.rel)) is not None:
-                out[t.rel] = (d, kept)
+                out[t.rel] = Drop(digest=d, kept=kept)
         batch.clear()
 
     for shard in plan.shards:

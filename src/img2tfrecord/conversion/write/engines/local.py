@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from img2tfrecord import cstderr, fs
 from img2tfrecord.conversion.encode import example as encoder
-from img2tfrecord.conversion.plan.job import PlannedShard
+from img2tfrecord.conversion.plan.job import Drop, PlannedShard
 from img2tfrecord.conversion.plan.options import ShardSettings
 from img2tfrecord.conversion.write import shards as writer
 from img2tfrecord.conversion.write.engines.drops import drop_map, stale_drops
@@ -176,7 +176,7 @@ def _finish(outcome: ShardOutcome, journal: Journal, durable: bool) -> None:
 def _write(
     shard: PlannedShard,
     cfg: WorkerConfig,
-    drop: Mapping[str, tuple[str, str]],
+    drop: Mapping[str, Drop],
     on_progress: Progress,
     on_skip: Callable[[str, str], None],
     warming: Callable[[], bool] | None = None,
@@ -252,7 +252,7 @@ class _Scheduler:
         self,
         todo: list[PlannedShard],
         cfg: WorkerConfig,
-        drop: dict[str, tuple[str, str]],
+        drop: dict[str, Drop],
         pool: _Pool | None,
         emit: EventSink,
         on_progress: Progress,
@@ -356,7 +356,7 @@ class _Scheduler:
         for item in held:
             self._show(item)
 
-    def _drop_for(self, shard: PlannedShard) -> dict[str, tuple[str, str]]:
+    def _drop_for(self, shard: PlannedShard) -> dict[str, Drop]:
         return {t.rel: self.drop[t.rel] for t in shard.tasks if t.rel in self.drop}
 
     def _write_here(self, shard: PlannedShard) -> None:
@@ -402,7 +402,7 @@ class _Pool:
         except BrokenProcessPool:
             raise WorkerDied(_WORKER_DIED) from None
 
-    def submit(self, shard: PlannedShard, drop: dict[str, tuple[str, str]], inbox: queue.SimpleQueue) -> None:
+    def submit(self, shard: PlannedShard, drop: dict[str, Drop], inbox: queue.SimpleQueue) -> None:
         def done(f: Future) -> None:
             e = f.exception()
             if e is None:
@@ -503,7 +503,7 @@ def _check_parent() -> None:
         os._exit(1)
 
 
-def _work(shard: PlannedShard, drop: dict[str, tuple[str, str]]) -> dict[str, Any]:
+def _work(shard: PlannedShard, drop: dict[str, Drop]) -> dict[str, Any]:
     """Worker entry point: write one shard, return its outcome as plain data."""
     assert _cfg is not None, "_init_worker was not called"
     try:
