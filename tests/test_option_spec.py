@@ -19,6 +19,7 @@ from img2tfrecord.cli.convert import convert_command
 from img2tfrecord.cli.update import update_command
 from img2tfrecord.errors import cli_wording
 from img2tfrecord.format import options as table
+from img2tfrecord.format.conversion_options import ConversionOptions
 from img2tfrecord.format.manifest import ManifestError, validate_manifest
 
 # the one place the test adds the option: a row of the table
@@ -153,3 +154,81 @@ def test_convert_s_own_keywords_are_the_tables_run_rows() -> None:
     own = inspect.signature(convert).parameters
     for s in table.specs("run"):
         assert own[s.name].default == s.default and own[s.name].annotation == s.annotation, s.name
+
+
+# Each option update compares: (how the dataset is made, the same value typed otherwise, another value).
+# The same value goes through the option's parser (its row's): `val=` is validation, 8X8 is 8x8, a
+# labels file is read. A row update compares without a case here fails the first assertion.
+UPDATE_CASES: dict[str, tuple[list[str], list[str], list[str]]] = {
+    "shards": (["--shards", "2"], ["--shards", " 2"], ["--shards", "3"]),
+    "split": (
+        ["--split", "train=0.5,validation=0.5"],
+        ["--split", "train=0.50,val=0.5"],
+        ["--split", "train=0.6,validation=0.4"],
+    ),
+    "seed": (["--seed", "3"], ["--seed", "3"], ["--seed", "4"]),
+    "labels": (["--labels", "{labels}"], ["--labels", "{same_labels}"], ["--labels", "{other_labels}"]),
+    "label_offset": (["--label-offset", "1"], ["--label-offset", "1"], ["--label-offset", "2"]),
+    "encoding": (["--encoding", "png"], ["--encoding", "png"], ["--encoding", "jpeg"]),
+    "quality": (["--quality", "90"], ["--quality", "90"], ["--quality", "80"]),
+    "resize": (["--resize", "8"], ["--resize", "8"], ["--resize", "8X8"]),
+    "resize_mode": (["--resize-mode", "shrink"], ["--resize-mode", "shrink"], ["--resize-mode", "always"]),
+    "channels": (["--channels", "3"], ["--channels", "3"], ["--channels", "1"]),
+    "max_pixels": (["--max-pixels", "1000000"], ["--max-pixels", "1000000"], ["--max-pixels", "2000000"]),
+    "validate": (["--no-validate"], ["--no-validate"], ["--validate"]),
+    "compression": (["--compression", "gzip"], ["--compression", "gzip"], ["--compression", "zlib"]),
+    "index": ([], ["--no-index"], ["--index"]),
+    "masks": ([], ["--no-masks"], ["--masks"]),
+    "dedupe": (["--dedupe", "off"], ["--dedupe", "off"], ["--dedupe", "drop"]),
+    "checksum": (["--checksum", "sha256"], ["--checksum", "sha256"], ["--checksum", "xxh3_128"]),
+}
+
+
+def test_update_takes_each_option_as_typed_and_refuses_another_value(tmp_path: Path) -> None:
+    """A matrix over the rows update compares: the value the dataset was made with, typed as the
+    command line takes it (parsed by its row), is accepted; another is refused, in one line that
+    says how the dataset was made and advises convert --like with only that option changed."""
+    assert set(UPDATE_CASES) == set(table.update_names())
+    data, out = tmp_path / "data", tmp_path / "out"
+    make_dataset(data, {"a": 3, "b": 3}, size=(16, 12))
+    files = {"labels": "a\nb\n", "same_labels": "a\r\nb", "other_labels": "b\na\n"}
+    for name, text in files.items():
+        (tmp_path / f"{name}.txt").write_text(text)
+
+    def args(given: list[str]) -> list[str]:
+        return [a.format(**{k: tmp_path / f"{k}.txt" for k in files}) for a in given]
+
+    made = [a for made, _, _ in UPDATE_CASES.values() for a in args(made)]
+    r = _run(convert_command, data, out, *made, "-q")
+    assert r.exit_code == 0, r.output
+    recorded = _options(out)
+    typed = ConversionOptions.from_json(recorded)  # read back typed, through the table
+    for name, value in recorded.items():
+        assert table.json_form(getattr(typed, name)) == value, name
+        if table.spec(name).kind is not str and value is not None:  # a whole number, a flag: of its type
+            assert type(getattr(typed, name)) is table.spec(name).kind, name
+    assert typed.resize == 8 and typed.seed == 3 and typed.validate is False and typed.labels == ["a", "b"]
+    for name, (_, same, other) in UPDATE_CASES.items():
+        r = _run(update_command, data, out, *args(same), "--dry-run", "-q")
+        assert r.exit_code == 0, (name, r.output)
+        r = _run(update_command, data, out, *args(other), "--dry-run")
+        assert r.exit_code == 2 and f"{out} was converted with " in r.output, (name, r.output)
+        assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output, (name, r.output)
+        assert f"--like {out} --overwrite {' '.join(args(other))}" in r.output, (name, r.output)
+
+
+def test_the_typed_options_are_the_tables_recorded_rows() -> None:
+    """ConversionOptions (dataset.json's options, typed) has a field for each recorded row, with the
+    row's default; read from a dataset.json that records nothing, each is what the row says such a
+    dataset meant (`recorded_value`: split_rule the hash rule); a row it has no field for yet (the
+    test's own) is kept in its `json`."""
+    from dataclasses import fields
+
+    names = [f.name for f in fields(ConversionOptions) if f.name != "json"]
+    assert sorted(names) == sorted(table.recorded_names())
+    empty = ConversionOptions.from_json(None)
+    for name in names:
+        assert getattr(ConversionOptions(), name) == table.spec(name).default, name
+        assert table.json_form(getattr(empty, name)) == table.recorded_value({}, name), name
+    assert empty.split_rule == "hash" and ConversionOptions.from_json({"resize": [4, 3]}).resize == (4, 3)
+    assert ConversionOptions.from_json({"tint": "red"}).json == {"tint": "red"}

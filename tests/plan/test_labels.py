@@ -87,7 +87,7 @@ def test_an_endless_or_binary_input_stops_after_a_bounded_read(cli, tmp_path, mo
     ]
     # a pipe that never ends, of text: read up to the limit (made small here), then refused
     limit = 1_000_000
-    monkeypatch.setattr(labels_mod, "MAX_LABELS_BYTES", limit)
+    monkeypatch.setattr("img2tfrecord.format.class_names.MAX_LABELS_BYTES", limit)
     monkeypatch.setattr("img2tfrecord.conversion.plan.filelist.MAX_FILE_LIST_BYTES", limit)
     fifo = tmp_path / "endless"
     os.mkfifo(fifo)

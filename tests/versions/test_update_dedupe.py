@@ -17,9 +17,10 @@ import pytest
 
 from helpers import make_dataset, natural_image, read_records, save
 from img2tfrecord.conversion.convert import convert
-from img2tfrecord.conversion.plan.splits import order_key, parse_split_spec, split_of
+from img2tfrecord.conversion.plan.splits import order_key, split_of
 from img2tfrecord.conversion.versions.update import update
 from img2tfrecord.errors import Interrupted
+from img2tfrecord.format.option_values import parse_split_spec
 
 SPLIT = "train=0.6,validation=0.4"
 # the hash rule: an image's split is split_of(path), so the tests can name where each copy goes

@@ -119,10 +119,3 @@ def test_a_split_renamed_in_the_catalog_is_refused(tmp_path: Path, cli) -> None:
     )
     r = cli("update", src, out)
     assert r.exit_code == 1 and "the catalog does not match the shards" in r.stderr
-
-
-def test_verify_knows_the_split_folders_the_walk_knows() -> None:
-    from img2tfrecord.conversion.plan.splits import SPLIT_DIR_NAMES
-    from img2tfrecord.inspection.catalog_check import SPLIT_FOLDERS
-
-    assert SPLIT_FOLDERS == SPLIT_DIR_NAMES

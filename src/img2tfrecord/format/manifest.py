@@ -22,6 +22,8 @@ from typing import Any
 from img2tfrecord._version import __version__
 from img2tfrecord.errors import UsageError
 from img2tfrecord.format import jsontext
+from img2tfrecord.format.class_names import class_name_problem as class_name_problem  # re-exported
+from img2tfrecord.format.class_names import shown as shown
 from img2tfrecord.format.naming import MAX_RECORDED_SPLIT_NAME_BYTES, SHARD_RE, split_name_too_long
 from img2tfrecord.format.options import DEDUPE_MODES as DEDUPE_MODES  # re-exported: where they were
 from img2tfrecord.format.options import ENCODINGS as ENCODINGS
@@ -171,29 +173,6 @@ def label_files(manifest: dict[str, Any]) -> dict[str, str]:
     if (manifest.get("metadata") or {}).get("detection"):
         out[LABEL_MAP_NAME] = label_map_text(manifest["classes"])
     return out
-
-
-# What labels.txt cannot hold in a line, as every reader of it splits lines (`str.splitlines`: \n,
-# \r, \x0b, \x0c, \x1c-\x1e, \x85, U+2028, U+2029) or as a terminal shows them: every control
-# character (C0, DEL, C1) and the two Unicode line separators. Refused, not escaped: an escaped
-# name would no longer be the folder's name, so `--labels labels.txt` would not find it again.
-_NOT_IN_A_LINE = frozenset([*map(chr, range(0x20)), *map(chr, range(0x7F, 0xA0)), "\u2028", "\u2029"])
-
-
-def class_name_problem(name: str) -> str | None:
-    """Why `name` cannot be a class (a line of labels.txt), or None."""
-    if not name.strip():
-        return "is empty" if not name else "is only white space"
-    bad = next((c for c in name if c in _NOT_IN_A_LINE), None)
-    if bad is not None:
-        what = "a line break" if bad in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029" else "a control character"
-        return f"holds {what} (U+{ord(bad):04X}), which labels.txt (one name per line) cannot hold"
-    return None
-
-
-def shown(name: str) -> str:
-    """`name` quoted with its control characters escaped, as dataset.json writes them."""
-    return json.dumps(name, ensure_ascii=False)
 
 
 # --------------------------------------------------------------------------- reading it back

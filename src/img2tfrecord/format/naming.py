@@ -37,6 +37,10 @@ MAX_SPLIT_NAME_BYTES = 200
 MAX_RECORDED_SPLIT_NAME_BYTES = 240
 
 
+# A top folder of INPUT (or a --file-list split column, --split's names) so named is that split
+SPLIT_DIR_NAMES = {"train": "train", "validation": "validation", "val": "validation", "test": "test"}
+
+
 def split_name_too_long(name: str, limit: int = MAX_SPLIT_NAME_BYTES) -> str | None:
     """Why `name` cannot name a split's files (it is too long for a file name), or None."""
     n = len(name.encode("utf-8", "surrogatepass"))

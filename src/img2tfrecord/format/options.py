@@ -7,19 +7,23 @@ dataset.json's `options` (format.manifest), `update`'s refusal of another value
 (conversion.versions.options) and `convert --like` (conversion.plan.like); update, compact and
 --like read dataset.json's values through `recorded_value`. Adding an option is one row here and
 the code that uses its value (tests/test_option_spec.py adds one and follows it everywhere).
+A row names its value's parser (`parse`: `--resize 224x224`, `--split train=0.8,...`, a --labels
+file read; format.option_values) and, when "the same value" is not plain equality, how `update`
+compares it with dataset.json's (`same`).
 
 It lives in `format` because dataset.json's `options` are part of the format (readers check them
-without importing the converter); the rows are plain data, so nothing here imports click. Parsing
-a given value (`--resize 224x224`, `--split train=0.8,...`) stays with the code that uses it
-(conversion.plan.job.check_options), above this layer.
+without importing the converter); the rows are plain data and plain functions, so nothing here
+imports click. Checks across options (--index with --compression) stay with the plan
+(conversion.plan.job.check_options).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from img2tfrecord.format import option_values as parsers
 from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
 from img2tfrecord.fs import CHECKSUMS
 
@@ -60,7 +64,13 @@ class OptionSpec:
     with the recorded one and refuses another: it shapes the records). `elsewhere`: the key of
     dataset.json that `convert --like` takes it back from, when `options` holds not the request
     but what it gave (shards: the counts; labels: the classes). `path`: its value names an input
-    file (a pathlib.Path is taken; recorded relative to INPUT when `recorded`)."""
+    file (a pathlib.Path is taken; recorded relative to INPUT when `recorded`).
+    `parse`: a given value (the command line's text or a Python caller's value) to the plan's
+    (`parsed`); none: taken as given. `same(now, then, asked)`: whether `update`'s given value
+    (parsed, in dataset.json's form) is the recorded one `then` (`asked`: dataset.json's
+    `elsewhere` value, the request as typed); none: equal (a flag's null is off). `unset`: how a
+    dataset made without it says so ("no --labels", with this after it), else "--x not given".
+    `draws_splits`: given beside `convert --like`, the images' splits are drawn anew."""
 
     name: str
     annotation: str  # its type in convert()'s documented signature
@@ -80,6 +90,10 @@ class OptionSpec:
     elsewhere: str | None = None
     path: bool = False
     absent: Any = ...  # what a dataset.json that records no value (null, or no key) means; ...: the default
+    parse: Callable[[Any], Any] | None = None
+    same: Callable[[Any, Any, Any], bool] | None = None
+    unset: str | None = None
+    draws_splits: bool = False
 
     @property
     def flag(self) -> str:
@@ -108,6 +122,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
         check=Check("shard_counts"),
         update=1,
         elsewhere="shard_request",
+        parse=parsers.parse_shards,
+        same=parsers.same_shards,
+        unset=" (about 100-200 MB a shard)",
     ),
     OptionSpec(
         "split",
@@ -117,6 +134,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
         recorded=True,
         check=Check("fractions"),
         update=2,
+        parse=parsers.parse_split,
+        same=parsers.same_split,
+        draws_splits=True,
     ),
     OptionSpec(
         "split_rule",
@@ -128,6 +148,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         recorded=True,
         check=_one_of(None, *SPLIT_RULES),
         absent="hash",  # made before the exact rule
+        draws_splits=True,
     ),
     OptionSpec(
         "split_group",
@@ -135,6 +156,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         metavar="PATTERN",
         help="Keep images of one group in one split: a regular expression searched in each path below INPUT_DIR; its first group (or the whole match) names the group, e.g. 'patient_(\\d+)'. Paths it does not match are groups of one. Run in linear time by RE2 (no backreferences or lookaround). Recorded in dataset.json.",
         recorded=True,
+        draws_splits=True,
     ),
     OptionSpec(
         "seed",
@@ -146,6 +168,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         recorded=True,
         check=Check("whole", lo=-INT64),
         update=3,
+        draws_splits=True,
     ),
     OptionSpec(
         "labels",
@@ -157,6 +180,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
         update=4,
         elsewhere="classes",
         path=True,
+        parse=parsers.parse_labels,
+        unset="",
     ),
     OptionSpec(
         "label_offset",
@@ -200,6 +225,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         recorded=True,
         check=Check("resize"),
         update=8,
+        parse=parsers.parse_resize,
     ),
     OptionSpec(
         "resize_mode",
@@ -210,6 +236,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         help="always: every image to the --resize size, small ones enlarged; shrink: only images whose shorter side is over N (--resize N), the others keep their size.",
         recorded=True,
         update=9,
+        absent="always",  # made before the option: every image was resized
     ),
     OptionSpec(
         "channels",
@@ -221,6 +248,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         recorded=True,
         check=_one_of(None, "keep", 1, 2, 3, 4, "1", "2", "3", "4"),
         update=10,
+        parse=parsers.parse_channels,
     ),
     OptionSpec(
         "max_pixels",
@@ -426,3 +454,15 @@ def recorded_value(options: Mapping[str, Any], name: str) -> Any:
 def path_names() -> tuple[str, ...]:
     """The options whose value names an input file (a pathlib.Path is taken as its str)."""
     return tuple(s.name for s in OPTIONS if s.path)
+
+
+def parsed(name: str, value: Any) -> Any:
+    """The option `name`'s given value as the plan takes it: its row's parser's (UsageError for a
+    bad one), or the value as given."""
+    row = spec(name)
+    return row.parse(value) if row.parse is not None else value
+
+
+def json_form(value: Any) -> Any:
+    """A parsed value as dataset.json holds it (no tuples: `--resize 224x224` is [224, 224])."""
+    return list(value) if isinstance(value, tuple) else value

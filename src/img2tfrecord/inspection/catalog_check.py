@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from img2tfrecord.format import catalog
 from img2tfrecord.format.layout import Manifest
 from img2tfrecord.format.manifest import catalog_checksum_problem
+from img2tfrecord.format.naming import SPLIT_DIR_NAMES
 from img2tfrecord.format.schema import utf8_text
 from img2tfrecord.inspection.checks import Problem
 
-# A split folder's name -> its split, as the walk takes them (conversion.plan.splits.SPLIT_DIR_NAMES; a
-# test keeps the two alike): a row of a dataset converted from split folders holds the image's path
-# below INPUT (`val/cat/1.jpg`), its record the path below the split folder (`cat/1.jpg`).
-SPLIT_FOLDERS = {"train": "train", "validation": "validation", "val": "validation", "test": "test"}
+# A split folder's name -> its split (format.naming.SPLIT_DIR_NAMES, as the walk takes them): a row
+# of a dataset converted from split folders holds the image's path below INPUT (`val/cat/1.jpg`),
+# its record the path below the split folder (`cat/1.jpg`).
 
 
 @dataclass
@@ -44,7 +44,7 @@ class Loaded:
         if want == filename:
             return None
         folder, _, below = (want or "").partition("/")
-        if below == filename and SPLIT_FOLDERS.get(folder.lower()) == self.splits.get(shard):
+        if below == filename and SPLIT_DIR_NAMES.get(folder.lower()) == self.splits.get(shard):
             return None
         said = "no record" if want is None else repr(want)
         return f"image/filename {filename!r}, the catalog says {said}: the catalog does not match the shards"

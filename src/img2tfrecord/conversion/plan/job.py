@@ -28,7 +28,6 @@ from img2tfrecord.conversion.plan.annotations import read_annotations, require_p
 from img2tfrecord.conversion.plan.detection import discover_detection
 from img2tfrecord.conversion.plan.detection import entry as detection_entry
 from img2tfrecord.conversion.plan.filelist import discover_file_list
-from img2tfrecord.conversion.plan.labels import read_labels_file
 from img2tfrecord.conversion.plan.metadata import Metadata, read_metadata
 from img2tfrecord.conversion.plan.metadata import find as find_metadata
 from img2tfrecord.conversion.plan.options import (
@@ -39,16 +38,14 @@ from img2tfrecord.conversion.plan.options import (
     EncodeOptions,
     ShardSettings,
     check_resize_mode,
-    parse_resize,
-    parse_shards,
 )
-from img2tfrecord.conversion.plan.splits import SPLIT_RULES, Discovery, SplitRule, parse_split_spec
+from img2tfrecord.conversion.plan.splits import SPLIT_RULES, Discovery, SplitRule
 from img2tfrecord.conversion.plan.table import Task, sizes_of
 from img2tfrecord.conversion.plan.walk import discover
 from img2tfrecord.conversion.plan.walk_labels import discover_multi_label
 from img2tfrecord.errors import DataError, UsageError, option, plural
 from img2tfrecord.format.naming import shard_name
-from img2tfrecord.format.options import specs
+from img2tfrecord.format.options import parsed, specs
 from img2tfrecord.format.split_groups import group_pattern
 
 TARGET_SHARD_BYTES = 200 * 1024 * 1024  # ceil(total / 200 MiB) shards -> each in (100, 200] MiB
@@ -238,7 +235,7 @@ def check_options(**options: Any) -> CheckedOptions:
     compression, checksum, dedupe, index = o["compression"], o["checksum"], o["dedupe"], o["index"]
     if encoding not in ENCODINGS:
         raise UsageError(f"bad {option('encoding', encoding)}: choose one of {', '.join(ENCODINGS)}")
-    if str(channels) not in CHANNEL_CHOICES:
+    if parsed("channels", channels) not in CHANNEL_CHOICES:
         raise UsageError(f"bad {option('channels', channels)}: choose keep, 1 or 3")
     if not 1 <= quality <= 100:
         raise UsageError(f"bad {option('quality', quality)}: choose 1..100")
@@ -255,19 +252,18 @@ def check_options(**options: Any) -> CheckedOptions:
             f"{option('index', True)} describes uncompressed shards (DALI cannot read compressed TFRecords): "
             f"drop {option('compression')} or {option('index')}"
         )
+    resize = parsed("resize", o["resize"])
     opts = EncodeOptions(
         encoding=encoding,
         quality=quality,
-        resize=parse_resize(o["resize"]),
-        resize_mode=check_resize_mode(o["resize_mode"], parse_resize(o["resize"])),
-        channels=str(channels),
+        resize=resize,
+        resize_mode=check_resize_mode(o["resize_mode"], resize),
+        channels=parsed("channels", channels),
         max_pixels=max_pixels,
         validate=o["validate"],
     )
-    shard_request = parse_shards(o["shards"])
-    split, labels = o["split"], o["labels"]
-    fractions = parse_split_spec(split) if isinstance(split, str) else split
-    class_list = read_labels_file(labels) if isinstance(labels, str) else labels
+    shard_request = parsed("shards", o["shards"])
+    fractions, class_list = parsed("split", o["split"]), parsed("labels", o["labels"])
     if o["split_rule"] not in SPLIT_RULES:
         raise UsageError(f"bad {option('split_rule', o['split_rule'])}: choose {' or '.join(SPLIT_RULES)}")
     group_pattern(o["split_group"])

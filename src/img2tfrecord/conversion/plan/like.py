@@ -25,9 +25,10 @@ from img2tfrecord.conversion.plan.splits import Prior, prior_of, recorded_rule
 from img2tfrecord.errors import DataError, UsageError, option, said
 from img2tfrecord.format import catalog as catalog_file
 from img2tfrecord.format.catalog import CATALOG_NAME
+from img2tfrecord.format.conversion_options import ConversionOptions
 from img2tfrecord.format.layout import read_manifest
 from img2tfrecord.format.manifest import MANIFEST_NAME
-from img2tfrecord.format.options import OPTIONS, recorded_value, specs
+from img2tfrecord.format.options import OPTIONS, specs
 
 # recorded options plan_job takes from elsewhere in dataset.json (the shards' request is
 # `shard_request`, the labels are `classes`)
@@ -35,7 +36,7 @@ _RECORDED_ELSEWHERE = tuple(s.name for s in OPTIONS if s.elsewhere)
 # input files beside the images, recorded relative to INPUT when inside it (fs.recorded_path)
 _RECORDED_PATHS = tuple(s.name for s in OPTIONS if s.recorded and s.path and not s.elsewhere)
 # options given beside `like` that draw the splits anew, so images no longer keep the dataset's
-_SPLIT_DRAW = {"split", "seed", "split_rule", "split_group"}
+_SPLIT_DRAW = {s.name for s in OPTIONS if s.draws_splits}
 
 
 def like_options(dataset_dir: str) -> dict[str, Any]:
@@ -56,28 +57,28 @@ def like_options(dataset_dir: str) -> dict[str, Any]:
     classes = man.classes
     if not classes:
         raise DataError(f"{option('like', dataset_dir)}: {man.dir / MANIFEST_NAME} lists no classes")
-    if recorded.get("labels") is not None:  # made with --labels: that list is the set of classes
+    made = ConversionOptions.from_json(recorded)
+    if made.labels is not None:  # made with --labels: that list is the set of classes
         out["labels"] = classes
     else:  # the classes keep their labels; classes the input has beyond them get the next ones
         out["known_classes"] = classes
-    if (prior := _split_prior(dataset_dir, recorded)) is not None:
+    if (prior := _split_prior(dataset_dir, made)) is not None:
         out["split_prior"] = prior
     return out
 
 
-def _split_prior(dataset_dir: str, recorded: Mapping[str, Any]) -> Prior | None:
+def _split_prior(dataset_dir: str, made: ConversionOptions) -> Prior | None:
     """The splits the dataset's images have, which they keep (as in an update): exact splits drawn
     again from scratch would move images an update had left where they were. None for the hash rule
     (an image's split is its path's) or a dataset with no split or no catalog."""
     path = fs.join(dataset_dir, CATALOG_NAME)
-    if not recorded.get("split") or recorded_rule(recorded).name == "hash" or not fs.exists(path):
+    if not made.split or recorded_rule(made.json).name == "hash" or not fs.exists(path):
         return None
     try:
         cat = catalog_file.decode(fs.read_bytes(path))
     except catalog_file.CatalogError as e:
         raise DataError(f"{option('like', dataset_dir)}: {path}: {e}") from None
-    seed = int(recorded_value(recorded, "seed"))
-    return prior_of(cat.rels.blob, cat.rels.ends, cat.splits.codes, cat.splits.values, seed)
+    return prior_of(cat.rels.blob, cat.rels.ends, cat.splits.codes, cat.splits.values, made.seed)
 
 
 def with_like(like: str, given: Mapping[str, Any], input_dir: str) -> dict[str, Any]:

@@ -1,11 +1,14 @@
-"""Options that shape the output, their allowed values (the CLI's choices come from here) and their parsing."""
+"""Options that shape the output as the shard writers take them (`EncodeOptions`, `ShardSettings`);
+their allowed values and parsers, which live with the options' table (format.options,
+format.option_values), are re-exported here for the plan's modules."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from img2tfrecord.errors import UsageError, option
+from img2tfrecord.format.option_values import parse_resize as parse_resize  # re-exported: the parsers are the table's
+from img2tfrecord.format.option_values import parse_shards as parse_shards
 from img2tfrecord.format.options import (  # re-exported: the allowed values live with the options' table
     CHANNEL_CHOICES as CHANNEL_CHOICES,
 )
@@ -18,19 +21,6 @@ from img2tfrecord.format.options import ENGINES as ENGINES
 from img2tfrecord.format.options import RESIZE_MODES as RESIZE_MODES
 from img2tfrecord.format.options import SPLIT_RULES as SPLIT_RULES
 from img2tfrecord.format.schema import DEFAULT_MAX_PIXELS
-
-
-def parse_resize(value: str | int | tuple[int, int] | None) -> int | tuple[int, int] | None:
-    """'256' -> 256 (shorter side); '224x224' -> (224, 224) (exact)."""
-    if value is None or isinstance(value, (int, tuple)):
-        ok = value is None or (isinstance(value, int) and value > 0) or (isinstance(value, tuple) and min(value) > 0)
-        if not ok:
-            raise UsageError(f"bad {option('resize', value)}: sizes must be positive")
-        return value
-    m = re.fullmatch(r"\s*(\d+)\s*(?:[xX]\s*(\d+)\s*)?", str(value))
-    if not m or int(m.group(1)) == 0 or (m.group(2) is not None and int(m.group(2)) == 0):
-        raise UsageError(f"bad {option('resize', value)}: use N (shorter side to N) or WxH, e.g. 256 or 224x224")
-    return int(m.group(1)) if m.group(2) is None else (int(m.group(1)), int(m.group(2)))
 
 
 def check_resize_mode(mode: str, resize: int | tuple[int, int] | None) -> str:
@@ -47,27 +37,6 @@ def check_resize_mode(mode: str, resize: int | tuple[int, int] | None) -> str:
             f"not an exact WxH size"
         )
     return mode
-
-
-def parse_shards(value: str | int | dict[str, int] | None) -> int | dict[str, int] | None:
-    """'16' -> 16 in total; 'train=16,validation=2' -> per split."""
-    if value is None or isinstance(value, (dict, int)):
-        counts = value.values() if isinstance(value, dict) else [value] if value is not None else []
-        if any(not isinstance(c, int) or c < 1 for c in counts):
-            raise UsageError(f"bad {option('shards', value)}: shard counts must be whole numbers >= 1")
-        return value
-    text = str(value).strip()
-    if text.isdigit():
-        return parse_shards(int(text))
-    out: dict[str, int] = {}
-    for part in text.split(","):
-        name, sep, n = part.strip().partition("=")
-        if not sep or not n.strip().isdigit():
-            raise UsageError(f"bad {option('shards', value)}: use N or e.g. train=16,validation=2")
-        if name.strip() in out:
-            raise UsageError(f"bad {option('shards', value)}: {name.strip()} given twice")
-        out[name.strip()] = int(n)
-    return parse_shards(out)
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ from img2tfrecord.conversion.plan.options import SPLIT_RULES as SPLIT_RULES  # r
 from img2tfrecord.conversion.plan.table import BoxCounts, ImageTable, TaskView, decode_name, encode_name
 from img2tfrecord.errors import UsageError, option, plural
 from img2tfrecord.format.manifest import shown
-from img2tfrecord.format.naming import split_name_too_long
+from img2tfrecord.format.naming import SPLIT_DIR_NAMES as SPLIT_DIR_NAMES  # re-exported: the walk's users
 from img2tfrecord.format.schema import utf8_text
 from img2tfrecord.format.split_groups import group_key, group_pattern
 
@@ -53,9 +53,6 @@ if TYPE_CHECKING:
     import numpy as np
 
     from img2tfrecord.format.linear_re import LinearPattern
-
-SPLIT_DIR_NAMES = {"train": "train", "validation": "validation", "val": "validation", "test": "test"}
-
 
 OLD_RULE = "hash"  # what a dataset.json without `split_rule` was made by
 
@@ -129,28 +126,6 @@ class Discovery:
     notes: list[str] = field(default_factory=list)  # said once, not warnings (junk folders ignored)
     loose: str = ""  # the warning about images outside any class folder, left out ("" if none): --strict refuses it
     boxes: BoxCounts | None = None  # a detection walk's boxes per image (conversion.plan.detection)
-
-
-def parse_split_spec(spec: str) -> dict[str, float]:
-    """'train=0.8,validation=0.2' -> {'train': 0.8, 'validation': 0.2}; fractions must sum to 1."""
-    fractions: dict[str, float] = {}
-    for part in spec.split(","):
-        name, sep, value = part.strip().partition("=")
-        name = SPLIT_DIR_NAMES.get(name.strip().lower(), name.strip())
-        try:
-            frac = float(value)
-        except ValueError:
-            frac = -1.0
-        if not sep or not name or not name.replace("_", "").isalnum() or not 0 <= frac <= 1:
-            raise UsageError(f"bad {option('split', spec)}: expected e.g. train=0.8,validation=0.2")
-        if long := split_name_too_long(name):
-            raise UsageError(f"bad {option('split', spec[:60] + '...' if len(spec) > 60 else spec)}: {long}")
-        if name in fractions:
-            raise UsageError(f"bad {option('split', spec)}: {name} given twice")
-        fractions[name] = frac
-    if abs(sum(fractions.values()) - 1.0) > 1e-6:
-        raise UsageError(f"bad {option('split', spec)}: the fractions add up to {sum(fractions.values()):g}, not 1")
-    return fractions
 
 
 HASH_SPACE = 1 << 64

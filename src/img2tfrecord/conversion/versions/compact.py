@@ -48,7 +48,6 @@ from img2tfrecord.format.manifest import (
     manifest_text,
 )
 from img2tfrecord.format.naming import shard_name
-from img2tfrecord.format.options import recorded_value
 from img2tfrecord.format.schema import utf8_text
 
 PLAIN_DIR = ".compact-plain"  # decompressed copies of gzip/zlib shards, inside the build folder
@@ -64,8 +63,7 @@ class _Target:
 
 def layout(rec: Recorded, settings: ShardSettings) -> tuple[dict[str, list[_Target]], dict[str, int]]:
     """Per split, the shards a fresh conversion would write (rows in record order), and the planned counts."""
-    cat, opts = rec.catalog, rec.options
-    seed = int(recorded_value(opts, "seed"))
+    cat, seed = rec.catalog, rec.made.seed
     names = split_order(rec)
     candidates: dict[str, list[int]] = {s: [] for s in names}
     for r, state in enumerate(cat.states):
@@ -103,7 +101,7 @@ def split_order(rec: Recorded) -> list[str]:
     """The splits in the order a fresh conversion lists them (not the order updates added them in):
     `--split`'s fractions as given; else the walk's, split folders sorted by name, each named by
     the folder its rows' paths start with ('val/cat/1.jpg': the split validation, after train)."""
-    cat, fractions = rec.catalog, rec.options.get("split")
+    cat, fractions = rec.catalog, rec.made.split
     names = list(fractions) if isinstance(fractions, dict) else []
     folder: dict[str, str] = {}
     for c, s in enumerate(cat.splits.values):
@@ -130,7 +128,7 @@ def is_compact(rec: Recorded, targets: dict[str, list[_Target]], counts: dict[st
     dataset.json's shard counts those of the layout. A fresh conversion is; an update that added
     or rewrote shards is not."""
     splits = {s: [e["file"] for e in sp.get("shards") or []] for s, sp in (rec.manifest.get("splits") or {}).items()}
-    if [s for s, files in splits.items() if files] != list(targets) or rec.options.get("shards") != counts:
+    if [s for s, files in splits.items() if files] != list(targets) or rec.made.shards != counts:
         return False
     cat = rec.catalog
     held: dict[str, list[int]] = {}
@@ -163,7 +161,7 @@ def compact(
 
     finish_cut_short(output_dir, dry_run)  # a publish in place (object stores) cut short: finished first
     rec, moved = _read(output_dir, rebalance)
-    settings = recorded_settings(rec.options, fsync=fsync, strict=False)
+    settings = recorded_settings(rec.made, fsync=fsync, strict=False)
     targets, counts = layout(rec, settings)
     current = {s: [e["file"] for e in sp.get("shards") or []] for s, sp in (rec.manifest.get("splits") or {}).items()}
     planned = {s: [t.name for t in ts] for s, ts in targets.items()}
@@ -274,7 +272,7 @@ def _build(
     data = catalog_file.encode(new)
     fs.write_bytes(fs.join(build, CATALOG_NAME), data)
     files.append(CATALOG_NAME)
-    seed = int(recorded_value(rec.options, "seed"))
+    seed = rec.made.seed
     skipped_order = {
         r: (order_key(cat.rels[r], seed), cat.rels[r]) for r in range(len(cat)) if cat.states[r] == SKIPPED
     }

@@ -9,109 +9,90 @@ with the same value is accepted, one with another value is refused, with the `co
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterable
 from typing import Any
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.plan.annotations import Annotations, read_annotations, require_pycocotools
-from img2tfrecord.conversion.plan.labels import read_labels_file
 from img2tfrecord.conversion.plan.like import cli_flags, convert_like_advice
 from img2tfrecord.conversion.plan.metadata import Metadata, file_digest, read_metadata
 from img2tfrecord.conversion.plan.metadata import find as find_metadata
-from img2tfrecord.conversion.plan.options import EncodeOptions, ShardSettings, parse_resize, parse_shards
-from img2tfrecord.conversion.plan.splits import parse_split_spec
+from img2tfrecord.conversion.plan.options import EncodeOptions, ShardSettings
 from img2tfrecord.errors import UsageError, check_keywords, option, said
-from img2tfrecord.format.options import recorded_value, spec, update_names
-
-# update()'s own parameters, besides the record-shaping options it accepts to compare
-UPDATE_PARAMETERS = (
-    *("check_content", "dry_run", "workers", "strict", "fsync", "file_list", "max_delete", "on_event", "progress"),
-)
+from img2tfrecord.format.conversion_options import ConversionOptions
+from img2tfrecord.format.options import OptionSpec, json_form, parsed, spec, update_names
 
 
-def _normal(key: str, value: Any, recorded: Any, asked: Any = None) -> Any:
-    """A given option's value in dataset.json's form."""
-    if key == "resize":
-        r = parse_resize(value)
-        return list(r) if isinstance(r, tuple) else r
-    if key == "split":
-        return parse_split_spec(value) if isinstance(value, str) else value
-    if key == "labels":
-        return read_labels_file(value) if isinstance(value, str) else value
-    if key == "shards":
-        req = parse_shards(value)
-        if req == asked or (isinstance(req, int) and isinstance(recorded, dict) and sum(recorded.values()) == req):
-            return recorded  # as it was asked for, or the same total
-        return req
-    if key == "channels":
-        return str(value)
-    return value
-
-
-def _converted_with(key: str, then: Any) -> str:
+def _converted_with(row: OptionSpec, then: Any) -> str:
     """How the dataset was made, as the user would have asked for it: `--shards 8` (the request
-    as typed, not the counts it gave), `--no-validate`, `--index not given`."""
-    if key == "labels" and then is None:
-        return said("no --labels", "no labels")
-    if key == "shards" and then is None:
-        return said("no --shards (about 100-200 MB a shard)", "no shards (about 100-200 MB a shard)")
+    as typed, not the counts it gave), `--no-validate`, `--index not given`, `no --labels`."""
+    key = row.name
+    if then is None and row.unset is not None:
+        return said(f"no {row.flag}{row.unset}", f"no {key}{row.unset}")
     if then is None:
-        return said(f"--{key.replace('_', '-')} not given", f"{key}={then!r}")
-    if key == "labels":
-        return said(f"--labels listing {', '.join(then[:5])}{' ...' if len(then) > 5 else ''}", f"labels={then!r}")
+        return said(f"{row.flag} not given", f"{key}={then!r}")
+    if row.check is not None and row.check.kind == "names":  # a list of class names: its first few
+        return said(f"{row.flag} listing {', '.join(then[:5])}{' ...' if len(then) > 5 else ''}", f"{key}={then!r}")
     return said(shlex.join(cli_flags({key: then})), f"{key}={then!r}")
 
 
+def _same(row: OptionSpec, now: Any, then: Any, asked: Any) -> bool:
+    """Whether a given value (parsed, in dataset.json's form) is the recorded one."""
+    if row.same is not None:
+        return row.same(now, then, asked)
+    return bool(now == then) or (row.kind is bool and bool(now) == bool(then))  # a flag: null is off
+
+
 def refuse_other_options(
-    recorded: dict[str, Any], given: dict[str, Any], input_dir: str, output_dir: str, file_list: str | None = None
+    recorded: dict[str, Any],
+    given: dict[str, Any],
+    input_dir: str,
+    output_dir: str,
+    file_list: str | None = None,
+    *,
+    own: Iterable[str] = (),
 ) -> None:
     """UsageError when a given option differs from dataset.json's, naming the convert to run instead:
     `convert --like OUTPUT`, which keeps every other option and the labels (`like.convert_like_advice`).
-    `recorded`: dataset.json's options and its `shard_request`."""
-    check_keywords("update", given, [*update_names(), *UPDATE_PARAMETERS])  # the table says which it compares
+    `recorded`: dataset.json's options and the values it keeps elsewhere that update compares (its
+    `shard_request`: a row's `elsewhere`); `own`: update()'s own parameters, for the message of a
+    keyword that is neither."""
+    check_keywords("update", given, [*update_names(), *own])  # the table says which it compares
     for key, value in given.items():
         if value is None:
             continue
+        row = spec(key)
         then = recorded.get(key)
-        if key == "resize_mode" and then is None:
-            then = "always"  # a dataset made before the option: every image was resized
-        now = _normal(key, value, then, recorded.get("shard_request"))
-        if key == "split" and isinstance(now, dict) and isinstance(then, dict):
-            same = list(now.items()) == list(then.items())  # the order decides which slice of the hash each gets
-        else:
-            same = now == then or (spec(key).kind is bool and bool(now) == bool(then))  # a flag: null is off
-        if same:
+        if then is None and row.absent is not ...:
+            then = row.absent  # a dataset made before the option: what it did then
+        asked = recorded.get(row.elsewhere, then) if row.elsewhere else then  # the request as typed
+        if _same(row, json_form(parsed(key, value)), then, asked):
             continue
-        was = recorded.get("shard_request") if key == "shards" else then
         raise UsageError(
-            f"{output_dir} was converted with {_converted_with(key, was)}; update keeps a dataset's options. "
+            f"{output_dir} was converted with {_converted_with(row, asked)}; update keeps a dataset's options. "
             f"To convert with {option(key, value)} instead, keeping the rest, "
             + convert_like_advice(input_dir, output_dir, {key: value}, file_list=file_list)
         )
 
 
-def recorded_settings(options: dict[str, Any], *, fsync: bool, strict: bool) -> ShardSettings:
+def recorded_settings(made: ConversionOptions, *, fsync: bool, strict: bool) -> ShardSettings:
     """How the dataset's shards were written (dataset.json's options), for the new shards."""
-
-    def get(name: str) -> Any:
-        return recorded_value(options, name)
-
-    resize = get("resize")
     opts = EncodeOptions(
-        encoding=get("encoding"),
-        quality=int(get("quality")),
-        resize=tuple(resize) if isinstance(resize, list) else resize,
-        resize_mode=get("resize_mode"),
-        channels=str(get("channels")),
-        max_pixels=int(get("max_pixels")),
-        validate=bool(get("validate")),
+        encoding=made.encoding,
+        quality=made.quality,
+        resize=made.resize,
+        resize_mode=made.resize_mode,
+        channels=made.channels,
+        max_pixels=made.max_pixels,
+        validate=made.validate,
     )
     return ShardSettings(
         encode=opts,
-        compression=get("compression"),
-        index=bool(get("index")),
-        checksum=get("checksum"),
+        compression=made.compression,
+        index=made.index,
+        checksum=made.checksum,
         fsync=fsync,
-        dedupe=get("dedupe"),
+        dedupe=made.dedupe,
         strict=strict,
     )
 

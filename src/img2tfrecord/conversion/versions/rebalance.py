@@ -18,7 +18,7 @@ from img2tfrecord.conversion.plan import quota
 from img2tfrecord.conversion.plan.splits import order_key
 from img2tfrecord.errors import UsageError, option
 from img2tfrecord.format.catalog import CONVERTED, DROPPED, SKIPPED, Catalog
-from img2tfrecord.format.options import recorded_value
+from img2tfrecord.format.conversion_options import ConversionOptions
 from img2tfrecord.format.split_groups import group_key, group_pattern
 
 
@@ -31,18 +31,20 @@ class Rebalanced(NamedTuple):
 
 
 def rebalanced(options: dict[str, Any], cat: Catalog, output_dir: str) -> Rebalanced:
-    """Each planned row's split as the exact rule gives it (see the module docstring)."""
-    fractions = options.get("split")
+    """Each planned row's split as the exact rule gives it (see the module docstring). `options`:
+    dataset.json's."""
+    made = ConversionOptions.from_json(options)
+    fractions = made.split
     if not isinstance(fractions, dict) or not fractions:
         raise UsageError(
             f"{option('rebalance', True)} re-splits by {option('split')}'s fractions; {output_dir} was made without "
             "them (its split folders or file list gave each image's split)"
         )
-    seed = int(recorded_value(options, "seed"))
+    seed = made.seed
     names = list(fractions)
     rows = [r for r, s in enumerate(cat.states) if s in (CONVERTED, SKIPPED, DROPPED)]
     rows.sort(key=cat.rels.__getitem__)  # image/filename order within a class: a fresh walk's ties
-    which = _assign(cat, rows, names, list(fractions.values()), seed, options.get("split_group"))
+    which = _assign(cat, rows, names, list(fractions.values()), seed, made.split_group)
     moved: Counter[str] = Counter()
     new = cat.take(range(len(cat)))
     for r in rows:
@@ -53,9 +55,9 @@ def rebalanced(options: dict[str, Any], cat: Catalog, output_dir: str) -> Rebala
     report = {
         "moved": sum(moved.values()),
         "from": dict(sorted(moved.items())),
-        "rule_before": recorded_value(options, "split_rule"),
+        "rule_before": made.split_rule,
     }
-    return Rebalanced(new, {**options, "split_rule": "exact", "split_group": options.get("split_group")}, report)
+    return Rebalanced(new, {**options, "split_rule": "exact", "split_group": made.split_group}, report)
 
 
 def _assign(cat: Catalog, rows: list[int], names: list[str], fracs: list[float], seed: int, group: Any) -> Any:

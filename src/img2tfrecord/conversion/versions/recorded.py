@@ -10,6 +10,7 @@ from img2tfrecord.conversion.plan.like import rebuild_advice
 from img2tfrecord.errors import DataError, UsageError, option
 from img2tfrecord.format import catalog as catalog_file
 from img2tfrecord.format.catalog import CATALOG_NAME, Catalog
+from img2tfrecord.format.conversion_options import ConversionOptions
 from img2tfrecord.format.manifest import MANIFEST_NAME, ManifestError, catalog_checksum_problem, parse_manifest
 
 
@@ -23,7 +24,13 @@ class Recorded:
 
     @property
     def options(self) -> dict[str, Any]:
+        """dataset.json's `options` as it holds them (JSON), which a new version writes back."""
         return dict(self.manifest.get("options") or {})
+
+    @property
+    def made(self) -> ConversionOptions:
+        """How the dataset was made: its options, typed (format.conversion_options)."""
+        return ConversionOptions.from_json(self.manifest.get("options"))
 
     @property
     def classes(self) -> list[str]:

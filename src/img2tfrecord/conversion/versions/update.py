@@ -14,6 +14,7 @@ version (versions.layout) and the limit on what it removes (versions.guard) are 
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 from collections.abc import Callable
@@ -53,7 +54,7 @@ from img2tfrecord.errors import DataError, Interrupted, UsageError, option, word
 from img2tfrecord.format.catalog import Catalog
 from img2tfrecord.format.manifest import created_stamp, manifest_digest
 from img2tfrecord.format.naming import shard_name
-from img2tfrecord.format.options import path_names, recorded_value
+from img2tfrecord.format.options import path_names
 
 # The extension modules update imports: loaded before the record writer starts loading in a thread
 # (`write.preloading`): the JPEG decoder, the lock's fcntl, the local engine's process pool
@@ -106,9 +107,14 @@ def update(
     finish_cut_short(output_dir, dry_run)  # a publish in place (object stores) cut short: finished first
     rec = read_recorded(output_dir, input_dir=input_dir)
     refuse_other_options(
-        rec.options | {"shard_request": rec.manifest.get("shard_request")}, options, input_dir, output_dir, file_list
+        rec.options | {"shard_request": rec.manifest.get("shard_request")},
+        options,
+        input_dir,
+        output_dir,
+        file_list,
+        own=_own_parameters(),
     )
-    settings = recorded_settings(rec.options, fsync=fsync, strict=strict)
+    settings = recorded_settings(rec.made, fsync=fsync, strict=strict)
     meta = recorded_metadata(rec.manifest, input_dir, output_dir)
     if dry_run:
         changes = _changes(input_dir, rec, file_list, check_content, emit, meta)
@@ -137,6 +143,12 @@ class _Request:
     resume: bool
     workers: int | None
     limit: Limit
+
+
+def _own_parameters() -> list[str]:
+    """update()'s own keyword parameters, as its signature has them (the message of an unknown
+    keyword lists them beside the options it compares)."""
+    return [p.name for p in inspect.signature(update).parameters.values() if p.kind is p.KEYWORD_ONLY]
 
 
 def _apply(
@@ -236,11 +248,11 @@ def _changes(
     changes = diff(found, rec.catalog, rec.classes, check_content, same_annotations)
     changes.annotations_changed = not same_annotations
     changes.walk_skips_changed = recorded_walk_skips(rec.manifest, rec.catalog) != found.skipped
-    if rec.options.get("dedupe") == "drop":  # the copy a fresh convert keeps, across versions
+    if rec.made.dedupe == "drop":  # the copy a fresh convert keeps, across versions
         from img2tfrecord.conversion.versions.dedupe import resolve
 
         before = (rec.manifest.get("duplicates") or {}).get("dropped") or []
-        resolve(changes, int(recorded_value(rec.options, "seed")), {d["path"]: d["duplicate_of"] for d in before})
+        resolve(changes, rec.made.seed, {d["path"]: d["duplicate_of"] for d in before})
     return changes
 
 
@@ -366,7 +378,7 @@ def _encode(
         input_dir=input_dir,
         output_dir=ver.output_dir,
         classes=list(table.classes) if table is not None else list(changes.classes),
-        label_offset=int(recorded_value(rec.options, "label_offset")),
+        label_offset=rec.made.label_offset,
         split_names=list(dict.fromkeys(sh.split for sh in planned)),
         shards=planned,
         settings=settings,
@@ -383,7 +395,7 @@ def _encode(
 
 
 def _settings_of(rec: Recorded) -> ShardSettings:
-    return recorded_settings(rec.options, fsync=False, strict=False)
+    return recorded_settings(rec.made, fsync=False, strict=False)
 
 
 def _summary(
@@ -418,7 +430,7 @@ def _summary(
         "elapsed_seconds": round(time.perf_counter() - timing.start, 3),
     }
     out["bytes_needed"] = needed(changes, layout, _settings_of(rec))
-    if rec.options.get("dedupe") == "drop":  # versions.dedupe's decisions
+    if rec.made.dedupe == "drop":  # versions.dedupe's decisions
         restored = sum(sc.counts.get("restored", 0) for sc in changes.splits.values())
         out["dedupe"] = {"dropped": len(changes.drop), "displaced": len(changes.demoted), "restored": restored}
     out["shards_to_write"] = sum(v["new"] for v in out["shards"].values())
