@@ -204,3 +204,59 @@ def test_the_cli_takes_its_choice_lists_from_the_library():
                 if isinstance(node.args[0], (ast.List, ast.Tuple, ast.Set)):
                     literal.append(f"{path.name}:{node.lineno}")
     assert not literal, literal
+
+
+# Functions whose fixed tuple another module unpacks, kept for now: the walk's (conversion.plan.walk_files,
+# being reshaped into one walk and enrichers, issue 40 item 2).
+TUPLE_ALLOWED = {
+    "img2tfrecord.conversion.plan.walk_files.walk_class",
+    "img2tfrecord.conversion.plan.walk_files.walk_class_remote",
+}
+
+
+def _fixed_tuple(annotation: ast.expr | None) -> bool:
+    """A return annotation `tuple[A, B, ...]` (its first alternative): a fixed tuple, not `tuple[X, ...]`."""
+    while isinstance(annotation, ast.BinOp):  # `tuple[A, B] | None`
+        annotation = annotation.left
+    if not (isinstance(annotation, ast.Subscript) and ast.unparse(annotation.value) == "tuple"):
+        return False
+    items = annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else [annotation.slice]
+    return len(items) > 1 and not any(isinstance(i, ast.Constant) and i.value is Ellipsis for i in items)
+
+
+def _called(value: ast.expr | None, imported: dict[str, str]) -> str | None:
+    """The imported function `value` calls (`f(...)`, `f(...) if ... else ...`), by its full name."""
+    while isinstance(value, ast.IfExp):
+        value = value.body
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+        return imported.get(value.func.id)
+    return None
+
+
+def test_no_positional_tuple_crosses_a_module():
+    """A public function returning a fixed tuple whose parts another module takes by position
+    (`a, b = f(...)`, `f(...)[0]`, `g(*f(...))`) hands over values by position, not by name: a named type instead."""
+    trees = {name: ast.parse(path.read_text(), str(path)) for name, path in modules().items()}
+    tuples = {
+        f"{name}.{node.name}"
+        for name, tree in trees.items()
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and not node.name.startswith("_") and _fixed_tuple(node.returns)
+    }
+    found = []
+    for name, tree in trees.items():
+        here = {
+            a.asname or a.name: f"{node.module}.{a.name}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module
+            for a in node.names
+        }
+        for node in ast.walk(tree):
+            target = None
+            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Tuple):
+                target = _called(node.value, here)
+            elif isinstance(node, (ast.Subscript, ast.Starred)):  # f(...)[0], g(*f(...))
+                target = _called(node.value, here)
+            if target in tuples and target not in TUPLE_ALLOWED:
+                found.append(f"{name} line {node.lineno}: takes {target}'s tuple by position")
+    assert not found, "\n".join(found)

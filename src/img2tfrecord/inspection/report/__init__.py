@@ -89,7 +89,7 @@ def _duplicate_groups(f: Facts) -> list[DupGroup]:
     groups = groups[:MAX_DUPLICATE_GROUPS]
     wanted = {p for g in groups for p in g.get("files", [])[:MAX_GROUP_MEMBERS]}
     rows = facts_mod.rows_by_path(f.catalog, wanted) if f.catalog is not None and wanted else {}
-    thumbs, _ = read_thumbs(f.manifest, f.catalog, rows.values()) if rows and f.catalog is not None else ({}, 0)
+    thumbs = read_thumbs(f.manifest, f.catalog, rows.values()).by_row if rows and f.catalog is not None else {}
     out = []
     for g in groups:
         files = [str(p) for p in g.get("files", [])]

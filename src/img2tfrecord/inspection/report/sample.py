@@ -117,11 +117,19 @@ def offsets_of(cat: Catalog, rows: list[int]) -> dict[int, int]:
     return out
 
 
-def read_thumbs(man: Manifest, cat: Catalog, rows: Iterable[int]) -> tuple[dict[int, Thumb], int]:
-    """Thumbnails of catalog `rows`, reading those records only; (row -> Thumb, unreadable count)."""
+@dataclass(frozen=True)
+class Thumbs:
+    """`read_thumbs`' answer: the thumbnails by catalog row, and how many records could not be read."""
+
+    by_row: dict[int, Thumb] = field(default_factory=dict)
+    unreadable: int = 0
+
+
+def read_thumbs(man: Manifest, cat: Catalog, rows: Iterable[int]) -> Thumbs:
+    """Thumbnails of catalog `rows`, reading those records only."""
     wanted = sorted(set(rows))
     if not wanted:
-        return {}, 0
+        return Thumbs()
     offsets = offsets_of(cat, wanted)
     by_shard: dict[str, list[int]] = {}
     for r in wanted:
@@ -145,7 +153,7 @@ def read_thumbs(man: Manifest, cat: Catalog, rows: Iterable[int]) -> tuple[dict[
             if r not in out:
                 bad += 1
                 out[r] = _blank(cat, r)
-    return out, bad
+    return Thumbs(by_row=out, unreadable=bad)
 
 
 def _blank(cat: Catalog, r: int) -> Thumb:
@@ -186,7 +194,8 @@ def sample(man: Manifest, cat: Catalog, classes: list[str], per_class: int, seed
             break
         picked[c], total = rs, total + len(rs)
     left_out = len(classes) - len(picked)
-    thumbs, bad = read_thumbs(man, cat, [r for rs in picked.values() for r in rs])
+    read = read_thumbs(man, cat, [r for rs in picked.values() for r in rs])
+    thumbs, bad = read.by_row, read.unreadable
     by_class: dict[str, list[Thumb]] = {}
     spent = 0
     for c, rs in picked.items():
