@@ -200,7 +200,8 @@ class Plan:
         return sum(len(s.tasks) for s in self.shards)
 
 
-class CheckedOptions(NamedTuple):
+@dataclass(frozen=True, kw_only=True)
+class CheckedOptions:
     """The options that need parsing, parsed (`check_options`)."""
 
     encode: EncodeOptions
@@ -277,7 +278,7 @@ def check_options(**options: Any) -> CheckedOptions:
             raise UsageError(f"{option(flag, True)} needs {option('annotations')}")
     if o["masks"]:
         require_pycocotools()
-    return CheckedOptions(opts, shard_request, fractions, class_list)
+    return CheckedOptions(encode=opts, shard_request=shard_request, fractions=fractions, class_list=class_list)
 
 
 # plan_job's keywords besides the options: what `convert(like=...)` adds (conversion.plan.like)
@@ -324,7 +325,12 @@ def _gc_paused() -> Iterator[None]:
 
 def _plan(input_dir: str, output_dir: str, o: Mapping[str, Any], checked: CheckedOptions) -> Plan:
     """The plan of `o` (`plan_options`: every option by name), `checked` its parsed values."""
-    opts, shard_request, fractions, class_list = checked
+    opts, shard_request, fractions, class_list = (
+        checked.encode,
+        checked.shard_request,
+        checked.fractions,
+        checked.class_list,
+    )
     rule = SplitRule(o["split_rule"], o["split_group"], o["split_prior"])
     seed, label_offset, file_list, strict = o["seed"], o["label_offset"], o["file_list"], o["strict"]
     index, compression, dedupe, checksum = o["index"], o["compression"], o["dedupe"], o["checksum"]

@@ -130,7 +130,7 @@ def recorded_metadata(manifest: dict[str, Any], input_dir: str, output_dir: str)
         return None
     if entry.get("detection"):
         return recorded_annotations(entry, input_dir, output_dir)
-    given = (manifest.get("options") or {}).get("metadata")
+    given = ConversionOptions.from_json(manifest.get("options")).metadata
     given = fs.resolve_recorded(given, input_dir) if isinstance(given, str) else given
     try:
         path = find_metadata(input_dir, given)
