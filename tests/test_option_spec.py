@@ -82,6 +82,8 @@ def test_an_option_added_to_the_table_reaches_the_cli_dataset_json_like_and_upda
     assert r.exit_code == 0, r.output
     manifest = json.loads((out / "dataset.json").read_text())
     assert manifest["options"]["tint"] == "red"
+    back = ConversionOptions.from_json(manifest["options"]).to_json()  # the JSON round trip, through the table
+    assert list(back.items()) == list(manifest["options"].items())
     validate_manifest(manifest)  # read back: its check is the row's
     with pytest.raises(ManifestError, match=r"options\.tint"):
         validate_manifest({**manifest, "options": {**manifest["options"], "tint": "blue"}})
@@ -208,6 +210,7 @@ def test_update_takes_each_option_as_typed_and_refuses_another_value(tmp_path: P
         if table.spec(name).kind is not str and value is not None:  # a whole number, a flag: of its type
             assert type(getattr(typed, name)) is table.spec(name).kind, name
     assert typed.resize == 8 and typed.seed == 3 and typed.validate is False and typed.labels == ["a", "b"]
+    assert list(typed.to_json().items()) == list(recorded.items())  # written back key for key, in order
     for name, (_, same, other) in UPDATE_CASES.items():
         r = _run(update_command, data, out, *args(same), "--dry-run", "-q")
         assert r.exit_code == 0, (name, r.output)

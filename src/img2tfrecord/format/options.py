@@ -70,7 +70,8 @@ class OptionSpec:
     (parsed, in dataset.json's form) is the recorded one `then` (`asked`: dataset.json's
     `elsewhere` value, the request as typed); none: equal (a flag's null is off). `unset`: how a
     dataset made without it says so ("no --labels", with this after it), else "--x not given".
-    `draws_splits`: given beside `convert --like`, the images' splits are drawn anew."""
+    `draws_splits`: given beside `convert --like`, the images' splits are drawn anew.
+    `sparse`, `recorded_with`: when dataset.json leaves a recorded option out (format.conversion_options)."""
 
     name: str
     annotation: str  # its type in convert()'s documented signature
@@ -94,6 +95,8 @@ class OptionSpec:
     same: Callable[[Any, Any, Any], bool] | None = None
     unset: str | None = None
     draws_splits: bool = False
+    sparse: bool = False  # dataset.json holds it only when not at its default (as before the option)
+    recorded_with: str | None = None  # dataset.json holds it only beside this option (skip_empty: annotations)
 
     @property
     def flag(self) -> str:
@@ -237,6 +240,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         recorded=True,
         update=9,
         absent="always",  # made before the option: every image was resized
+        sparse=True,
     ),
     OptionSpec(
         "channels",
@@ -364,6 +368,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         help="metadata.jsonl or metadata.csv (Hugging Face imagefolder's): one row per image, file_name its path below INPUT_DIR, every other column a feature image/<column>; a labels column of class-name lists makes multi-label records. Default: INPUT_DIR/metadata.jsonl or metadata.csv, when there.",
         recorded=True,
         path=True,
+        sparse=True,
     ),
     OptionSpec(
         "annotations",
@@ -372,6 +377,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         help="Object detection boxes for the images anywhere below INPUT_DIR: a COCO instances JSON, a folder of Pascal VOC XML, or a folder of YOLO txt with its classes file (classes.txt, obj.names or data.yaml), told apart by content. Writes the TensorFlow Object Detection API's keys and label_map.pbtxt; boxes follow the pixels as stored in each file.",
         recorded=True,
         path=True,
+        sparse=True,
     ),
     OptionSpec(
         "skip_empty",
@@ -380,6 +386,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         kind=bool,
         help="With --annotations: leave out the images that have no box (default: kept, with none).",
         recorded=True,
+        recorded_with="annotations",
     ),
     OptionSpec(
         "masks",
@@ -390,6 +397,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         help="With COCO --annotations: each object's instance mask (its segmentation: polygons or RLE, rasterized by pycocotools) as a one-channel PNG of 0 and 1 in image/object/mask, turned and resized with the image. Needs: pip install 'img2tfrecord[masks]'.",
         recorded=True,
         update=15,
+        sparse=True,
     ),
     OptionSpec(
         "engine",

@@ -44,6 +44,7 @@ from img2tfrecord.conversion.plan.table import Task, sizes_of
 from img2tfrecord.conversion.plan.walk import discover
 from img2tfrecord.conversion.plan.walk_labels import discover_multi_label
 from img2tfrecord.errors import DataError, UsageError, option, plural
+from img2tfrecord.format.conversion_options import ConversionOptions, field_names
 from img2tfrecord.format.naming import shard_name
 from img2tfrecord.format.options import parsed, specs
 from img2tfrecord.format.split_groups import group_pattern
@@ -362,25 +363,23 @@ def _plan(input_dir: str, output_dir: str, o: Mapping[str, Any], checked: Checke
     )
     counts, shard_warnings = cut.counts, cut.warnings
     empty = [f"split {s} has no images; no shards are written for it" for s, v in found.splits.items() if not v]
-    recorded = asdict(opts)
-    if opts.resize_mode == "always":  # the default: dataset.json and the resume fingerprint as before the option
-        del recorded["resize_mode"]
-    options = recorded | {
-        "resize": list(opts.resize) if isinstance(opts.resize, tuple) else opts.resize,
-        "seed": seed,
-        "label_offset": label_offset,
-        "compression": compression,
-        "index": index,
-        "split": fractions,
-        "split_rule": rule.name,  # how --split's fractions pick an image's split (conversion.plan.splits)
-        "split_group": rule.group,
-        "shards": dict(counts),
-        "labels": class_list,
-        "dedupe": dedupe,
-        "checksum": checksum,
-    }
-    options |= _input_files(input_dir, metadata_file, detect)
-    options |= _other_recorded(o, options)
+    made = ConversionOptions(
+        **asdict(opts),
+        seed=seed,
+        label_offset=label_offset,
+        compression=compression,
+        index=index,
+        split=fractions,
+        split_rule=rule.name,  # how --split's fractions pick an image's split (conversion.plan.splits)
+        split_group=rule.group,
+        shards=dict(counts),
+        labels=class_list,
+        dedupe=dedupe,
+        checksum=checksum,
+        **_input_files(input_dir, metadata_file, detect),
+        json=_other_recorded(o),
+    )
+    options = made.to_json()  # dataset.json's `options` (and the resume fingerprint's), through the table
     settings = ShardSettings(
         encode=opts,
         compression=compression,
@@ -423,23 +422,23 @@ def _metadata_entry(meta: Metadata | None, input_dir: str, given: str | None) ->
 
 
 def _input_files(input_dir: str, metadata_file: str | None, detect: Detect) -> dict[str, Any]:
-    """The options that name input files (only when given: dataset.json as before for every other
-    dataset), recorded relative to INPUT when inside it, else absolute (fs.recorded_path)."""
+    """The options that name input files (only when given: their rows are sparse, so dataset.json is
+    as before for every other dataset), recorded relative to INPUT when inside it, else absolute
+    (fs.recorded_path)."""
     out: dict[str, Any] = {}
     if metadata_file is not None:
         out["metadata"] = fs.recorded_path(metadata_file, input_dir)
     if detect.annotations is not None:
         out |= {"annotations": fs.recorded_path(detect.annotations, input_dir), "skip_empty": detect.skip_empty}
-        out |= {"masks": True} if detect.masks else {}  # dataset.json as before without --masks
+        out["masks"] = bool(detect.masks)
     return out
 
 
-def _other_recorded(o: Mapping[str, Any], recorded: Mapping[str, Any]) -> dict[str, Any]:
-    """The recorded options (format.options) that no code above records in its own way, as given,
-    when not at their default (so dataset.json stays as it was for a dataset made without them)."""
-    return {
-        s.name: o[s.name] for s in specs("plan") if s.recorded and s.name not in recorded and o[s.name] != s.default
-    }
+def _other_recorded(o: Mapping[str, Any]) -> dict[str, Any]:
+    """The recorded options (format.options) ConversionOptions has no field for yet, as given, when
+    not at their default (so dataset.json stays as it was for a dataset made without them)."""
+    typed = field_names()
+    return {s.name: o[s.name] for s in specs("plan") if s.recorded and s.name not in typed and o[s.name] != s.default}
 
 
 class Detect(NamedTuple):
