@@ -469,15 +469,20 @@ def test_default_shard_counts_aim_at_100_to_200_mb():
     from img2tfrecord.conversion.plan.job import auto_shard_counts
 
     mb = 1024 * 1024
-    counts, _ = auto_shard_counts({"train": 450 * mb, "validation": 50 * mb}, {"train": 4500, "validation": 500}, None)
+    counts = auto_shard_counts(
+        {"train": 450 * mb, "validation": 50 * mb}, {"train": 4500, "validation": 500}, None
+    ).counts
     assert counts == {"train": 3, "validation": 1}  # 150 MB and 50 MB shards
-    counts, _ = auto_shard_counts({"train": 800 * mb, "validation": 200 * mb}, {"train": 8000, "validation": 2000}, 10)
+    counts = auto_shard_counts(
+        {"train": 800 * mb, "validation": 200 * mb}, {"train": 8000, "validation": 2000}, 10
+    ).counts
     assert counts == {"train": 8, "validation": 2}  # N in total, in proportion
-    counts, _ = auto_shard_counts(
+    counts = auto_shard_counts(
         {"train": 800 * mb, "validation": 200 * mb}, {"train": 8000, "validation": 2000}, {"train": 16}
-    )
+    ).counts
     assert counts == {"train": 16, "validation": 4}  # unnamed splits: in proportion to the named ones
-    counts, warnings = auto_shard_counts({"train": 1000}, {"train": 3}, 8)
+    cut = auto_shard_counts({"train": 1000}, {"train": 3}, 8)
+    counts, warnings = cut.counts, cut.warnings
     assert counts == {"train": 3} and "using 3" in warnings[0]  # never more shards than images
 
 
@@ -488,14 +493,14 @@ def test_with_index_no_shard_holds_a_single_record():
 
     for n in range(2, 40):
         for k in range(1, n + 3):
-            counts, _ = auto_shard_counts({"train": n}, {"train": n}, k, min_records=2)
+            counts = auto_shard_counts({"train": n}, {"train": n}, k, min_records=2).counts
             assert min(b - a for a, b in shard_bounds(n, counts["train"])) >= 2, (n, k)
-    counts, warnings = auto_shard_counts({"train": 1000}, {"train": 5}, 4, min_records=2)
+    cut = auto_shard_counts({"train": 1000}, {"train": 5}, 4, min_records=2)
+    counts, warnings = cut.counts, cut.warnings
     assert counts == {"train": 2} and "using 2 (with --index" in wording(warnings[0], cli=True)
     assert "using 2 (with index=True" in wording(warnings[0])  # for Python callers
-    counts, warnings = auto_shard_counts(
-        {"train": 10, "validation": 1}, {"train": 10, "validation": 1}, 4, min_records=2
-    )
+    cut = auto_shard_counts({"train": 10, "validation": 1}, {"train": 10, "validation": 1}, 4, min_records=2)
+    counts, warnings = cut.counts, cut.warnings
     assert counts["validation"] == 1 and any(w.startswith("validation: one record in all") for w in warnings)
 
 
