@@ -8,8 +8,8 @@ TensorFlow's own file systems.
 
 Credentials and endpoints come the way each ecosystem sets them (AWS_* variables and profiles,
 AWS_ENDPOINT_URL for MinIO or moto; AZURE_STORAGE_CONNECTION_STRING; Google's ADC and
-STORAGE_EMULATOR_HOST), and `--storage-option KEY=VALUE` adds keyword arguments for the back-end
-(`configure`; passed on to worker processes through IMG2TFRECORD_STORAGE_OPTIONS).
+STORAGE_EMULATOR_HOST), and IMG2TFRECORD_STORAGE_OPTIONS (a JSON object, which worker processes
+inherit) adds keyword arguments for the back-end: `{"anon": true}`, `{"requester_pays": true}`.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ BACKENDS: dict[str, Backend] = {
     "gcs": _GCS,
 }
 
-OPTIONS_ENV = "IMG2TFRECORD_STORAGE_OPTIONS"  # --storage-option's values, JSON, for worker processes
+OPTIONS_ENV = "IMG2TFRECORD_STORAGE_OPTIONS"  # the back-end's keyword arguments, JSON
 
 # What each back-end is given besides the user's options: no listing cache (another process, or
 # another run, writes the same bucket: a listing is asked for again rather than remembered).
@@ -58,18 +58,6 @@ def scheme(path: str) -> str:
 def served(path: str) -> bool:
     """Whether `path` is one fsspec serves here (its scheme is an object store TensorFlow lacks)."""
     return scheme(path) in BACKENDS
-
-
-def configure(options: Mapping[str, str]) -> None:
-    """`--storage-option`'s KEY=VALUE pairs for every store of this process and its workers; a
-    value that reads as JSON (true, 3, {"a": 1}) is given as that value, else as text."""
-    parsed = {}
-    for key, text in options.items():
-        try:
-            parsed[key] = json.loads(text)
-        except ValueError:
-            parsed[key] = text
-    os.environ[OPTIONS_ENV] = json.dumps(parsed, sort_keys=True)
 
 
 def _options() -> dict[str, Any]:

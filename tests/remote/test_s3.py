@@ -146,3 +146,31 @@ def test_without_s3fs_or_credentials_s3_is_one_line_naming_what_to_set(
     assert res.stderr == (
         f"error: input {bucket}/in: s3:// needs s3fs, which is not installed: pip install 'img2tfrecord[s3]'\n"
     )
+
+
+def test_storage_options_reach_the_store_in_every_worker(
+    tmp_path: Path, cli: Any, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """IMG2TFRECORD_STORAGE_OPTIONS: keyword arguments for s3fs (here the keys, none in the
+    environment), in the process that plans and in the workers that read the images."""
+    import s3fs
+
+    make_dataset(tmp_path / "src", {"a": 4, "b": 4}, seed=7)
+    put_tree(tmp_path / "src", f"{bucket}/in")
+    s3fs.S3FileSystem.clear_instance_cache()
+    try:
+        with monkeypatch.context() as m:
+            for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+                m.delenv(k)
+            m.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+            m.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+            m.setenv("AWS_EC2_METADATA_DISABLED", "true")
+            m.setenv("IMG2TFRECORD_STORAGE_OPTIONS", json.dumps({"key": "testing", "secret": "testing"}))
+            res = cli("convert", f"{bucket}/in", f"{bucket}/out", "--shards", "2", "--workers", "2")
+            assert res.exit_code == 0, res.output
+            m.setenv("IMG2TFRECORD_STORAGE_OPTIONS", "[1]")
+            bad = cli("inspect", f"{bucket}/out")
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+    assert bad.exit_code == 2 and bad.stderr == "error: IMG2TFRECORD_STORAGE_OPTIONS is not a JSON object: [1]\n"
+    assert cli("inspect", f"{bucket}/out", "--verify").exit_code == 0
