@@ -174,3 +174,43 @@ def test_storage_options_reach_the_store_in_every_worker(
         s3fs.S3FileSystem.clear_instance_cache()
     assert bad.exit_code == 2 and bad.stderr == "error: IMG2TFRECORD_STORAGE_OPTIONS is not a JSON object: [1]\n"
     assert cli("inspect", f"{bucket}/out", "--verify").exit_code == 0
+
+
+def test_a_file_list_of_objects_compact_and_report_on_a_bucket(tmp_path: Path, cli: Any, bucket: str) -> None:
+    """--file-list in a bucket naming objects (relative and full URLs), compact of the bucket's
+    dataset after an update, and report of it: the files a local run of the same steps writes."""
+    make_dataset(tmp_path / "src", {"a": 4, "b": 3}, seed=11)
+    rows = "path,label\na/img_000.png,x\na/img_001.jpg,x\nb/img_000.png,y\n"
+    (tmp_path / "src" / "files.csv").write_text(rows + f"{bucket}/in/b/img_001.jpg,y\n")
+    put_tree(tmp_path / "src", f"{bucket}/in")
+    (tmp_path / "src" / "files.csv").write_text(rows + f"{tmp_path}/src/b/img_001.jpg,y\n")
+    out = f"{bucket}/listed"
+    res = cli("convert", f"{bucket}/in", out, "--file-list", f"{bucket}/in/files.csv", "--shards", "2")
+    assert res.exit_code == 0, res.output
+    here = tmp_path / "listed"
+    assert cli("convert", tmp_path / "src", here, "--file-list", tmp_path / "src/files.csv", "--shards", "2").exit_code == 0
+    assert shard_bytes(bucket_files(out)) == shard_bytes(local_files(here))
+
+    out = f"{bucket}/out"
+    assert cli("convert", f"{bucket}/in", out, "--shards", "3").exit_code == 0
+    store = s3()
+    store.rm_file(f"{bucket}/in/a/img_001.jpg")
+    store.pipe_file(f"{bucket}/in/c/img_009.png", (tmp_path / "src/a/img_000.png").read_bytes())
+    assert cli("update", f"{bucket}/in", out).exit_code == 0
+    res = cli("compact", out, "--json")
+    assert res.exit_code == 0, res.output
+    assert cli("inspect", out, "--verify").exit_code == 0
+    fresh = tmp_path / "fresh"
+    make_dataset(fresh, {"a": 4, "b": 3}, seed=11)
+    (fresh / "a/img_001.jpg").unlink()
+    (fresh / "c").mkdir()
+    (fresh / "c/img_009.png").write_bytes((tmp_path / "src/a/img_000.png").read_bytes())
+    labels = tmp_path / "labels.txt"
+    labels.write_bytes(store.cat_file(f"{out}/labels.txt"))
+    assert cli("convert", fresh, tmp_path / "fresh-out", "--shards", "3", "--labels", labels).exit_code == 0
+    assert shard_bytes(bucket_files(out)) == shard_bytes(local_files(tmp_path / "fresh-out"))
+
+    page = tmp_path / "report.html"
+    res = cli("report", out, "-o", page)
+    assert res.exit_code == 0, res.output
+    assert "c/img_009.png" in page.read_text() or "img_009" in page.read_text()
