@@ -34,9 +34,11 @@ def s3() -> Any:
 
 
 def bucket_files(url: str) -> dict[str, bytes]:
-    """Every object directly under `url`, by name."""
+    """Every object directly under `url`, by name (none when nothing is under it)."""
     store = s3()
-    out = {}
+    out: dict[str, bytes] = {}
+    if not store.exists(url):
+        return out
     for entry in store.ls(url, detail=True):
         if entry["type"] == "file":
             out[entry["name"].rsplit("/", 1)[1]] = store.cat_file(entry["name"])
@@ -188,7 +190,10 @@ def test_a_file_list_of_objects_compact_and_report_on_a_bucket(tmp_path: Path, c
     res = cli("convert", f"{bucket}/in", out, "--file-list", f"{bucket}/in/files.csv", "--shards", "2")
     assert res.exit_code == 0, res.output
     here = tmp_path / "listed"
-    assert cli("convert", tmp_path / "src", here, "--file-list", tmp_path / "src/files.csv", "--shards", "2").exit_code == 0
+    assert (
+        cli("convert", tmp_path / "src", here, "--file-list", tmp_path / "src/files.csv", "--shards", "2").exit_code
+        == 0
+    )
     assert shard_bytes(bucket_files(out)) == shard_bytes(local_files(here))
 
     out = f"{bucket}/out"
