@@ -14,6 +14,7 @@ inherit) adds keyword arguments for the back-end: `{"anon": true}`, `{"requester
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import posixpath
@@ -142,7 +143,12 @@ class Store:
         return out
 
     def makedirs(self, path: str) -> None:
-        self.fs.makedirs(path, exist_ok=True)  # a bucket is made if missing; keys need no folders
+        """Nothing to make below a bucket (keys need no folders); a missing bucket is an error, not
+        made (a typo must not create a bucket in someone's account)."""
+        bucket = path.split("://", 1)[-1].split("/", 1)[0]
+        if not self.fs.exists(bucket):
+            raise FileNotFoundError(errno.ENOENT, "no such bucket", f"{self.scheme}://{bucket}")
+        self.fs.makedirs(path, exist_ok=True)
 
     def remove(self, path: str) -> None:
         self.fs.rm_file(path)

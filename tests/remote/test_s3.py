@@ -219,3 +219,13 @@ def test_a_file_list_of_objects_compact_and_report_on_a_bucket(tmp_path: Path, c
     res = cli("report", out, "-o", page)
     assert res.exit_code == 0, res.output
     assert "c/img_009.png" in page.read_text() or "img_009" in page.read_text()
+
+
+def test_a_missing_bucket_is_one_line_and_is_not_created(tmp_path: Path, cli: Any, s3_server: str) -> None:
+    make_dataset(tmp_path / "src", {"a": 1})
+    res = cli("convert", tmp_path / "src", "s3://no-such-bucket/out")
+    assert res.exit_code == 2, res.output
+    assert res.stderr == "error: cannot create output s3://no-such-bucket/out: no such bucket\n"
+    assert not s3().exists("no-such-bucket")
+    res = cli("inspect", "s3://no-such-bucket/out")
+    assert res.exit_code != 0 and res.stderr.count("\n") == 1, res.stderr
