@@ -548,12 +548,24 @@ def spool(path: str) -> str | None:
     return tmp
 
 
-def upload(local_path: str, path: str) -> None:
-    """`spool`'s file up to `path` (one object, there whole or not at all), then removed."""
+def upload(local_path: str, path: str, *, with_index: bool = False) -> None:
+    """`spool`'s file up to `path` (one object, there whole or not at all), its `.idx` first when
+    `with_index` (a shard there has its index); the local files removed either way."""
     try:
+        if with_index:
+            gfile(path).upload(local_path + ".idx", path + ".idx")
         gfile(path).upload(local_path, path)
     finally:
-        os.remove(local_path)
+        unspool(local_path)
+
+
+def unspool(local_path: str | None) -> None:
+    """`spool`'s file and its index removed, if there (a shard uploaded, or given up)."""
+    if local_path is None:
+        return
+    for path in (local_path, local_path + ".idx"):
+        with contextlib.suppress(OSError):
+            os.remove(path)
 
 
 def opened_size(f: Any) -> int:

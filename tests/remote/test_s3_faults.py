@@ -5,6 +5,7 @@ writes; a store that keeps failing stops the run cleanly, never a dataset that v
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,7 @@ def test_errors_of_the_store_are_retried_and_change_no_byte(
     assert shard_bytes(bucket_files(out)) == shard_bytes(local_files(tmp_path / "local"))
 
 
-def test_a_store_that_keeps_failing_stops_the_run_and_leaves_no_dataset(
+def test_a_store_that_keeps_failing_stops_the_run_and_resume_finishes_it(
     tmp_path: Path, cli: Any, bucket: str, through: Any
 ) -> None:
     make_dataset(tmp_path / "src", {"a": 3, "b": 3}, seed=6)
@@ -70,11 +71,20 @@ def test_a_store_that_keeps_failing_stops_the_run_and_leaves_no_dataset(
     def rule(method: str, path: str) -> tuple[int, int] | None:
         return (503, 10**6) if method == "PUT" and path.endswith("-00001-of-00002") else None
 
-    retries = {"retries": 1, "config_kwargs": {"retries": {"max_attempts": 2}}}  # s3fs's and botocore's: few
+    retries = {"config_kwargs": {"retries": {"max_attempts": 2}}}  # botocore's: few
+    spools = tmp_path / "tmp"  # where shards are written before their upload (fs.spool)
+    spools.mkdir()
     with through(rule), pytest.MonkeyPatch.context() as m:
         m.setenv("IMG2TFRECORD_STORAGE_OPTIONS", json.dumps(retries))
-        res = cli("convert", tmp_path / "src", out, "--shards", "2")
+        m.setenv("TMPDIR", str(spools))
+        m.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+        res = cli("convert", tmp_path / "src", out, "--shards", "2", "--workers", "2")
     assert res.exit_code == 1, res.output
-    assert res.stderr.count("\n") <= 2 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.count("\n") == 1 and "Please reduce your request rate" in res.stderr, res.stderr
     assert "dataset.json" not in bucket_files(out)
+    assert not [p.name for p in spools.iterdir() if p.name.startswith("img2tfrecord-")], "a spooled shard was left"
     assert cli("inspect", out).exit_code != 0
+    again = cli("convert", tmp_path / "src", out, "--shards", "2", "--resume")  # the store answers again
+    assert again.exit_code == 0, again.output
+    assert cli("convert", tmp_path / "src", tmp_path / "local", "--shards", "2").exit_code == 0
+    assert bucket_files(out) == local_files(tmp_path / "local")

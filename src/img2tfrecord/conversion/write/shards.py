@@ -72,14 +72,14 @@ class ShardWriter:
         writeback: bool = False,
     ) -> None:
         self.path = fs.join(directory, name)
-        self._spool = fs.spool(self.path)  # an object store's shard: written here, uploaded at close
+        self.spool = fs.spool(self.path)  # an object store's shard: written here, uploaded at close
         self.info = ShardInfo(final_name or name)
         self.index = index
         self.checksum = checksum
         self._written = self._flushed = 0  # uncompressed record bytes; how many were handed to writeback
         self._wb_fd: int | None = None
         self._sizes = array("q")
-        self._writer = record_writer(self._spool or self.path, compression)
+        self._writer = record_writer(self.spool or self.path, compression)
         if writeback and not compression and not fs.is_remote(self.path):
             self._wb_fd = os.open(self.path, os.O_RDONLY)
 
@@ -111,12 +111,14 @@ class ShardWriter:
             fs.start_writeback(self._wb_fd, self._flushed, 0)  # 0: to the end of the file
             os.close(self._wb_fd)
             self._wb_fd = None
-        if self._spool is None:
+        if self.spool is None:
             return seal(self.path, self.info, self._sizes, self.index, durable, self.checksum)
-        info = seal(self._spool, self.info, self._sizes, self.index, False, self.checksum)
-        if self.index:
-            fs.upload(self._spool + ".idx", self.path + ".idx")
-        fs.upload(self._spool, self.path)  # the shard last: its object there means its index is too
+        try:
+            info = seal(self.spool, self.info, self._sizes, self.index, False, self.checksum)
+        except BaseException:
+            fs.unspool(self.spool)
+            raise
+        fs.upload(self.spool, self.path, with_index=self.index)
         return info
 
 
@@ -359,19 +361,22 @@ def write_shard(
         staging, shard.name, settings.compression, settings.index, checksum=settings.checksum, writeback=writeback
     )
     out = ShardOutcome(shard.split, sw.info)  # --strict is enforced once every image was tried (finalize)
-    for position, (task, result) in enumerate(zip(shard.tasks, results)):
-        if result.kind == DROPPED:
-            assert drop is not None
-            out.add(position, task, result, drop[task.rel])
-        else:
-            if result.kind != "skip":
-                sw.write(to_record(task, result))
-            out.add(position, task, result)
-        if result.reason and on_skip:
-            on_skip(utf8_text(task.rel), result.reason)
-        if on_image:  # the bytes of images written; 0 for one skipped or dropped (never an empty image)
-            on_image(0 if result.reason or result.kind == DROPPED else result.size)
-
+    try:
+        for position, (task, result) in enumerate(zip(shard.tasks, results)):
+            if result.kind == DROPPED:
+                assert drop is not None
+                out.add(position, task, result, drop[task.rel])
+            else:
+                if result.kind != "skip":
+                    sw.write(to_record(task, result))
+                out.add(position, task, result)
+            if result.reason and on_skip:
+                on_skip(utf8_text(task.rel), result.reason)
+            if on_image:  # the bytes of images written; 0 for one skipped or dropped (never an empty image)
+                on_image(0 if result.reason or result.kind == DROPPED else result.size)
+    except BaseException:  # the shard given up: its local copy too, for an object store
+        fs.unspool(sw.spool)
+        raise
     sw.close(settings.fsync if durable is None else durable)
     out.close(sw.sizes, settings.digests)
     return out
