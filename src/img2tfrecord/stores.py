@@ -74,9 +74,16 @@ def _options() -> dict[str, Any]:
     return got
 
 
+# One file system per scheme, options and credential environment in this process: a notebook that
+# sets AWS_ENDPOINT_URL or new keys after a first call gets a file system that uses them (fsspec's
+# own cache keys on the arguments alone).
+_ENV_PREFIXES = ("AWS_", "AZURE_", "GOOGLE_", "GCSFS_", "STORAGE_EMULATOR_HOST")
+_made: dict[tuple[Any, ...], Any] = {}
+
+
 def filesystem(path: str) -> Any:
-    """The fsspec file system for `path` (fsspec keeps one instance per arguments and process);
-    UsageError naming the package and the extra when the back-end is not installed."""
+    """The fsspec file system for `path`; UsageError naming the package and the extra when the
+    back-end is not installed."""
     name = scheme(path)
     backend = BACKENDS[name]
     import importlib.util
@@ -85,9 +92,15 @@ def filesystem(path: str) -> Any:
         raise UsageError(
             f"{path}: {name}:// needs {backend.package}, which is not installed: pip install 'img2tfrecord[{backend.extra}]'"
         )
-    import fsspec
+    options = _DEFAULTS | _options()
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)))
+    key = (os.getpid(), name, json.dumps(options, sort_keys=True, default=str), env)
+    made = _made.get(key)
+    if made is None:
+        import fsspec
 
-    return fsspec.filesystem(name, **(_DEFAULTS | _options()))
+        made = _made[key] = fsspec.filesystem(name, skip_instance_cache=True, **options)
+    return made
 
 
 def missing_credentials(e: BaseException) -> bool:
