@@ -45,7 +45,7 @@ LAYERS = {
         "api",
     },
 }
-BASE = {"errors", "fs", "tf_import", "cstderr", "_version"}
+BASE = {"errors", "fs", "stores", "tf_import", "cstderr", "_version"}
 STAGES = ("plan", "encode", "write", "versions")
 
 

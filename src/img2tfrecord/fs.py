@@ -1,8 +1,10 @@
-"""File access for local paths and for every filesystem TensorFlow registers (gs://, s3://, hdfs://).
+"""File access for local paths, object stores through fsspec, and TensorFlow's file systems.
 
 Local paths use `os` directly: it is the hot path (one read per image) and needs no TensorFlow.
-Paths with a scheme go through `tf.io.gfile`, so `gs://bucket/data` works for input and output,
-on both engines, without a shared local disk.
+s3://, az:// and gcs:// go through fsspec (`stores`: s3fs, adlfs, gcsfs); other paths with a
+scheme (gs://, ram://) through `tf.io.gfile`. Both answer with gfile's names (`gfile(path)`), so
+`s3://bucket/data` or `gs://bucket/data` works for input and output, on both engines, without a
+shared local disk.
 """
 
 from __future__ import annotations
@@ -19,12 +21,18 @@ from typing import Any, NamedTuple, TypeAlias
 
 import xxhash
 
+from img2tfrecord import stores
 from img2tfrecord.errors import DataError, UsageError
 from img2tfrecord.tf_import import tensorflow
 
 
 def is_remote(path: str) -> bool:
     return "://" in path and not path.startswith("file://")
+
+
+def via_tensorflow(path: str) -> bool:
+    """Whether `path` is opened by TensorFlow's own file systems (gs://, ram://), not by `os` or fsspec."""
+    return is_remote(path) and not stores.served(path)
 
 
 def local(path: str) -> str:
@@ -35,8 +43,9 @@ def join(base: str, *parts: str) -> str:
     return posixpath.join(base, *parts) if is_remote(base) else os.path.join(base, *parts)
 
 
-# File systems that tensorflow-io registers (TensorFlow itself has only local and gs://).
-TF_IO_SCHEMES = frozenset({"s3", "hdfs", "viewfs", "har", "az"})
+# File systems that tensorflow-io registers (TensorFlow itself has only local and gs://); s3:// and
+# az:// are fsspec's (`stores.BACKENDS`).
+TF_IO_SCHEMES = frozenset({"hdfs", "viewfs", "har"})
 _tf_io: bool | None = None  # tensorflow-io imported in this process (None: not tried)
 
 
@@ -75,8 +84,11 @@ def scheme(path: str) -> str:
 
 
 def gfile(path: str | None = None) -> Any:
-    """`tf.io.gfile`; for a path of a tensorflow-io file system, with tensorflow-io imported (it
-    registers its file systems on import), in whichever process asks."""
+    """The calls of `tf.io.gfile` for `path`: an fsspec `stores.Store` for an object store fsspec
+    serves (s3://, az://), else `tf.io.gfile` itself; for a path of a tensorflow-io file system,
+    with tensorflow-io imported (it registers its file systems on import), in whichever process asks."""
+    if path is not None and stores.served(path):
+        return stores.Store(path)
     tf = tensorflow()
     if path is not None and scheme(path) in TF_IO_SCHEMES:
         _import_tf_io()
@@ -106,6 +118,9 @@ def check_remote(path: str, what: str) -> None:
     """
     if not is_remote(path):
         return
+    if stores.served(path):
+        _check_store(path, what)
+        return
     tf = tensorflow()
     name = scheme(path)
     try:
@@ -123,6 +138,22 @@ def check_remote(path: str, what: str) -> None:
         msg = (getattr(e, "message", None) or str(e) or type(e).__name__).strip().splitlines()[0]
         if "KeyboardInterrupt" in msg:  # Ctrl-C/SIGTERM while TensorFlow waited on the network, re-wrapped by pybind11
             raise KeyboardInterrupt from None
+        raise DataError(f"{what} {path} cannot be reached: {msg}") from None
+
+
+def _check_store(path: str, what: str) -> None:
+    """`check_remote` for an fsspec store: the package (UsageError), the credentials (UsageError
+    naming the variables), else whether it answers at all (DataError with the cause)."""
+    try:
+        gfile(path).exists(path)
+    except UsageError as e:
+        raise UsageError(f"{what} {e}") from None
+    except Exception as e:
+        if stores.missing_credentials(e):
+            raise UsageError(
+                f"{what} {path}: no credentials for {scheme(path)}://: set {stores.credentials_hint(path)}"
+            ) from None
+        msg = (str(e) or type(e).__name__).strip().splitlines()[0]
         raise DataError(f"{what} {path} cannot be reached: {msg}") from None
 
 
@@ -349,7 +380,10 @@ def list_entries(path: str) -> list[tuple[str, bool | None]]:
 @contextlib.contextmanager
 def _as_os_error(path: str) -> Iterator[None]:
     """tf.errors.* of a gfile call as the OSError a local read raises (FileNotFoundError for a
-    missing object), so readers catch one kind of error for both."""
+    missing object), so readers catch one kind of error for both. fsspec raises OSErrors already."""
+    if stores.served(path):
+        yield
+        return
     tf = tensorflow()
     try:
         yield
@@ -500,3 +534,41 @@ def open_read(path: str | os.PathLike[str]) -> Any:
     """A binary file for reading: `open`, or a GFile (read, seek, tell) for a remote path."""
     text = os.fspath(path)
     return gfile(text).GFile(text, "rb") if is_remote(text) else open(text, "rb")
+
+
+def spool(path: str) -> str | None:
+    """A local file to write `path`'s bytes into before `upload`, for an object store that fsspec
+    serves (TensorFlow's record writer writes local files only); None where it writes in place."""
+    if not stores.served(path):
+        return None
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix="img2tfrecord-", suffix="-" + posixpath.basename(path))
+    os.close(fd)
+    return tmp
+
+
+def upload(local_path: str, path: str, *, with_index: bool = False) -> None:
+    """`spool`'s file up to `path` (one object, there whole or not at all), its `.idx` first when
+    `with_index` (a shard there has its index); the local files removed either way."""
+    try:
+        if with_index:
+            gfile(path).upload(local_path + ".idx", path + ".idx")
+        gfile(path).upload(local_path, path)
+    finally:
+        unspool(local_path)
+
+
+def unspool(local_path: str | None) -> None:
+    """`spool`'s file and its index removed, if there (a shard uploaded, or given up)."""
+    if local_path is None:
+        return
+    for path in (local_path, local_path + ".idx"):
+        with contextlib.suppress(OSError):
+            os.remove(path)
+
+
+def opened_size(f: Any) -> int:
+    """The size of a file `open_read` opened remotely: a GFile's `size()`, an fsspec file's `size`."""
+    size = f.size
+    return int(size() if callable(size) else size)

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from google.protobuf.message import DecodeError
 
-from img2tfrecord import cstderr
+from img2tfrecord import cstderr, fs
 from img2tfrecord.errors import DataError, UsageError
-from img2tfrecord.format.framing import COMPRESSIONS, check_framing, detect_compression
+from img2tfrecord.format.framing import COMPRESSIONS, check_framing, detect_compression, read_records
 from img2tfrecord.format.layout import Manifest
 from img2tfrecord.format.load_files import Source, identity, replaced, split_files
 from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME
@@ -238,7 +238,7 @@ def _checked_records(tf: Any, src: Source, counts: list[int], reading: _Reading,
         return out(ex, image_of(ex))
 
     def shard(s: Any) -> Any:
-        read = tf.data.TFRecordDataset(opened(s), compression_type=compression_type).ignore_errors()
+        read = _shard_reader(tf, src, compression_type)(opened(s)).ignore_errors()
         good = read.map(_graph(decode), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).ignore_errors()
 
         def short(*x: Any) -> Any:  # pulled only when the shard has fewer records than it should
@@ -321,7 +321,8 @@ def _plain_records(tf: Any, src: Source, reading: _Reading, order: _Order) -> An
     if order.shuffle_files:
         ds = ds.shuffle(len(src.reads), seed=order.seed, reshuffle_each_iteration=True)
     opened = _opened(tf, src)
-    read = _graph(lambda s: tf.data.TFRecordDataset(opened(s), compression_type=reading.compression_type))
+    records = _shard_reader(tf, src, reading.compression_type)
+    read = _graph(lambda s: records(opened(s)))
     ds = ds.interleave(
         read,
         cycle_length=order.cycle_length,
@@ -354,6 +355,20 @@ def _collector_paused() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
+
+
+def _shard_reader(tf: Any, src: Source, compression_type: str) -> Callable[[Any], Any]:
+    """A shard's file name -> its records: TensorFlow's reader, or, for an object store TensorFlow
+    cannot open (s3://: no tensorflow-io), our streaming reader over fsspec in a generator."""
+    if not any(fs.is_remote(f) and not fs.via_tensorflow(f) for f in src.reads):
+        return lambda name: tf.data.TFRecordDataset(name, compression_type=compression_type)
+    comp = compression_type.lower() or "none"
+
+    def records(name: bytes) -> Iterator[bytes]:
+        yield from read_records(name.decode(), comp)
+
+    spec = tf.TensorSpec([], tf.string)
+    return lambda name: tf.data.Dataset.from_generator(records, args=(name,), output_signature=spec)
 
 
 def _graph(fn: Any) -> Any:

@@ -263,18 +263,18 @@ def test_a_fifo_named_like_an_image_is_skipped_never_waited_for(cli, tmp_path):
     assert "a/pipe.jpg: not a regular file (a FIFO)" in res.stderr
 
 
-# ---- 6. file systems TensorFlow lacks, storage it cannot reach ----
+# ---- 6. file systems TensorFlow lacks (s3://: tests/remote/), storage it cannot reach ----
 
 
 @pytest.mark.parametrize(
     "args, what",
     [
-        (["s3://bucket/images", "{out}"], "input s3://bucket/images"),
+        (["hdfs://namenode/images", "{out}"], "input hdfs://namenode/images"),
         (["{src}", "hdfs://namenode/out"], "output hdfs://namenode/out"),
-        (["{src}", "{out}", "--file-list", "s3://bucket/files.csv"], "--file-list s3://bucket/files.csv"),
+        (["{src}", "{out}", "--file-list", "hdfs://namenode/files.csv"], "--file-list hdfs://namenode/files.csv"),
     ],
 )
-def test_s3_and_hdfs_say_what_is_missing(cli, tmp_path, args, what):
+def test_hdfs_says_what_is_missing(cli, tmp_path, args, what):
     make_dataset(tmp_path / "src", {"a": 1})
     res = cli("convert", *[a.format(src=tmp_path / "src", out=tmp_path / "out") for a in args])
     assert res.exit_code == 2

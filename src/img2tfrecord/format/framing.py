@@ -91,7 +91,7 @@ def record_spans(path: str | os.PathLike[str]) -> Iterator[tuple[int, int]]:
     f: Any
     with fs.open_read(path) if remote else open(path, "rb", buffering=0) as f:
         fd = -1 if remote else f.fileno()
-        size = f.size() if remote else os.fstat(fd).st_size
+        size = fs.opened_size(f) if remote else os.fstat(fd).st_size
         index = offset = 0
         while offset < size:
             if remote:  # a GFile reads ahead in blocks: a seek within one costs no request

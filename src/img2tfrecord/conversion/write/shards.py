@@ -33,7 +33,7 @@ from img2tfrecord.conversion.plan.options import (
 from img2tfrecord.conversion.plan.table import Task
 from img2tfrecord.errors import DataError
 from img2tfrecord.format.catalog import kind_key
-from img2tfrecord.format.framing import RECORD_OVERHEAD, record_spans
+from img2tfrecord.format.framing import RECORD_OVERHEAD, read_records, record_spans
 from img2tfrecord.format.naming import shard_name, shard_split
 from img2tfrecord.format.schema import utf8_text
 from img2tfrecord.tf_import import RecordIOError, record_io, tensorflow
@@ -72,13 +72,14 @@ class ShardWriter:
         writeback: bool = False,
     ) -> None:
         self.path = fs.join(directory, name)
+        self.spool = fs.spool(self.path)  # an object store's shard: written here, uploaded at close
         self.info = ShardInfo(final_name or name)
         self.index = index
         self.checksum = checksum
         self._written = self._flushed = 0  # uncompressed record bytes; how many were handed to writeback
         self._wb_fd: int | None = None
         self._sizes = array("q")
-        self._writer = record_writer(self.path, compression)
+        self._writer = record_writer(self.spool or self.path, compression)
         if writeback and not compression and not fs.is_remote(self.path):
             self._wb_fd = os.open(self.path, os.O_RDONLY)
 
@@ -110,7 +111,15 @@ class ShardWriter:
             fs.start_writeback(self._wb_fd, self._flushed, 0)  # 0: to the end of the file
             os.close(self._wb_fd)
             self._wb_fd = None
-        return seal(self.path, self.info, self._sizes, self.index, durable, self.checksum)
+        if self.spool is None:
+            return seal(self.path, self.info, self._sizes, self.index, durable, self.checksum)
+        try:
+            info = seal(self.spool, self.info, self._sizes, self.index, False, self.checksum)
+        except BaseException:
+            fs.unspool(self.spool)
+            raise
+        fs.upload(self.spool, self.path, with_index=self.index)
+        return info
 
 
 @contextlib.contextmanager
@@ -143,7 +152,7 @@ def preloading(staging: str, first: Iterable[str] = ()) -> Iterator[None]:
     TensorFlow, which reading the remote dataset.json imported already)."""
     from img2tfrecord.tf_import import record_io_loading, record_io_requested
 
-    if fs.is_remote(staging) or record_io_requested():
+    if fs.via_tensorflow(staging) or record_io_requested():
         yield
         return
     with record_io_loading(first):
@@ -153,10 +162,10 @@ def preloading(staging: str, first: Iterable[str] = ()) -> Iterator[None]:
 def load_writer(staging: str) -> None:
     """Load what writing into `staging` needs (to do it ahead, in a thread): TensorFlow's record
     writer alone for a local folder (~0.4 s, see tf_import), all of TensorFlow for a `tf.io.gfile` one."""
-    if fs.is_remote(staging):
+    if fs.via_tensorflow(staging):
         tensorflow()
     else:
-        record_io()
+        record_io()  # an object store's shards are written locally first (`fs.spool`)
 
 
 def record_writer(path: str, compression: str | None) -> Any:
@@ -351,19 +360,22 @@ def write_shard(
         staging, shard.name, settings.compression, settings.index, checksum=settings.checksum, writeback=writeback
     )
     out = ShardOutcome(shard.split, sw.info)  # --strict is enforced once every image was tried (finalize)
-    for position, (task, result) in enumerate(zip(shard.tasks, results)):
-        if result.kind == DROPPED:
-            assert drop is not None
-            out.add(position, task, result, drop[task.rel])
-        else:
-            if result.kind != "skip":
-                sw.write(to_record(task, result))
-            out.add(position, task, result)
-        if result.reason and on_skip:
-            on_skip(utf8_text(task.rel), result.reason)
-        if on_image:  # the bytes of images written; 0 for one skipped or dropped (never an empty image)
-            on_image(0 if result.reason or result.kind == DROPPED else result.size)
-
+    try:
+        for position, (task, result) in enumerate(zip(shard.tasks, results)):
+            if result.kind == DROPPED:
+                assert drop is not None
+                out.add(position, task, result, drop[task.rel])
+            else:
+                if result.kind != "skip":
+                    sw.write(to_record(task, result))
+                out.add(position, task, result)
+            if result.reason and on_skip:
+                on_skip(utf8_text(task.rel), result.reason)
+            if on_image:  # the bytes of images written; 0 for one skipped or dropped (never an empty image)
+                on_image(0 if result.reason or result.kind == DROPPED else result.size)
+    except BaseException:  # the shard given up: its local copy too, for an object store
+        fs.unspool(sw.spool)
+        raise
     sw.close(settings.fsync if durable is None else durable)
     out.close(sw.sizes, settings.digests)
     return out
@@ -440,6 +452,10 @@ def _recut_tf(
 def _records(staging: str, files: list[str], compression: str) -> Iterator[bytes]:
     """Every record of `files` in order, read by TensorFlow: its record iterator for a local
     folder (no full import, see tf_import), tf.data for a `tf.io.gfile` one."""
+    if fs.is_remote(staging) and not fs.via_tensorflow(staging):  # fsspec's store: our streaming reader
+        for f in files:
+            yield from read_records(fs.join(staging, f), compression.lower() or "none")
+        return
     if fs.is_remote(staging):
         tf = tensorflow()
         paths = [fs.join(staging, f) for f in files]
