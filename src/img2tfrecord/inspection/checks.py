@@ -128,6 +128,8 @@ def _decoded_problems(
     fmt: str, declared: tuple[int | None, int | None, int | None], sniffed: str | None, decoded: Decoded
 ) -> Iterator[str]:
     """What TensorFlow's decode of an image says against its record: undecodable, wrong format or shape."""
+    if decoded == declared and (not sniffed or sniffed == fmt):  # the common case: nothing to say
+        return
     if isinstance(decoded, str):
         yield f"image does not decode: {decoded}"
         return

@@ -147,7 +147,7 @@ def parse_record(rec: RawRecord) -> RecordInfo:
     if CLASS_TEXT in fm and fm[CLASS_TEXT].kind in ("bytes", None):  # a detection record: its boxes' classes
         values = fm[CLASS_TEXT].values or ()
         info.boxes = tuple(bytes(v).decode("utf-8", "replace") for v in values if isinstance(v, memoryview))
-    info.objects = boxes_of(fm)
+    info.objects = boxes_of(fm) if not BOX_KEYS.isdisjoint(fm) else ()  # most records have no boxes
     if info.image is not None and info.format != FORMAT_RAW and None in (info.height, info.width, info.channels):
         _fill_size_from_header(info)
     return info
