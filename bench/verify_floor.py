@@ -184,6 +184,12 @@ def run(rounds: int = 3, images: int = 16000) -> dict:
         ok = value >= target if op == ">=" else value <= target
         rounds_text = ", ".join(f"{p[name]:.2f}" for p in per_round)
         print(f"{name:46s} {value:5.2f}{'  ok' if ok else f'  MISSED (target {op} {target})'}  (rounds: {rounds_text})")
+    busy = statistics.median(x["others_cores"] for v in runs.values() for x in v)
+    if busy > 0.25:  # the contenders then got what others left them, unevenly: a wall ratio says little
+        print(
+            f"other work kept {busy:.2f} of {CORES} cores busy meanwhile (median): the wall-time ratios are not "
+            "reliable, the CPU one is"
+        )
     return {
         "images": total,
         "cores": CORES,
