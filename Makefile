@@ -27,7 +27,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 3
 PYTEST_ARGS ?= -n auto --maxprocesses 8 --dist loadgroup
 , := ,
 
-.PHONY: install sysdeps docs docs-screenshot model-garden test test-plain test-beam test-explore fuzz test-latest test-floor lock lint demo bench bench-read bench-plan bench-update bench-report bench-detection clean
+.PHONY: install sysdeps docs docs-screenshot model-garden test test-plain test-beam test-explore fuzz test-latest test-floor lock lint demo bench bench-read bench-plan bench-verify bench-update bench-report bench-detection clean
 
 # $(call venv,DIR,EXTRAS,CONSTRAINTS): a fresh DIR with `pip install -e .[EXTRAS]`, locked when CONSTRAINTS is set.
 define venv
@@ -157,6 +157,9 @@ bench: $(STAMP)
 
 bench-read: $(STAMP)  # only the read benchmark (load() vs a hand-written tf.data pipeline vs Keras), ~3 minutes
 	$(BIN)/python bench/run.py --only read
+
+bench-verify: $(STAMP)  # only the verify benchmark (inspect --verify against TensorFlow's decode floor and convert, 16,000 images; 4,000; 1 worker against all)
+	$(BIN)/python bench/run.py --only verify
 
 bench-update: $(STAMP)  # only the update benchmark (update +1% and compact vs a fresh conversion)
 	$(BIN)/python bench/run.py --only update

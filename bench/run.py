@@ -14,8 +14,10 @@ Then the read benchmark (bench/read.py): load() against a hand-written tf.data p
 Keras' image_dataset_from_directory, first-batch latency and steady throughput; and the plan
 benchmark (bench/plan.py): `convert --dry-run` on a million files against a plain-Python walk.
 
-And the verify benchmark (bench/verify.py, `--only verify`): inspect --verify against convert
-on the 4,000 images (the ratio of whole-process times), and on one worker against all cores;
+And the verify benchmark (`--only verify`, `make bench-verify`): inspect --verify against its
+floor, TensorFlow's decode of the same images on every core, and against convert, on 16,000
+images (bench/verify_floor.py); against convert on the 4,000 images (the ratio of whole-process
+times), and on one worker against all cores (bench/verify.py);
 the update benchmark (bench/update.py, `--only update`): update after +1% and compact
 against a fresh conversion; and the detection benchmark (bench/detection.py, `--only
 detection`): `convert --annotations` of a COCO file against `convert` of the same 4,000 images.
@@ -50,6 +52,7 @@ import read
 import report
 import update
 import verify
+import verify_floor
 
 PY = sys.executable
 BIN = os.path.join(os.path.dirname(PY), "img2tfrecord")
@@ -260,6 +263,14 @@ def help_seconds(args: list[str]) -> tuple[float, bool]:
     return statistics.median(times), r.stderr.strip().endswith("True")
 
 
+def verify_all(rounds: int) -> dict:
+    """The verify benchmarks: against its floor and convert (16,000 images), against convert
+    (4,000), one worker against all cores (8,000)."""
+    floor = {"against_floor": verify_floor.run(rounds)}
+    print()
+    return floor | {"against_convert": verify.against_convert(rounds)} | verify.run(rounds)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", type=int, default=12000, help="a multiple of 4000")
@@ -278,9 +289,7 @@ def main() -> None:
     if args.only in ("read", "verify", "update", "report", "detection"):
         result = {
             "read": lambda: {"read": read.run(args.rounds)},
-            "verify": lambda: {
-                "verify": {"against_convert": verify.against_convert(args.rounds)} | verify.run(args.rounds)
-            },
+            "verify": lambda: {"verify": verify_all(args.rounds)},
             "update": lambda: {"update": update.run(args.rounds)},
             "report": lambda: {"report": report.run(args.rounds)},
             "detection": lambda: {"detection": detection.run(max(args.rounds, 5))},
@@ -436,7 +445,7 @@ def main() -> None:
         print()
         plan.main(["--rounds", str(args.rounds)])  # writes bench/results-plan.json
         print()
-        result["verify"] = {"against_convert": verify.against_convert(args.rounds)} | verify.run(args.rounds)
+        result["verify"] = verify_all(args.rounds)
         print()
         result["update"] = update.run(args.rounds)
         print()

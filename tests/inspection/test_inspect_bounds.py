@@ -362,3 +362,59 @@ def test_collected_values_follow_the_entry_key_protobuf_takes_in_any_field_order
     assert set(w.features) == set(want)
     for key, f in w.features.items():
         assert f.values == (want[key] if key == "a" else None), key
+
+
+def _walked(data: bytes, collect: frozenset[str], cap: int) -> Any:
+    """Everything parse_example says of `data` (its error message included), bytes as bytes."""
+    b = lambda v: bytes(v) if isinstance(v, memoryview) else v  # noqa: E731
+    try:
+        w = parse_example(data, collect=collect, cap=cap)
+    except WireError as e:
+        return f"error: {e}"
+    rows = {
+        k: (f.kind, f.count, b(f.first), None if f.values is None else [b(v) for v in f.values])
+        for k, f in w.features.items()
+    }
+    return repr((sorted(rows.items()), w.more_keys, w.has_features))
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    parts=st.lists(_examples, min_size=1, max_size=2),
+    edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=2),
+    caps=st.lists(st.integers(0, 4), min_size=2, max_size=3),
+)
+def test_small_entries_from_the_cache_are_what_a_fresh_walk_gives(
+    parts: list[dict[str, Any]], edits: list[tuple[int, int]], caps: list[int]
+) -> None:
+    """Small map entries are taken from a cache by their bytes (verify's reading thread, issue 41): the
+    same record walked again, with other keys collected or another cap, and a damaged one's error
+    message, position included, are what a walk without the cache gives."""
+    from img2tfrecord.inspection import wire
+
+    data = bytearray(b"".join(_serialize(p) for p in parts))
+    for at, value in edits:
+        if data:
+            data[at % len(data)] = value
+    runs = [(frozenset(c), cap) for cap in caps for c in ({"a"}, {"a", "ü"}, set())]
+    cached = [_walked(bytes(data), c, cap) for c, cap in runs + runs]  # the second time from the cache
+    size, wire._CACHED_ENTRY_BYTES = wire._CACHED_ENTRY_BYTES, -1  # (hypothesis: no monkeypatch fixture)
+    try:
+        fresh = [_walked(bytes(data), c, cap) for c, cap in runs + runs]
+    finally:
+        wire._CACHED_ENTRY_BYTES = size
+    assert cached == fresh
+
+
+def test_a_cached_entry_holds_its_own_bytes_not_the_record() -> None:
+    """What the cache keeps (a bytes value's memoryview) must not keep a whole record, image and all, alive."""
+    ex = Example()
+    ex.features.feature["image/format"].bytes_list.value.append(b"JPEG")
+    ex.features.feature["image/encoded"].bytes_list.value.append(b"\xff\xd8\xff" + bytes(100_000))
+    data = ex.SerializeToString()
+    for _ in range(2):
+        w = parse_example(data)
+        fmt, image = w.features["image/format"].first, w.features["image/encoded"].first
+        assert isinstance(fmt, memoryview) and isinstance(image, memoryview)
+        assert bytes(fmt) == b"JPEG" and fmt.obj is not data and len(fmt.obj) < 64
+        assert image.obj is data  # a large entry is walked in place, never copied

@@ -17,6 +17,7 @@ from img2tfrecord.format.naming import SHARD_RE
 from img2tfrecord.format.schema import (
     COLORSPACES,
     FORMAT_RAW,
+    Declared,
     declared_features,
     filename_problem,
 )
@@ -127,6 +128,8 @@ def _decoded_problems(
     fmt: str, declared: tuple[int | None, int | None, int | None], sniffed: str | None, decoded: Decoded
 ) -> Iterator[str]:
     """What TensorFlow's decode of an image says against its record: undecodable, wrong format or shape."""
+    if decoded == declared and (not sniffed or sniffed == fmt):  # the common case: nothing to say
+        return
     if isinstance(decoded, str):
         yield f"image does not decode: {decoded}"
         return
@@ -147,9 +150,12 @@ def _show(value: str, limit: int = 80) -> str:
     return r if len(value) <= limit else r[:-1] + "..." + r[-1]
 
 
-def _schema_problems(info: RecordInfo, man: Manifest) -> Iterator[str]:
-    """Checks that only hold for our own datasets (docs/schema.md)."""
-    for key, d in declared_features(man.data.get("metadata")).items():
+def _schema_problems(info: RecordInfo, man: Manifest, declared: dict[str, Declared] | None = None) -> Iterator[str]:
+    """Checks that only hold for our own datasets (docs/schema.md); `declared`: the manifest's
+    `declared_features`, when the caller made them once for all its records."""
+    if declared is None:
+        declared = declared_features(man.data.get("metadata"))
+    for key, d in declared.items():
         got = info.features.get(key)
         if got is None:
             yield f"missing feature {key}"

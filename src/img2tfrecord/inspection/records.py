@@ -75,6 +75,9 @@ class RecordInfo:
 # Every key a role can come from: always kept, whatever else a record holds.
 ALL_ROLE_KEYS = frozenset(k for keys in ROLE_KEYS.values() for k in keys)
 
+# ...and a detection record's box keys, whose values are collected
+_KEPT_KEYS = ALL_ROLE_KEYS | BOX_KEYS
+
 MAX_RECORD_KEYS = 256  # other keys kept per record (in wire order); the rest are counted in `more_keys`
 
 MAX_TEXT = 1000  # characters of a filename or class text shown in a report row
@@ -93,7 +96,7 @@ def parse_record(rec: RawRecord) -> RecordInfo:
     (so `boxes` and the counts of boxes per class cover a record's first 1,000 boxes).
     """
     try:
-        ex = parse_example(rec.data, ALL_ROLE_KEYS | BOX_KEYS, MAX_RECORD_KEYS, collect=BOX_KEYS)
+        ex = parse_example(rec.data, _KEPT_KEYS, MAX_RECORD_KEYS, collect=BOX_KEYS)
     except WireError as e:
         raise NotExample(f"not a tf.train.Example ({e})") from None
     if rec.data and not ex.has_features:
@@ -144,7 +147,7 @@ def parse_record(rec: RawRecord) -> RecordInfo:
     if CLASS_TEXT in fm and fm[CLASS_TEXT].kind in ("bytes", None):  # a detection record: its boxes' classes
         values = fm[CLASS_TEXT].values or ()
         info.boxes = tuple(bytes(v).decode("utf-8", "replace") for v in values if isinstance(v, memoryview))
-    info.objects = boxes_of(fm)
+    info.objects = boxes_of(fm) if not BOX_KEYS.isdisjoint(fm) else ()  # most records have no boxes
     if info.image is not None and info.format != FORMAT_RAW and None in (info.height, info.width, info.channels):
         _fill_size_from_header(info)
     return info

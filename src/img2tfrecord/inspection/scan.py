@@ -26,6 +26,7 @@ from img2tfrecord.format import framing, pinning
 from img2tfrecord.format.catalog import Catalog
 from img2tfrecord.format.framing import FramingError, TFRecordFile
 from img2tfrecord.format.layout import Manifest, ShardRef, pixel_limit, resolve_paths
+from img2tfrecord.format.schema import declared_features
 from img2tfrecord.format.split_groups import group_pattern
 from img2tfrecord.fs import CHECKSUMS
 from img2tfrecord.inspection import dataset_lists, outputs
@@ -447,6 +448,7 @@ def _scan_records(
     idx = _IndexChecker(index_file, probs) if verify and f.compression == "none" and index_file.is_file() else None
     counts = class_counts.setdefault((id(man), ref.split), Counter()) if man is not None and ref.split else None
     max_pixels = pixel_limit(man)
+    declared = declared_features(man.data.get("metadata")) if verify and man is not None else None
     first_non_example: tuple[int, int, str] | None = None
     last = 0
     try:
@@ -483,7 +485,7 @@ def _scan_records(
             if decoder is not None:
                 check_image(info, max_pixels, decoder, probs)
             if verify and man is not None:
-                for msg in _schema_problems(info, man):
+                for msg in _schema_problems(info, man, declared):
                     probs.add(rec.index, rec.offset, msg)
                 if loaded is not None and (wrong := loaded.name_problem(ref.path.name, rec.index, info.filename)):
                     probs.add(rec.index, rec.offset, wrong)
