@@ -97,7 +97,7 @@ def read_voc(top: str, xmls: list[str]) -> VocRead:
             if filename:
                 bad_name.setdefault(filename, bad)
             continue
-        got = ImageBoxes(width, height, filename or rel, objects)
+        got = ImageBoxes(width=width, height=height, source_id=filename or rel, boxes=objects)
         if filename in by_name or filename in bad_name:  # two XMLs of one image
             first = origin[stem_of[filename]] if filename in by_name else bad_name[filename].path
             bad_name[filename] = Unusable(
@@ -160,7 +160,7 @@ def _object(o: ET.Element, n: int) -> RawBox:
         corners.append(v)
     x0, y0, x1, y1 = corners
     difficult, truncated = (_flag(o.findtext(k), k, n) for k in ("difficult", "truncated"))
-    return RawBox(name, x0, y0, x1, y1, 0, -1.0, difficult, truncated)
+    return RawBox(name=name, xmin=x0, ymin=y0, xmax=x1, ymax=y1, difficult=difficult, truncated=truncated)
 
 
 def _flag(text: str | None, key: str, n: int) -> int:
