@@ -133,3 +133,31 @@ def test_every_enricher_declares_its_columns_and_skips(tmp_path: Path) -> None:
     assert got.keep == [0] and [s.rel for s in got.skips] == [b"cat/img_001.jpg"]
     assert all(s.reason.startswith(e.skip_reasons) for s in got.skips)
     assert e.stamp(ImageTable("", False, [], []), 0) is None  # a changed metadata file is refused instead
+
+
+def test_a_dummy_enricher_beside_one_that_gives_the_classes(tmp_path: Path, weights: Path) -> None:
+    """INPUT walked whole (a multi-label metadata file gives the classes): the dummy's feature and
+    skip beside the file's labels, each record's features sorted by key."""
+    import tensorflow as tf
+
+    data, out = tmp_path / "data", tmp_path / "out"
+    make_dataset(data, {"a": 2, "b": 2})
+    rows = [("a/img_000.png", ["x"]), ("a/img_001.jpg", ["x", "y"]), ("b/img_000.png", ["y"]), ("b/img_001.jpg", ["x"])]
+    (data / "metadata.jsonl").write_text("".join(json.dumps({"file_name": f, "labels": ls}) + "\n" for f, ls in rows))
+    weights.write_text(json.dumps({"a/img_001.jpg": 5, "b/img_001.jpg": -2}))
+    convert(data, out, workers=1)
+    man = json.loads((out / "dataset.json").read_text())
+    assert man["skipped"] == [{"path": "b/img_001.jpg", "split": "train", "reason": SKIP}]
+    assert man["metadata"]["multi_label"] and man["metadata"]["columns"] == {"weight": {"type": "int64", "list": False}}
+    spec = {
+        "image/filename": tf.io.FixedLenFeature([], tf.string),
+        "image/weight": tf.io.FixedLenFeature([], tf.int64),
+        "image/class/text": tf.io.VarLenFeature(tf.string),
+    }
+    got = {}
+    for f in sorted(out.glob("*-of-*")):
+        for raw in tf.data.TFRecordDataset(str(f)):
+            ex = tf.io.parse_single_example(raw, spec)
+            texts = [t.decode() for t in tf.sparse.to_dense(ex["image/class/text"]).numpy()]
+            got[ex["image/filename"].numpy().decode()] = (int(ex["image/weight"].numpy()), texts)
+    assert got == {"a/img_000.png": (0, ["x"]), "a/img_001.jpg": (5, ["x", "y"]), "b/img_000.png": (0, ["y"])}

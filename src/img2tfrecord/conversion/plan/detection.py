@@ -306,7 +306,7 @@ def _sized(got: ImageBoxes, path: str) -> ImageBoxes | str:
     size = stored_size(path)
     if size is None:
         return "its annotation gives no <size> and the image's header gives none"
-    return dataclasses.replace(got, width=size[0], height=size[1])
+    return dataclasses.replace(got, width=size.width, height=size.height)
 
 
 def _match(ann: Annotations, rel: str, matched: dict[str, str], ids: dict[str, int]) -> ImageBoxes | str | None:

@@ -182,11 +182,11 @@ def enrich_batch(enrichers: Sequence[Enricher], batch: Batch) -> Kept:
         for k, v in got.columns.items():
             if k in columns and k != "meta":
                 raise ValueError(f"two enrichers fill the column {k}")
-            columns[k] = [_merged(a, b) for a, b in zip(columns[k], v)] if k in columns else list(v)
+            columns[k] = [merged_meta(a, b) for a, b in zip(columns[k], v)] if k in columns else list(v)
     return Kept(batch, kept, columns, skips)
 
 
-def _merged(a: tuple[MetaValue, ...], b: tuple[MetaValue, ...]) -> tuple[MetaValue, ...]:
+def merged_meta(a: tuple[MetaValue, ...], b: tuple[MetaValue, ...]) -> tuple[MetaValue, ...]:
     """Two enrichers' features of one image, sorted by key as a Task holds them."""
     return tuple(sorted(a + b, key=lambda m: m.key))
 

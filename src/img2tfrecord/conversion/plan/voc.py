@@ -176,7 +176,12 @@ def _flag(text: str | None, key: str, n: int) -> int:
     return int(v)
 
 
-def stored_size(path: str) -> tuple[int, int] | None:
+class StoredSize(NamedTuple):
+    width: int
+    height: int
+
+
+def stored_size(path: str) -> StoredSize | None:
     """The width and height an image file stores (its header, read by Pillow without decoding the
     pixels: the size the encoder checks an annotation's against); None when it cannot be read."""
     import warnings
@@ -189,6 +194,6 @@ def stored_size(path: str) -> tuple[int, int] | None:
         with warnings.catch_warnings(), fs.open_read(path) as f:
             warnings.simplefilter("ignore")  # DecompressionBombWarning: --max-pixels is the encoder's to judge
             with Image.open(f) as im:
-                return im.size
+                return StoredSize(*im.size)
     except Exception:  # unreadable here: the encoder says why, if it cannot read it either
         return None

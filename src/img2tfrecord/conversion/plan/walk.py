@@ -62,7 +62,6 @@ from img2tfrecord.conversion.plan.walk_files import (
     Entry,
     Visited,
     WalkReport,
-    as_class_files,
     local_entries,
     never_data_dir,
     os_junk_file,
@@ -92,19 +91,24 @@ _BYTES_WALK = (
 )
 
 
-def walk_classes(walks: list[tuple[str, str, str]], remote: bool) -> Iterator[ClassFiles]:
-    """Walk every (class, split key, folder); remote folders concurrently, results in order. A local
-    folder reached twice is walked once (docs/converting.md): by its own class when it is a class
-    folder, else by the first class that reaches it."""
+class ClassWalk(NamedTuple):
+    """A folder to walk: a class folder (of a split folder), or the whole of INPUT ("", "", INPUT)."""
+
+    name: str  # the class ("" for the whole input)
+    split: str  # the split folder's key ("" when none)
+    path: str
+
+
+def walk_classes(walks: Sequence[ClassWalk], remote: bool) -> Iterator[ClassFiles]:
+    """Walk every folder; remote folders concurrently, results in order. A local folder reached
+    twice is walked once (docs/converting.md): by its own class when it is a class folder, else by
+    the first class that reaches it."""
     if not remote:
-        seen = Visited.of([path for _, _, path in walks])
-        yield from (
-            walk_class_fast(path, seen) if _BYTES_WALK else as_class_files(*walk_class(path, "", seen))
-            for _, _, path in walks
-        )
+        seen = Visited.of([w.path for w in walks])
+        yield from (walk_class_fast(w.path, seen) if _BYTES_WALK else walk_class(w.path, "", seen) for w in walks)
         return
     with ThreadPoolExecutor(min(LIST_THREADS, max(1, len(walks))), thread_name_prefix="list") as pool:
-        yield from pool.map(lambda w: as_class_files(*walk_class_remote(w[2], w[0] + "/")), walks)
+        yield from pool.map(lambda w: walk_class_remote(w.path, w.name + "/"), walks)
 
 
 def check_input(input_dir: str) -> bool:
@@ -122,7 +126,7 @@ class _Layout(NamedTuple):
 
     presplit: bool
     split_roots: dict[str, str]  # split key ("" when not presplit) -> its folder
-    walks: list[tuple[str, str, str]]  # (class name, split key, folder)
+    walks: list[ClassWalk]
     loose: list[Entry]
     ignored: int
     warnings: list[str]
@@ -150,7 +154,7 @@ def _layout(
         split_roots = {"": input_dir}
         if mixed := mixed_split_warning(input_dir, [e.name for e in top_dirs]):
             warnings.append(mixed)
-    walks: list[tuple[str, str, str]] = []
+    walks: list[ClassWalk] = []
     for skey, sroot in split_roots.items():
         entries = _entries(sroot, remote, report, os.path.basename(sroot) + "/", "split folder") if skey else top
         for e in entries:
@@ -161,7 +165,7 @@ def _layout(
                     else:
                         ignored += 1
                 continue
-            walks.append((e.name, skey, e.path))
+            walks.append(ClassWalk(e.name, skey, e.path))
     return _Layout(presplit, split_roots, walks, loose, ignored, warnings)
 
 
@@ -189,13 +193,14 @@ def _fill(
     (each split's image numbers are then in image/filename order; see conversion.plan.table); with
     `enrichers` (conversion.plan.enrich), only the images they keep, each with their columns."""
     rank = {k: i for i, k in enumerate(lay.split_roots)}
-    walks = sorted(lay.walks, key=lambda w: (rank[w[1]], w[0] + "/"))
+    walks = sorted(lay.walks, key=lambda w: (rank[w.split], w.name + "/"))
     per_class: dict[str, dict[str, Sequence[int]]] = {}
     excluded: dict[str, int] = {}
     skipped = [{"path": utf8_text(rel), "split": "", "reason": why} for rel, why in report.skipped]  # INPUT's own
     ignored, seen, walked = lay.ignored, set[bytes](), 0
     left_out: dict[int, str] = {}  # an enricher (by position) -> the first path it left out
-    for (c, skey, path), found in zip(walks, walk_classes(walks, table.remote)):
+    for w, found in zip(walks, walk_classes(walks, table.remote)):
+        c, skey, path = w.name, w.split, w.path
         ignored += found.ignored
         split_dir = f"{os.path.basename(lay.split_roots[skey])}/" if skey else ""
         prefix = split_dir + c + "/"
@@ -267,7 +272,7 @@ def discover(
     loose = lay.loose
     left_out = loose_warning(input_dir, len(loose), loose[0].name, top_level=not lay.presplit) if loose else ""
     images = f"(images: {', '.join(sorted(IMAGE_EXTENSIONS))})"
-    folders = {c for c, _, _ in lay.walks}
+    folders = {w.name for w in lay.walks}
     classes = class_list(folders, labels, no_classes(input_dir, len(loose), images), known_classes)
     for c in classes:
         if c in folders and (problem := class_name_problem(c)):

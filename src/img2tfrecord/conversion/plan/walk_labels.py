@@ -13,10 +13,10 @@ from array import array
 from collections.abc import Sequence
 
 from img2tfrecord import fs
-from img2tfrecord.conversion.plan.enrich import Batch, Enricher, Labeller, enrich_batch, fill
+from img2tfrecord.conversion.plan.enrich import Batch, Enricher, Labeller, enrich_batch, fill, merged_meta
 from img2tfrecord.conversion.plan.splits import EXACT, Discovery, SplitRule, assemble, split_of
 from img2tfrecord.conversion.plan.table import ImageTable, decode_name
-from img2tfrecord.conversion.plan.walk import check_input, walk_classes
+from img2tfrecord.conversion.plan.walk import ClassWalk, check_input, walk_classes
 from img2tfrecord.conversion.plan.walk_remote import stat_remote
 from img2tfrecord.conversion.plan.walk_text import junk_note
 from img2tfrecord.errors import DataError
@@ -37,7 +37,7 @@ def discover_labelled(
 ) -> Discovery:
     """`walk.discover` when `labeller` gives the classes: every image below INPUT that it keeps."""
     remote = check_input(input_dir)
-    (found,) = walk_classes([("", "", input_dir)], remote)
+    (found,) = walk_classes([ClassWalk("", "", input_dir)], remote)
     if found.report.error is not None:
         raise DataError(f"cannot list input {input_dir}: {found.report.error}")
     classes = labeller.prepare(labels, known_classes, label_offset)
@@ -56,7 +56,7 @@ def discover_labelled(
         kept, cls = rest.batch, [cls[i] for i in rest.keep]
         folders = [folders[i] for i in rest.keep] if folders else folders
         columns = {k: [v[i] for i in rest.keep] for k, v in columns.items()}
-        columns.update((k, [*map(_sorted, columns[k], v)] if k in columns else v) for k, v in rest.columns.items())
+        columns.update((k, [*map(merged_meta, columns[k], v)] if k in columns else v) for k, v in rest.columns.items())
     numbers = table.extend([groups[k] for k in cls], kept.names, kept.sizes, kept.mtimes)
     fill(table, numbers, columns)
     keys = list(got.split_keys)
@@ -98,8 +98,3 @@ def _skip(rel: bytes, reason: str, seed: int, split: dict[str, float] | None) ->
     """An enricher's skip as the walk lists it: with the split the image would have gone to."""
     text = decode_name(rel)
     return {"path": utf8_text(text), "split": split_of(text, seed, split), "reason": reason}
-
-
-def _sorted(a: tuple, b: tuple) -> tuple:  # type: ignore[type-arg]
-    """Two enrichers' features of one image, sorted by key."""
-    return tuple(sorted(a + b, key=lambda m: m.key))
