@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
+from typing import Any
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.plan.enrich import Batch, Enricher, Labeller, enrich_batch, fill, merged_meta
@@ -48,8 +49,8 @@ def discover_labelled(
     got = labeller.label(Batch(b"", "", found.names, found.sizes, found.mtimes))
     skipped += [_skip(s.rel, s.reason, seed, split) for s in got.skips]
     kept = Batch(b"", "", found.names, found.sizes, found.mtimes).subset(got.keep)
-    columns = {k: list(v) for k, v in got.columns.items()}
-    cls, folders = list(got.cls), list(got.splits)
+    columns: dict[str, Sequence[Any]] = dict(got.columns)
+    cls, folders = got.cls, got.splits
     if others:
         rest = enrich_batch(others, kept)
         skipped += [_skip(s.rel, s.reason, seed, split) for s in rest.skips]
