@@ -62,6 +62,12 @@ class Weights:
     def input_changed(self, recorded: Mapping[str, Any]) -> bool:
         return False
 
+    def written(self, metadata: dict[str, Any], skipped: list[dict[str, str]], tasks: Any) -> dict[str, Any]:
+        return metadata
+
+    def published(self, metadata: dict[str, Any], rels: Any) -> dict[str, Any]:
+        return metadata
+
 
 @pytest.fixture
 def weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

@@ -28,7 +28,7 @@ from img2tfrecord.conversion.plan.labels import check_class_list, class_list
 from img2tfrecord.conversion.plan.like import convert_like_advice
 from img2tfrecord.conversion.plan.raw_boxes import SegmentRows
 from img2tfrecord.conversion.plan.splits import Discovery, Missing
-from img2tfrecord.conversion.plan.table import BoxCounts, ImageTable, Objects, boxes_digest, decode_name
+from img2tfrecord.conversion.plan.table import BoxCounts, ImageTable, Objects, Task, boxes_digest, decode_name
 from img2tfrecord.conversion.plan.voc import stored_size
 from img2tfrecord.conversion.plan.yolo import image_split
 from img2tfrecord.errors import UsageError, option, plural
@@ -204,6 +204,20 @@ class Boxes:
 
     def input_changed(self, recorded: Mapping[str, Any]) -> bool:
         return self.ann.digest != recorded.get("xxh3_128")
+
+    def written(self, metadata: dict[str, Any], skipped: list[dict[str, str]], tasks: Iterable[Task]) -> dict[str, Any]:
+        """The box counts without the images the encoder skipped."""
+        if "detection" not in metadata or not skipped:
+            return metadata
+        gone = {s["path"] for s in skipped}
+        lost = [t.objects for t in tasks if t.objects is not None and utf8_text(t.rel) in gone]
+        return written(metadata, skipped, lost)
+
+    def published(self, metadata: dict[str, Any], rels: Iterable[str]) -> dict[str, Any]:
+        """The box counts of the records a new version holds, as a fresh conversion counts them."""
+        if self.counts is None or not metadata.get("detection"):
+            return metadata
+        return published(metadata, self.counts, rels)
 
 
 def _annotation_base(input_dir: str, ann: Annotations, by_folder: bool) -> str:

@@ -11,7 +11,8 @@ folder. Each enricher says, in one class:
   `ImageTable.columns` and a `Task` field of that name, e.g. a masks folder's `mask` path);
 * **skips**: the reasons of the images it leaves out (`skip_reasons`: a test checks each is
   declared), and what it names that no image answers (`leftovers`: a row or a mask without image);
-* **record**: its part of dataset.json's `metadata` (`record`);
+* **record**: its part of dataset.json's `metadata` (`record`; `written`: over the images convert
+  wrote, after the encoder's skips; `published`: over the records an update's version holds);
 * **stamp**: per image, bytes that change when its contribution does (`stamp`): the catalog keeps
   the digest of every enricher's stamp (format.catalog's `boxes` column, 8 bytes; one stamp alone
   is kept as it is, so a detection dataset's catalog is byte for byte what it was), and `update`
@@ -34,14 +35,14 @@ Work per image is the enricher's own and only when it is asked for: the walk of 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 from img2tfrecord.format.schema import MetaValue
 
 if TYPE_CHECKING:
     from img2tfrecord.conversion.plan.splits import Discovery, Missing
-    from img2tfrecord.conversion.plan.table import ImageTable
+    from img2tfrecord.conversion.plan.table import ImageTable, Task
 
 
 class Batch(NamedTuple):
@@ -116,6 +117,16 @@ class Enricher(Protocol):
 
     def input_changed(self, recorded: Mapping[str, Any]) -> bool:
         """Whether its input is not what dataset.json's `metadata` (`recorded`) says it was made from."""
+        ...
+
+    def written(self, metadata: dict[str, Any], skipped: list[dict[str, str]], tasks: Iterable[Task]) -> dict[str, Any]:
+        """dataset.json's `metadata` over the images convert wrote: `skipped` the encoder's skips,
+        `tasks` every planned image (iterate it only when a skip changes what it counted)."""
+        ...
+
+    def published(self, metadata: dict[str, Any], rels: Iterable[str]) -> dict[str, Any]:
+        """dataset.json's `metadata` over the records an update's new version holds (`rels`, by path;
+        iterate it only when it counts something per record)."""
         ...
 
 

@@ -9,7 +9,7 @@ A new input kind is one `Kind` in `KINDS`: how the options ask for it, how datas
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from img2tfrecord import fs
@@ -27,7 +27,7 @@ from img2tfrecord.conversion.plan.metadata import (
 )
 from img2tfrecord.conversion.plan.metadata import find as find_metadata
 from img2tfrecord.conversion.plan.splits import Discovery, Missing, SplitRule
-from img2tfrecord.conversion.plan.table import ImageTable
+from img2tfrecord.conversion.plan.table import ImageTable, Task
 from img2tfrecord.conversion.plan.walk import discover
 from img2tfrecord.conversion.plan.walk_labels import discover_labelled
 from img2tfrecord.errors import UsageError, option
@@ -76,6 +76,12 @@ class MetadataRows:
 
     def input_changed(self, recorded: Mapping[str, Any]) -> bool:
         return self.meta.digest != recorded.get("xxh3_128")
+
+    def written(self, metadata: dict[str, Any], skipped: list[dict[str, str]], tasks: Iterable[Task]) -> dict[str, Any]:
+        return metadata  # its entry describes the file, not the images written
+
+    def published(self, metadata: dict[str, Any], rels: Iterable[str]) -> dict[str, Any]:
+        return metadata
 
 
 class MultiLabels(MetadataRows):

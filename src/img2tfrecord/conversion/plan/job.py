@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.plan.annotations import require_pycocotools
+from img2tfrecord.conversion.plan.enrich import Enricher
 from img2tfrecord.conversion.plan.enrichers import discover_input, records
 from img2tfrecord.conversion.plan.enrichers import for_convert as enrichers_for
 from img2tfrecord.conversion.plan.labels import read_labels_file
@@ -175,6 +176,9 @@ class Plan:
     drop: dict[str, tuple[str, str]] | None = None
     known_classes: list[str] | None = None  # `convert(like=...)`'s classes, which kept their labels
     metadata: dict[str, Any] | None = None  # dataset.json's `metadata` entry (conversion.plan.metadata), if any
+    enrichers: Sequence[
+        Enricher
+    ] = ()  # the walk's enrichers (conversion.plan.enrich): finalize asks them for `metadata`
 
     @property
     def images(self) -> int:
@@ -381,6 +385,7 @@ def _plan(input_dir: str, output_dir: str, o: Mapping[str, Any], checked: Checke
         notes=found.notes,
         known_classes=known_classes,
         metadata=entry,
+        enrichers=enrichers,
     )
 
 
