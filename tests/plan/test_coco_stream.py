@@ -70,7 +70,7 @@ def reference(path: Path) -> dict[str, Any]:
             continue
         area = float(a["area"]) if isinstance(a.get("area"), (int, float)) else -1.0
         boxes.setdefault(a.get("image_id"), []).append(
-            RawBox(name, x, y, x + w, y + h, int(bool(a.get("iscrowd"))), area)
+            RawBox(name=name, xmin=x, ymin=y, xmax=x + w, ymax=y + h, is_crowd=int(bool(a.get("iscrowd"))), area=area)
         )
     return {
         im["file_name"]: (im["width"], im["height"], str(im["id"]), tuple(boxes.get(im["id"], ())))
@@ -107,7 +107,7 @@ def test_streamed_boxes_equal_json_load(tmp_path: Path, order: tuple[str, ...], 
     path.write_text("\ufeff" + json.dumps(data), encoding="utf-8")
     ann = read_annotations(str(path))
     want = reference(path)
-    assert {k: tuple(v)[:4] for k, v in ann.by_name.items()} == want
+    assert {k: (v.width, v.height, v.source_id, v.boxes) for k, v in ann.by_name.items()} == want
     assert ann.classes == [f"class{c:02d}" for c in range(1, 81)]
     assert [p["path"] for p in ann.problems] == [f"instances.json:annotations[{3000 + i}]" for i in (0, 1, 2, 4, 5, 6)]
     assert ann.digest == _digest(str(tmp_path), ["instances.json"])  # datasets made before keep their digest
@@ -180,10 +180,10 @@ def test_both_ways_read_odd_elements_alike(tmp_path: Path, monkeypatch: pytest.M
     for below in (0, 1 << 40):
         monkeypatch.setattr(coco, "WHOLE_BELOW", below)
         ann = read_annotations(str(path))
-        got.append((ann.digest, ann.classes, {k: tuple(v) for k, v in ann.by_name.items()}, ann.problems))
+        got.append((ann.digest, ann.classes, dict(ann.by_name), ann.problems))
     assert got[0] == got[1]
     assert sorted(got[0][2]) == ["w.jpg", "x.jpg", "y.jpg"]  # each skipped: no usable width
-    assert got[0][2]["x.jpg"][4].endswith("(images[0]) is not used: width is text, not a whole number of pixels")
+    assert got[0][2]["x.jpg"].refused.endswith("(images[0]) is not used: width is text, not a whole number of pixels")
     problems = {p["path"]: p["reason"] for p in got[0][3]}
     assert problems["odd.json:images[2]"] == "file_name is a list or an object"
     assert problems["odd.json:images[4]"] == "not an object"
@@ -296,7 +296,7 @@ def test_both_ways_read_any_annotation_alike(tmp_path: Path, annotations: list[A
         with pytest.MonkeyPatch.context() as m:
             m.setattr(coco, "WHOLE_BELOW", below)
             ann = read_annotations(str(path))
-        got.append(({k: tuple(v) for k, v in ann.by_name.items()}, ann.problems))
+        got.append((dict(ann.by_name), ann.problems))
     assert got[0] == got[1]
 
 
@@ -353,5 +353,5 @@ def test_both_ways_read_any_element_text_alike(
                 assert "\n" not in str(e) and "right here" not in str(e)
                 got.append(str(e))
             else:
-                got.append((ann.classes, {k: tuple(v) for k, v in ann.by_name.items()}, ann.problems))
+                got.append((ann.classes, dict(ann.by_name), ann.problems))
     assert got[0] == got[1]

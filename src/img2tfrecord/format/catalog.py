@@ -12,10 +12,10 @@ The file (`dataset.catalog`) is binary columns, each compressed on its own: rows
 (the high bytes of sizes and mtimes are nearly constant), mtimes as differences from the previous
 row, digests raw (they do not compress). Measured on the 8,000-image bench set: 25.0 bytes an
 image on disk, 16 of them the digest (docs/updating.md); the height, width and channels columns
-add 1.3 (26.4 with them, measured). A detection dataset's catalog has one more column, `boxes`: the
-xxh3-64 of each image's boxes as planned (`plan.table.boxes_digest`), so that `update` rewrites the
-record of an image whose annotation changed; a catalog without boxes (classification) writes no
-such column, its bytes as before, and one read without it has NO_BOXES (not known) in every row. The name matches no shard pattern (`SPLIT-NNNNN-of-NNNNN`), no
+add 1.3 (26.4 with them, measured). A detection dataset's catalog has one more column, `boxes`: each
+image's enrichers' stamp (conversion.plan.enrich; a detection image's is the xxh3-64 of its boxes as
+planned, `plan.table.boxes_digest`), so that `update` rewrites the record of an image whose annotation
+changed; a catalog without stamps (classification) writes no such column, its bytes as before, and one read without it has NO_BOXES (not known) in every row. The name matches no shard pattern (`SPLIT-NNNNN-of-NNNNN`), no
 TFDS template and no index, and ends in a suffix `layout.is_shard_candidate` passes over, so no
 reader and no `inspect out/*` takes it for a shard.
 
@@ -228,7 +228,7 @@ class Catalog:
         self.heights = array("I")
         self.widths = array("I")
         self.channels = array("B")
-        self.boxes = Fixed(8)  # a detection image's boxes digest; NO_BOXES where there is none
+        self.boxes = Fixed(8)  # the enrichers' stamp (a detection image's boxes digest); NO_BOXES where there is none
         self.has_digests = has_digests
         for name, values in columns.items():
             if name not in COLUMNS:

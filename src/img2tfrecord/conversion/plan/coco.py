@@ -433,18 +433,33 @@ class CocoImages(Mapping[str, ImageBoxes]):
 
     def __getitem__(self, name: str) -> ImageBoxes:
         if name in self._refused:  # its entry is not used: the image is skipped, saying why
-            return ImageBoxes(0, 0, name, (), self._refused[name])
+            return ImageBoxes(width=0, height=0, source_id=name, boxes=(), refused=self._refused[name])
         row = self._files[name]
         code = self._code[row]
         if code < 0:  # no id: no annotation is of it
-            return ImageBoxes(self._width[row], self._height[row], self._source_ids[row], ())
+            return ImageBoxes(
+                width=self._width[row], height=self._height[row], source_id=self._source_ids[row], boxes=()
+            )
         xywh, area, crowd, cat, names = self._xywh, self._area, self._crowd, self._cat, self._names
         masks = self.segments is not None
         boxes = []
         for j in self._order[self._starts[code] : self._starts[code + 1]]:
             x, y, w, h = xywh[4 * j : 4 * j + 4]
-            boxes.append(RawBox(names[cat[j]] or "", x, y, x + w, y + h, crowd[j], area[j], 0, 0, j if masks else -1))
-        return ImageBoxes(self._width[row], self._height[row], self._source_ids[row], tuple(boxes))
+            boxes.append(
+                RawBox(
+                    name=names[cat[j]] or "",
+                    xmin=x,
+                    ymin=y,
+                    xmax=x + w,
+                    ymax=y + h,
+                    is_crowd=crowd[j],
+                    area=area[j],
+                    mask=j if masks else -1,
+                )
+            )
+        return ImageBoxes(
+            width=self._width[row], height=self._height[row], source_id=self._source_ids[row], boxes=tuple(boxes)
+        )
 
     def __contains__(self, name: object) -> bool:
         return name in self._files or name in self._refused

@@ -17,22 +17,22 @@ import dataclasses
 import os
 from array import array
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.plan import coco_polygons
-from img2tfrecord.conversion.plan.annotations import Annotations, ImageBoxes
+from img2tfrecord.conversion.plan.annotations import Annotations, ImageBoxes, read_annotations, require_pycocotools
+from img2tfrecord.conversion.plan.enrich import Batch, Enriched, Labelled
 from img2tfrecord.conversion.plan.labels import check_class_list, class_list
+from img2tfrecord.conversion.plan.like import convert_like_advice
 from img2tfrecord.conversion.plan.raw_boxes import SegmentRows
-from img2tfrecord.conversion.plan.splits import EXACT, Discovery, SplitRule, assemble
-from img2tfrecord.conversion.plan.table import BoxCounts, ImageTable, Objects, decode_name
+from img2tfrecord.conversion.plan.splits import Discovery, Missing
+from img2tfrecord.conversion.plan.table import BoxCounts, ImageTable, Objects, Task, boxes_digest, decode_name
 from img2tfrecord.conversion.plan.voc import stored_size
-from img2tfrecord.conversion.plan.walk import check_input, walk_classes
-from img2tfrecord.conversion.plan.walk_files import ClassFiles
-from img2tfrecord.conversion.plan.walk_text import junk_note
 from img2tfrecord.conversion.plan.yolo import image_split
-from img2tfrecord.errors import DataError, UsageError, option, plural
+from img2tfrecord.errors import UsageError, option, plural
+from img2tfrecord.format.options import recorded_value
 from img2tfrecord.format.schema import MetaValue, utf8_text
 
 
@@ -50,7 +50,8 @@ def clip(rel: str, ann: ImageBoxes, ids: dict[str, int], segments: Any = None) -
     kept: list[tuple[Any, ...]] = []  # per kept box: Objects' columns from xmin to truncated
     masks = array("q")  # a dropped box's mask goes with it; a clipped one keeps its whole mask (the image clips it)
     problems = []
-    for i, (name, bx0, by0, bx1, by1, crowd, area, difficult, truncated, mask) in enumerate(ann.boxes):
+    for i, box in enumerate(ann.boxes):
+        name, bx0, by0, bx1, by1, area, mask = box.name, box.xmin, box.ymin, box.xmax, box.ymax, box.area, box.mask
         why, dropped = "", True
         if not bx1 > bx0 or not by1 > by0:
             why = "zero area: dropped"
@@ -71,7 +72,7 @@ def clip(rel: str, ann: ImageBoxes, ids: dict[str, int], segments: Any = None) -
             problems.append({"path": rel, "box": str(i), "class": name, "reason": why})
         if dropped:
             continue
-        kept.append((x0 / w, y0 / h, x1 / w, y1 / h, ids[name], name, crowd, area, difficult, truncated))
+        kept.append((x0 / w, y0 / h, x1 / w, y1 / h, ids[name], name, box.is_crowd, area, box.difficult, box.truncated))
         masks.append(mask)
     cols = tuple(zip(*kept)) if kept else ((),) * 10  # one pass to columns (10: xmin .. truncated)
     xmins, ymins, xmaxs, ymaxs, labels, texts, crowds, areas, difficults, truncateds = cols
@@ -103,127 +104,181 @@ def _shape(segments: Any, row: int, width: float, height: float) -> str:
     return coco_polygons.problem(segments.segment(row).polygons, w, h, reach)
 
 
-class Boxed(NamedTuple):
-    """A detection walk: the Discovery, and the facts dataset.json's `metadata.detection` keeps."""
+class Boxes:
+    """The annotations' boxes (`--annotations`, conversion.plan.annotations), an enricher that gives
+    each image its classes (conversion.plan.enrich's `Labeller`): `objects` (boxes clipped and
+    normalised once) and `meta` (the image's classes as multi-label lists); an image whose
+    annotation cannot give its boxes or whose entry is not used is skipped, one with no box is kept
+    (unless `skip_empty`); its stamp is `boxes_digest`, which the catalog keeps per image, so an
+    update re-encodes an image whose boxes changed."""
 
-    found: Discovery
-    problems: list[dict[str, str]]
-    boxes: int
-    empty: int  # images kept with no box
-    skipped_empty: int  # images left out by --skip-empty
+    name: str = "annotations"
+    columns: tuple[str, ...] = ("objects", "meta")
+    labels_images: bool = True
+    skip_reasons: tuple[str, ...] = ("its annotation", "box ")  # details follow the annotation format's reader
 
+    def __init__(self, ann: Annotations, *, input_dir: str, skip_empty: bool, recorded: str, split: bool) -> None:
+        self.ann, self.input_dir, self.skip_empty, self.recorded = ann, input_dir, skip_empty, recorded
+        self.inputs: tuple[str, ...] = tuple(ann.files)
+        self.by_folder = ann.split_folders is not None and not split  # YOLO: its split folders may give the splits
+        self.classes: list[str] = []
+        self.offset = 0
+        self.matched: dict[str, str] = {}  # annotation entry -> the image it is of
+        self.per_image: dict[str, tuple[str, ...]] = {}
+        self.problems: list[dict[str, str]] = []
+        self.unusable: list[dict[str, str]] = []  # images whose annotation cannot give their boxes, or is not used
+        self.boxes = self.empty = self.skipped_empty = 0
+        self.counts: BoxCounts | None = None
 
-def discover_detection(
-    input_dir: str,
-    ann: Annotations,
-    *,
-    skip_empty: bool = False,
-    split: dict[str, float] | None = None,
-    seed: int = 0,
-    label_offset: int = 0,
-    labels: list[str] | None = None,
-    known_classes: list[str] | None = None,
-    rule: SplitRule = EXACT,
-) -> Boxed:
-    """`walk.discover` for `--annotations`: every image below INPUT, with its boxes."""
-    remote = check_input(input_dir)
-    (found,) = walk_classes([("", "", input_dir)], remote)
-    if found.report.error is not None:
-        raise DataError(f"cannot list input {input_dir}: {found.report.error}")
-    classes = _classes(ann, labels, known_classes)
-    ids = {c: i + 1 for i, c in enumerate(classes)}
-    table = ImageTable(input_dir, remote, classes, [i + label_offset for i in range(len(classes))], split_rel=True)
-    groups = [table.new_group("", k) for k in range(len(classes))]
-    per_class: dict[str, dict[str, array]] = {}
-    problems: list[dict[str, str]] = []
-    count = empty = skipped_empty = 0
-    matched: dict[str, str] = {}  # annotation entry -> the image it is of
-    per_image: dict[str, tuple[str, ...]] = {}
-    kept: list[tuple[int, int, Objects]] = []  # (found's index, class, objects) of each image kept
-    by_folder = ann.split_folders is not None and not split  # YOLO: its split folders may give the splits
-    if ann.split_folders:  # data.yaml's folders, as real paths: the image's real path is matched against them
-        base = os.path.realpath(input_dir).replace(os.sep, "/") if by_folder and not remote else input_dir.rstrip("/")
-    else:  # images/<split>/ below INPUT (INPUT itself may be `images`), never in the folders above it
-        base = os.path.basename(os.path.normpath(input_dir.rstrip("/")))
-    folder_of: list[str] = []  # by_folder: each kept image's split, "" when no folder gives one
-    unusable: list[dict[str, str]] = []  # images whose annotation names them but cannot give their boxes
-    refused: list[dict[str, str]] = []  # images skipped because their annotation entry is not used
-    for i, name in enumerate(found.names):
-        rel = decode_name(name)
-        shown = utf8_text(rel)
-        got = _match(ann, rel, matched, ids)
-        if got is not None and not isinstance(got, str) and got.width <= 0 and ann.format == "voc":
-            got = _sized(got, fs.join(input_dir, rel))
-        if isinstance(got, str):
-            unusable.append({"path": shown, "split": "", "reason": got})
-            continue
-        if got is not None and got.refused:  # its annotation entry is not used: a guess would be a lie
-            refused.append({"path": shown, "split": "", "reason": got.refused})
-            continue
-        cut = clip(shown, got or ImageBoxes(0, 0, rel, ()), ids, ann.segments)
-        objects = cut.objects
-        if not objects.label and skip_empty:
-            skipped_empty += 1
-            continue
-        problems += cut.problems
-        per_image[shown] = objects.text
-        count += len(objects.label)
-        empty += not objects.label
-        kept.append(
-            (
-                i,
-                min(objects.label, default=1) - 1,
-                objects if objects.source_id else dataclasses.replace(objects, source_id=rel),
-            )
+    def prepare(self, labels: list[str] | None, known_classes: list[str] | None, label_offset: int) -> list[str]:
+        self.classes, self.offset = _classes(self.ann, labels, known_classes), label_offset
+        return self.classes
+
+    def label(self, batch: Batch) -> Labelled:
+        """Every image below INPUT with its boxes: the class of its smallest id, one without boxes the first class."""
+        ann, ids, input_dir = self.ann, {c: i + 1 for i, c in enumerate(self.classes)}, self.input_dir
+        base = _annotation_base(input_dir, ann, self.by_folder)
+        keep: list[int] = []
+        cls: list[int] = []
+        objects_of: list[Objects] = []
+        folder_of: list[str] = []  # by_folder: each kept image's split, "" when no folder gives one
+        refused: list[dict[str, str]] = []
+        for i, name in enumerate(batch.names):
+            rel = decode_name(name)
+            shown = utf8_text(rel)
+            got = _match(ann, rel, self.matched, ids)
+            if got is not None and not isinstance(got, str) and got.width <= 0 and ann.format == "voc":
+                got = _sized(got, fs.join(input_dir, rel))
+            if isinstance(got, str):
+                self.unusable.append({"path": shown, "split": "", "reason": got})
+                continue
+            if got is not None and got.refused:  # its annotation entry is not used: a guess would be a lie
+                refused.append({"path": shown, "split": "", "reason": got.refused})
+                continue
+            cut = clip(shown, got or ImageBoxes(width=0, height=0, source_id=rel, boxes=()), ids, ann.segments)
+            objects = cut.objects
+            if not objects.label and self.skip_empty:
+                self.skipped_empty += 1
+                continue
+            self.problems += cut.problems
+            self.per_image[shown] = objects.text
+            self.boxes += len(objects.label)
+            self.empty += not objects.label
+            keep.append(i)
+            cls.append(min(objects.label, default=1) - 1)
+            objects_of.append(objects if objects.source_id else dataclasses.replace(objects, source_id=rel))
+            if self.by_folder:
+                folder_of.append(image_split(f"{base}/{rel}", ann.split_folders or {}))
+        self.unusable += refused
+        warnings: list[str] = []
+        keys = _folder_splits(folder_of, [decode_name(batch.names[i]) for i in keep], warnings)
+        meta = [_class_lists(o, self.offset) for o in objects_of]
+        return Labelled(keep, {"objects": objects_of, "meta": meta}, (), cls, folder_of, keys, warnings=warnings)
+
+    def enrich(self, batch: Batch) -> Enriched:
+        """Not used: the annotations give the classes, so the walk calls `label` (one labeller a run)."""
+        raise TypeError(f"{option('annotations')} goes with no other input that gives the classes")
+
+    def leftovers(self, seen: set[bytes]) -> list[dict[str, str]]:
+        """Annotations that are no box (or of no image found), images whose annotation cannot be used."""
+        ann = self.ann
+        problems = ann.problems + ann.not_found(self.matched)
+        return [{"path": p["path"], "split": "", "reason": p["reason"]} for p in problems] + self.unusable
+
+    def none_kept(self, input_dir: str, found: int, example: str) -> str:
+        return f"no images found in {input_dir}"
+
+    def missing(self) -> Missing | None:
+        return None
+
+    def done(self, found: Discovery) -> None:
+        self.counts = found.boxes = BoxCounts(
+            self.per_image, self.problems, self.skipped_empty, self.ann.digest, tuple(self.classes)
         )
-        if by_folder:
-            folder_of.append(image_split(f"{base}/{rel}", ann.split_folders or {}))
-    warnings: list[str] = []
-    keys = _folder_splits(folder_of, [decode_name(found.names[i]) for i, _, _ in kept], warnings)
-    numbers = table.extend(
-        [groups[k] for _, k, _ in kept],
-        [found.names[i] for i, _, _ in kept],
-        array("q", [found.sizes[i] for i, _, _ in kept]),
-        array("q", [found.mtimes[i] for i, _, _ in kept]),
-    )
-    for j, (n, (_, k, objects)) in enumerate(zip(numbers, kept)):
-        table.objects[n] = objects
-        table.meta[n] = _class_lists(objects, label_offset)
-        per_class.setdefault(classes[k], {}).setdefault(folder_of[j] if keys else "", array("q")).append(n)
-    out = assemble(
-        table,
-        per_class,  # type: ignore[arg-type]
-        {},
-        keys or (list(split) if split else ["train"]),
-        presplit=bool(keys),
-        split=split,
-        seed=seed,
-        # the annotation files read below INPUT were counted as ignored non-image files, which they are not
-        ignored=max(0, found.ignored - sum(fs.below(f, input_dir) for f in ann.files)),
-        warnings=warnings,
-        what="class",
-        whats="classes",
-        no_images=f"no images found in {input_dir}",
-        rule=rule,
-    )
-    out.skipped = _skipped(found, ann, matched, unusable + refused)
-    if note := junk_note(found.report.junk_dirs):
-        out.notes.append(note)
-    out.boxes = BoxCounts(per_image, problems, skipped_empty, ann.digest, tuple(classes))
-    return Boxed(out, problems, count, empty, skipped_empty)
+
+    def record(self) -> dict[str, Any] | None:
+        return entry(self.ann, self, self.recorded)
+
+    def stamp(self, table: ImageTable, i: int) -> bytes | None:
+        return boxes_digest(table.objects.get(i))
+
+    def input_changed(self, recorded: Mapping[str, Any]) -> bool:
+        return self.ann.digest != recorded.get("xxh3_128")
+
+    def written(self, metadata: dict[str, Any], skipped: list[dict[str, str]], tasks: Iterable[Task]) -> dict[str, Any]:
+        """The box counts without the images the encoder skipped."""
+        if "detection" not in metadata or not skipped:
+            return metadata
+        gone = {s["path"] for s in skipped}
+        lost = [t.objects for t in tasks if t.objects is not None and utf8_text(t.rel) in gone]
+        return written(metadata, skipped, lost)
+
+    def published(self, metadata: dict[str, Any], rels: Iterable[str]) -> dict[str, Any]:
+        """The box counts of the records a new version holds, as a fresh conversion counts them."""
+        if self.counts is None or not metadata.get("detection"):
+            return metadata
+        return published(metadata, self.counts, rels)
 
 
-def _skipped(
-    found: ClassFiles, ann: Annotations, matched: dict[str, str], refused: list[dict[str, str]]
-) -> list[dict[str, str]]:
-    """What the walk and the annotations could not use, by path: unreadable files, annotations
-    that are no box (or of no image found), images whose annotation entry is not used."""
-    return sorted(
-        [{"path": utf8_text(r), "split": "", "reason": why} for r, why in found.report.skipped]
-        + [{"path": p["path"], "split": "", "reason": p["reason"]} for p in ann.problems + ann.not_found(matched)]
-        + refused,
-        key=lambda s: s["path"],
+def _annotation_base(input_dir: str, ann: Annotations, by_folder: bool) -> str:
+    """What an image's path below INPUT is joined to, to match it against the annotations' split folders."""
+    if ann.split_folders:  # data.yaml's folders, as real paths: the image's real path is matched against them
+        if by_folder and not fs.is_remote(input_dir):
+            return os.path.realpath(input_dir).replace(os.sep, "/")
+        return input_dir.rstrip("/")
+    return os.path.basename(
+        os.path.normpath(input_dir.rstrip("/"))
+    )  # images/<split>/ below INPUT (INPUT may be `images`)
+
+
+def for_convert(input_dir: str, o: Mapping[str, Any]) -> Boxes | None:
+    """The boxes of `--annotations` (with `--skip-empty`, `--masks`), or None without it."""
+    if o.get("annotations") is None:
+        return None
+    ann = read_annotations(o["annotations"], bool(o.get("masks")))
+    recorded = fs.recorded_path(o["annotations"], input_dir)
+    split = o.get("split")
+    return Boxes(ann, input_dir=input_dir, skip_empty=bool(o.get("skip_empty")), recorded=recorded, split=bool(split))
+
+
+def for_update(manifest: Mapping[str, Any], input_dir: str, output_dir: str) -> Boxes | None:
+    """A detection dataset's annotations (dataset.json's `metadata.detection`), read again."""
+    entry = manifest.get("metadata")
+    if not entry or not entry.get("detection"):
+        return None
+    ann = recorded_annotations(entry, input_dir, output_dir)
+    options = manifest.get("options") or {}
+    return Boxes(
+        ann,
+        input_dir=input_dir,
+        skip_empty=bool(recorded_value(options, "skip_empty")),
+        recorded=str(entry["detection"].get("annotations")),
+        split=bool(options.get("split")),
     )
+
+
+def recorded_annotations(entry: Mapping[str, Any], input_dir: str, output_dir: str) -> Annotations:
+    """A detection dataset's annotations (dataset.json's `metadata.detection`), read again. Changed
+    boxes are changed images, which update rewrites (versions.changes); annotations gone, unreadable
+    or of another format (VOC XML replaced by YOLO txt) are refused, advising `convert --like`."""
+    path = fs.resolve_recorded(str(entry["detection"].get("annotations")), input_dir)
+    if masks := bool(entry["detection"].get("masks")):  # made with --masks: the new records need them too
+        require_pycocotools()
+    ann = read_annotations(path, masks) if fs.exists(path) else None  # unreadable: its own UsageError says why
+    was = entry["detection"].get("format")
+    if ann is None or ann.format != was:
+        if ann is None:  # restored, update goes on; moved, the dataset is made again from where they are
+            why, change = "are gone", {"annotations": "FILE"}
+            then = "put them back, or to make the dataset again from FILE, the annotations where they are now, "
+        else:
+            why, change = f"are {ann.format}, no longer {was},", {}
+            then = "update takes boxes of the format the dataset was made with. To make it again from them, "
+        raise UsageError(
+            f"the annotations {path} {why} since {output_dir} was made; "
+            + then
+            + convert_like_advice(input_dir, output_dir, change)
+        )
+    return ann
 
 
 def _classes(ann: Annotations, labels: list[str] | None, known_classes: list[str] | None) -> list[str]:
@@ -265,7 +320,7 @@ def _sized(got: ImageBoxes, path: str) -> ImageBoxes | str:
     size = stored_size(path)
     if size is None:
         return "its annotation gives no <size> and the image's header gives none"
-    return got._replace(width=size[0], height=size[1])
+    return dataclasses.replace(got, width=size.width, height=size.height)
 
 
 def _match(ann: Annotations, rel: str, matched: dict[str, str], ids: dict[str, int]) -> ImageBoxes | str | None:
@@ -299,10 +354,10 @@ def _class_lists(objects: Objects, label_offset: int) -> tuple[MetaValue, ...]:
     )
 
 
-def entry(ann: Annotations, boxed: Boxed, recorded: str) -> dict[str, Any]:
+def entry(ann: Annotations, boxed: Boxes, recorded: str) -> dict[str, Any]:
     """dataset.json's `metadata` entry of a detection dataset: lists of classes per image, and `detection`;
     `recorded`: the annotations' path as dataset.json records it (fs.recorded_path)."""
-    problems, counts = boxed.problems, boxed.found.boxes
+    problems, counts = boxed.problems, boxed.counts
     assert counts is not None, "a detection walk counts its boxes"
     return {
         "file": recorded,

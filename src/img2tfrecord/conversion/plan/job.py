@@ -24,12 +24,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 from img2tfrecord import fs
-from img2tfrecord.conversion.plan.annotations import read_annotations, require_pycocotools
-from img2tfrecord.conversion.plan.detection import discover_detection
-from img2tfrecord.conversion.plan.detection import entry as detection_entry
-from img2tfrecord.conversion.plan.filelist import discover_file_list
-from img2tfrecord.conversion.plan.metadata import Metadata, read_metadata
-from img2tfrecord.conversion.plan.metadata import find as find_metadata
+from img2tfrecord.conversion.plan.annotations import require_pycocotools
+from img2tfrecord.conversion.plan.enrich import Enricher
+from img2tfrecord.conversion.plan.enrichers import discover_input, records
+from img2tfrecord.conversion.plan.enrichers import for_convert as enrichers_for
 from img2tfrecord.conversion.plan.options import (
     CHANNEL_CHOICES,
     DEDUPE_MODES,
@@ -39,10 +37,8 @@ from img2tfrecord.conversion.plan.options import (
     ShardSettings,
     check_resize_mode,
 )
-from img2tfrecord.conversion.plan.splits import SPLIT_RULES, Discovery, SplitRule
+from img2tfrecord.conversion.plan.splits import SPLIT_RULES, SplitRule
 from img2tfrecord.conversion.plan.table import Task, sizes_of
-from img2tfrecord.conversion.plan.walk import discover
-from img2tfrecord.conversion.plan.walk_labels import discover_multi_label
 from img2tfrecord.errors import DataError, UsageError, option, plural
 from img2tfrecord.format.conversion_options import ConversionOptions, field_names
 from img2tfrecord.format.naming import shard_name
@@ -195,6 +191,9 @@ class Plan:
     drop: dict[str, Drop] | None = None
     known_classes: list[str] | None = None  # `convert(like=...)`'s classes, which kept their labels
     metadata: dict[str, Any] | None = None  # dataset.json's `metadata` entry (conversion.plan.metadata), if any
+    enrichers: Sequence[
+        Enricher
+    ] = ()  # the walk's enrichers (conversion.plan.enrich): finalize asks them for `metadata`
 
     @property
     def images(self) -> int:
@@ -337,23 +336,21 @@ def _plan(input_dir: str, output_dir: str, o: Mapping[str, Any], checked: Checke
     index, compression, dedupe, checksum = o["index"], o["compression"], o["dedupe"], o["checksum"]
     known_classes, metadata_file = o["known_classes"], o["metadata"]
     detect = Detect(o["annotations"], o["skip_empty"], o["masks"])
-    meta = None if file_list or detect.annotations else _metadata(input_dir, metadata_file)
-    entry = _metadata_entry(meta, input_dir, metadata_file)
+    enrichers = enrichers_for(input_dir, o)
+    found = discover_input(
+        input_dir,
+        enrichers,
+        file_list=file_list,
+        split=fractions,
+        seed=seed,
+        label_offset=label_offset,
+        rule=rule,
+        labels=class_list,
+        known_classes=known_classes,
+    )
+    entry = records(enrichers)  # dataset.json's `metadata`
     if detect.annotations is not None:
-        found, entry = _detect(input_dir, detect, fractions, seed, label_offset, rule, class_list, known_classes)
-        refuse_box_problems(entry, strict)
-    else:
-        found = _discover(
-            input_dir,
-            file_list,
-            meta,
-            fractions=fractions,
-            seed=seed,
-            label_offset=label_offset,
-            rule=rule,
-            class_list=class_list,
-            known_classes=known_classes,
-        )
+        refuse_box_problems(entry or {}, strict)
     refuse_walk_skips(found.skipped, strict, annotations=detect.annotations is not None)
     if strict and found.loose:
         raise DataError(f"{option('strict', True)}: {found.loose}; nothing was written")
@@ -407,18 +404,8 @@ def _plan(input_dir: str, output_dir: str, o: Mapping[str, Any], checked: Checke
         notes=found.notes,
         known_classes=known_classes,
         metadata=entry,
+        enrichers=enrichers,
     )
-
-
-def _metadata_entry(meta: Metadata | None, input_dir: str, given: str | None) -> dict[str, Any] | None:
-    """dataset.json's `metadata` of a metadata file; a file given by path recorded so that it
-    resolves from any working folder (fs.recorded_path)."""
-    if meta is None:
-        return None
-    entry = meta.entry()
-    if given is not None:
-        entry["file"] = fs.recorded_path(given, input_dir)
-    return entry
 
 
 def _input_files(input_dir: str, metadata_file: str | None, detect: Detect) -> dict[str, Any]:
@@ -449,33 +436,6 @@ class Detect(NamedTuple):
     masks: bool
 
 
-def _detect(
-    input_dir: str,
-    detect: Detect,
-    fractions: dict[str, float] | None,
-    seed: int,
-    label_offset: int,
-    rule: SplitRule,
-    class_list: list[str] | None,
-    known_classes: list[str] | None,
-) -> tuple[Discovery, dict[str, Any]]:
-    """The detection walk (conversion.plan.detection) and dataset.json's `metadata` entry of it."""
-    assert detect.annotations is not None
-    ann = read_annotations(detect.annotations, detect.masks)
-    boxed = discover_detection(
-        input_dir,
-        ann,
-        skip_empty=detect.skip_empty,
-        split=fractions,
-        seed=seed,
-        label_offset=label_offset,
-        labels=class_list,
-        known_classes=known_classes,
-        rule=rule,
-    )
-    return boxed.found, detection_entry(ann, boxed, fs.recorded_path(detect.annotations, input_dir))
-
-
 def refuse_box_problems(entry: dict[str, Any], strict: bool) -> None:
     """Under --strict, a box clipped or dropped fails the run, as a skipped image does."""
     problems = entry["detection"]["box_problems"]
@@ -485,59 +445,6 @@ def refuse_box_problems(entry: dict[str, Any], strict: bool) -> None:
         raise DataError(
             f"{option('strict', True)}: box {first['box']} of {first['path']}: {first['reason']}{more}; nothing was written"
         )
-
-
-def _discover(
-    input_dir: str,
-    file_list: str | None,
-    meta: Metadata | None,
-    *,
-    fractions: dict[str, float] | None,
-    seed: int,
-    label_offset: int,
-    rule: SplitRule,
-    class_list: list[str] | None,
-    known_classes: list[str] | None,
-) -> Discovery:
-    """The images of the input: a --file-list's rows, a multi-label metadata file's, or the folder walk."""
-    if file_list:
-        return discover_file_list(
-            input_dir,
-            file_list,
-            split=fractions,
-            seed=seed,
-            label_offset=label_offset,
-            rule=rule,
-            labels=class_list,
-            known_classes=known_classes,
-        )
-    if meta is not None and meta.labels is not None:
-        return discover_multi_label(
-            input_dir,
-            meta,
-            split=fractions,
-            seed=seed,
-            label_offset=label_offset,
-            rule=rule,
-            labels=class_list,
-            known_classes=known_classes,
-        )
-    return discover(
-        input_dir,
-        split=fractions,
-        seed=seed,
-        label_offset=label_offset,
-        rule=rule,
-        labels=class_list,
-        known_classes=known_classes,
-        metadata=meta,
-    )
-
-
-def _metadata(input_dir: str, given: str | None) -> Metadata | None:
-    """The metadata file read (conversion.plan.metadata), or None when there is none."""
-    path = find_metadata(input_dir, given)
-    return read_metadata(path, given is not None) if path is not None else None
 
 
 def check_paths(input_dir: str, output_dir: str) -> None:

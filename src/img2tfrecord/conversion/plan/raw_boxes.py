@@ -4,6 +4,7 @@ module of plain types, so every format's reader builds the same thing without im
 from __future__ import annotations
 
 from array import array
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 
@@ -32,8 +33,10 @@ class SegmentRows(NamedTuple):
         return tuple(self.store.segment(i) for i in self.rows)
 
 
-class RawBox(NamedTuple):
-    """One object as the annotation gives it: corners in pixels (normalised for YOLO)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RawBox:
+    """One object as the annotation gives it: corners in pixels (normalised for YOLO). Built and
+    read by name only (nine numbers side by side are where a positional swap goes unseen)."""
 
     name: str  # class name
     xmin: float
@@ -47,8 +50,9 @@ class RawBox(NamedTuple):
     mask: int = -1  # --masks: its segmentation's row in the COCO reader's store (plan.coco_masks.Segments)
 
 
-class ImageBoxes(NamedTuple):
-    """One image's annotation: the size the tool recorded (0, 0 for YOLO) and its objects."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImageBoxes:
+    """One image's annotation: the size the tool recorded (0, 0 for YOLO) and its objects; by name only."""
 
     width: int
     height: int

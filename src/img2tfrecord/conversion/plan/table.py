@@ -115,6 +115,23 @@ def _plain(v: Any) -> Any:
     return tuple(_plain(x) for x in v) if isinstance(v, (list, tuple)) else v
 
 
+NO_STAMP = bytes(8)  # format.catalog.NO_BOXES: a row whose stamp is not known
+
+
+def stamp_of(enrichers: Sequence[Any], table: ImageTable, i: int) -> bytes:
+    """Image `i`'s stamp as the catalog keeps it, from its enrichers' (conversion.plan.enrich), 8 bytes:
+    NO_STAMP when no enricher gives one,
+    one enricher's stamp as it is, else the xxh3-64 of them all in the enrichers' order."""
+    got = [s for e in enrichers if (s := e.stamp(table, i)) is not None]
+    if not got:
+        return NO_STAMP
+    if len(got) == 1 and len(got[0]) == len(NO_STAMP):
+        return got[0]
+    import xxhash
+
+    return xxhash.xxh3_64(b"".join(len(s).to_bytes(4, "little") + s for s in got)).digest()
+
+
 class BoxCounts(NamedTuple):
     """A detection walk's boxes per image (conversion.plan.detection), kept on its `Discovery` so
     that an update can count the boxes of the version it publishes (`detection.published`)."""
@@ -163,6 +180,8 @@ class ImageTable:
         self.paths: dict[int, str] = {}
         self.meta: dict[int, tuple[MetaValue, ...]] = {}  # image number -> its metadata features
         self.objects: dict[int, Objects] = {}  # image number -> its boxes (--annotations)
+        self.columns: dict[str, dict[int, Any]] = {}  # an enricher's own column -> image number -> value (a Task field)
+        self.enrichers: Sequence[Any] = ()  # the walk's enrichers (plan.enrich): the catalog's stamps come from them
         self._sep = split_rel and not remote and os.sep != "/"  # a walk's paths join folder by folder
 
     def __len__(self) -> int:
@@ -219,7 +238,12 @@ class ImageTable:
             mtime_ns=self.mtimes[i],
             meta=self.meta.get(i, ()) if self.meta else (),
             objects=self._objects(i) if self.objects else None,
+            **({k: c.get(i) for k, c in self.columns.items()} if self.columns else {}),
         )
+
+    def stamp(self, i: int) -> bytes:
+        """Image `i`'s stamp as the catalog keeps it (`stamp_of`): NO_STAMP without enrichers."""
+        return stamp_of(self.enrichers, self, i) if self.enrichers else NO_STAMP
 
     def _objects(self, i: int) -> Objects | None:
         """Image `i`'s objects, their masks made `Segment`s from the store's rows (--masks)."""
@@ -285,11 +309,15 @@ def mtimes_of(tasks: Sequence[Task]) -> array:
     return array("q", (t.mtime_ns for t in tasks))
 
 
-def boxes_of(tasks: Sequence[Task]) -> bytes:
-    """The boxes digests of `tasks` (`boxes_digest`), concatenated; b"" when none has boxes (not detection)."""
+def stamps_of(tasks: Sequence[Task]) -> bytes:
+    """The enrichers' stamps of `tasks` (conversion.plan.enrich), concatenated, the images without
+    one left out; b"" when none has one (no enricher stamps: not detection). Part of the resume
+    fingerprint: boxes edited since a run was cut short are a different plan."""
     if isinstance(tasks, TaskView):
-        objects = tasks.table.objects
-        return b"".join(boxes_digest(objects.get(i)) for i in tasks.order) if objects else b""
+        table = tasks.table
+        if not table.enrichers:
+            return b""
+        return b"".join(s for i in tasks.order if (s := table.stamp(i)) != NO_STAMP)
     return b"".join(boxes_digest(t.objects) for t in tasks if t.objects is not None)
 
 

@@ -97,7 +97,7 @@ def read_voc(top: str, xmls: list[str]) -> VocRead:
             if filename:
                 bad_name.setdefault(filename, bad)
             continue
-        got = ImageBoxes(width, height, filename or rel, objects)
+        got = ImageBoxes(width=width, height=height, source_id=filename or rel, boxes=objects)
         if filename in by_name or filename in bad_name:  # two XMLs of one image
             first = origin[stem_of[filename]] if filename in by_name else bad_name[filename].path
             bad_name[filename] = Unusable(
@@ -160,7 +160,7 @@ def _object(o: ET.Element, n: int) -> RawBox:
         corners.append(v)
     x0, y0, x1, y1 = corners
     difficult, truncated = (_flag(o.findtext(k), k, n) for k in ("difficult", "truncated"))
-    return RawBox(name, x0, y0, x1, y1, 0, -1.0, difficult, truncated)
+    return RawBox(name=name, xmin=x0, ymin=y0, xmax=x1, ymax=y1, difficult=difficult, truncated=truncated)
 
 
 def _flag(text: str | None, key: str, n: int) -> int:
@@ -176,7 +176,12 @@ def _flag(text: str | None, key: str, n: int) -> int:
     return int(v)
 
 
-def stored_size(path: str) -> tuple[int, int] | None:
+class StoredSize(NamedTuple):
+    width: int
+    height: int
+
+
+def stored_size(path: str) -> StoredSize | None:
     """The width and height an image file stores (its header, read by Pillow without decoding the
     pixels: the size the encoder checks an annotation's against); None when it cannot be read."""
     import warnings
@@ -189,6 +194,6 @@ def stored_size(path: str) -> tuple[int, int] | None:
         with warnings.catch_warnings(), fs.open_read(path) as f:
             warnings.simplefilter("ignore")  # DecompressionBombWarning: --max-pixels is the encoder's to judge
             with Image.open(f) as im:
-                return im.size
+                return StoredSize(*im.size)
     except Exception:  # unreadable here: the encoder says why, if it cannot read it either
         return None

@@ -29,12 +29,12 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.plan import skips
+from img2tfrecord.conversion.plan.enrich import Batch, Enricher, Skip, enrich_batch, fill
 from img2tfrecord.conversion.plan.labels import class_list
-from img2tfrecord.conversion.plan.metadata import Metadata, join, no_row, no_usable_row, not_found
 from img2tfrecord.conversion.plan.splits import (
     EXACT,
     SPLIT_DIR_NAMES,
@@ -62,7 +62,6 @@ from img2tfrecord.conversion.plan.walk_files import (
     Entry,
     Visited,
     WalkReport,
-    as_class_files,
     local_entries,
     never_data_dir,
     os_junk_file,
@@ -92,19 +91,24 @@ _BYTES_WALK = (
 )
 
 
-def walk_classes(walks: list[tuple[str, str, str]], remote: bool) -> Iterator[ClassFiles]:
-    """Walk every (class, split key, folder); remote folders concurrently, results in order. A local
-    folder reached twice is walked once (docs/converting.md): by its own class when it is a class
-    folder, else by the first class that reaches it."""
+class ClassWalk(NamedTuple):
+    """A folder to walk: a class folder (of a split folder), or the whole of INPUT ("", "", INPUT)."""
+
+    name: str  # the class ("" for the whole input)
+    split: str  # the split folder's key ("" when none)
+    path: str
+
+
+def walk_classes(walks: Sequence[ClassWalk], remote: bool) -> Iterator[ClassFiles]:
+    """Walk every folder; remote folders concurrently, results in order. A local folder reached
+    twice is walked once (docs/converting.md): by its own class when it is a class folder, else by
+    the first class that reaches it."""
     if not remote:
-        seen = Visited.of([path for _, _, path in walks])
-        yield from (
-            walk_class_fast(path, seen) if _BYTES_WALK else as_class_files(*walk_class(path, "", seen))
-            for _, _, path in walks
-        )
+        seen = Visited.of([w.path for w in walks])
+        yield from (walk_class_fast(w.path, seen) if _BYTES_WALK else walk_class(w.path, "", seen) for w in walks)
         return
     with ThreadPoolExecutor(min(LIST_THREADS, max(1, len(walks))), thread_name_prefix="list") as pool:
-        yield from pool.map(lambda w: as_class_files(*walk_class_remote(w[2], w[0] + "/")), walks)
+        yield from pool.map(lambda w: walk_class_remote(w.path, w.name + "/"), walks)
 
 
 def check_input(input_dir: str) -> bool:
@@ -122,7 +126,7 @@ class _Layout(NamedTuple):
 
     presplit: bool
     split_roots: dict[str, str]  # split key ("" when not presplit) -> its folder
-    walks: list[tuple[str, str, str]]  # (class name, split key, folder)
+    walks: list[ClassWalk]
     loose: list[Entry]
     ignored: int
     warnings: list[str]
@@ -150,7 +154,7 @@ def _layout(
         split_roots = {"": input_dir}
         if mixed := mixed_split_warning(input_dir, [e.name for e in top_dirs]):
             warnings.append(mixed)
-    walks: list[tuple[str, str, str]] = []
+    walks: list[ClassWalk] = []
     for skey, sroot in split_roots.items():
         entries = _entries(sroot, remote, report, os.path.basename(sroot) + "/", "split folder") if skey else top
         for e in entries:
@@ -161,7 +165,7 @@ def _layout(
                     else:
                         ignored += 1
                 continue
-            walks.append((e.name, skey, e.path))
+            walks.append(ClassWalk(e.name, skey, e.path))
     return _Layout(presplit, split_roots, walks, loose, ignored, warnings)
 
 
@@ -172,7 +176,8 @@ class _Filled(NamedTuple):
     excluded: dict[str, int]
     skipped: list[dict[str, str]]
     ignored: int
-    walked: int  # image candidates found in the classes kept (with metadata: before the join)
+    walked: int  # image candidates found in the classes kept (with enrichers: before they leave any out)
+    left_out: dict[int, str]  # an enricher (by position) -> the first path it left out
 
 
 def _fill(
@@ -182,24 +187,27 @@ def _fill(
     split: dict[str, float] | None,
     seed: int,
     report: WalkReport,
-    metadata: Metadata | None,
+    enrichers: Sequence[Enricher],
 ) -> _Filled:
     """Walk every class folder into `table`, class folders in the order of their "class/" prefix
     (each split's image numbers are then in image/filename order; see conversion.plan.table); with
-    `metadata`, only the images it has a row for, each with its features."""
+    `enrichers` (conversion.plan.enrich), only the images they keep, each with their columns."""
     rank = {k: i for i, k in enumerate(lay.split_roots)}
-    walks = sorted(lay.walks, key=lambda w: (rank[w[1]], w[0] + "/"))
+    walks = sorted(lay.walks, key=lambda w: (rank[w.split], w.name + "/"))
     per_class: dict[str, dict[str, Sequence[int]]] = {}
     excluded: dict[str, int] = {}
     skipped = [{"path": utf8_text(rel), "split": "", "reason": why} for rel, why in report.skipped]  # INPUT's own
     ignored, seen, walked = lay.ignored, set[bytes](), 0
-    for (c, skey, path), found in zip(walks, walk_classes(walks, table.remote)):
+    left_out: dict[int, str] = {}  # an enricher (by position) -> the first path it left out
+    for w, found in zip(walks, walk_classes(walks, table.remote)):
+        c, skey, path = w.name, w.split, w.path
         ignored += found.ignored
         split_dir = f"{os.path.basename(lay.split_roots[skey])}/" if skey else ""
         prefix = split_dir + c + "/"
         if c not in index:
             excluded[c] = excluded.get(c, 0) + len(found.names)
-            seen.update(encode_name(prefix) + n for n in found.names)
+            if enrichers:
+                seen.update(encode_name(prefix) + n for n in found.names)
             continue
         if found.report.error is not None:
             raise DataError(
@@ -211,18 +219,34 @@ def _fill(
         for rel, why in found.report.skipped:
             whose = skey or ("" if rel.endswith("/") else split_of(prefix + rel, seed, split))
             skipped.append({"path": utf8_text(prefix + rel), "split": whose, "reason": why})
-        names, sizes, mtimes, meta = found.names, found.sizes, found.mtimes, None
-        if metadata is not None:
-            joined = join(metadata, encode_name(prefix), names, sizes, mtimes, seen)
-            names, sizes, mtimes, meta = joined.names, joined.sizes, joined.mtimes, joined.meta
-            skipped += [no_row(metadata, r, skey or split_of(decode_name(r), seed, split)) for r in joined.unmatched]
+        batch = Batch(encode_name(prefix), skey, found.names, found.sizes, found.mtimes)
+        columns: dict[str, list[Any]] = {}
+        if enrichers:
+            seen.update(batch.prefix + n for n in batch.names)
+            batch, _, columns, skips = enrich_batch(enrichers, batch)
+            skipped += [_skip(s, skey, seed, split) for s in skips]
+            _first_left_out(enrichers, skips, left_out)
         group = table.new_group(prefix, index[c], len(split_dir))
-        per_class.setdefault(c, {})[skey] = numbers = table.extend(group, names, sizes, mtimes)
-        if meta is not None:
-            table.meta.update(zip(numbers, meta))
-    if metadata is not None:
-        skipped += metadata.skipped + not_found(metadata, seen)
-    return _Filled(per_class, excluded, skipped, ignored, walked)
+        per_class.setdefault(c, {})[skey] = numbers = table.extend(group, batch.names, batch.sizes, batch.mtimes)
+        fill(table, numbers, columns)
+    for e in enrichers:
+        skipped += e.leftovers(seen)
+    return _Filled(per_class, excluded, skipped, ignored, walked, left_out)
+
+
+def _skip(s: Skip, skey: str, seed: int, split: dict[str, float] | None) -> dict[str, str]:
+    """An enricher's skip as the walk lists it: with the split the image would have gone to."""
+    rel = decode_name(s.rel)
+    return {"path": utf8_text(rel), "split": skey or split_of(rel, seed, split), "reason": s.reason}
+
+
+def _first_left_out(enrichers: Sequence[Enricher], skips: Sequence[Skip], left_out: dict[int, str]) -> None:
+    """Note, per enricher, the first path (by name) it left out: what `none_kept` names."""
+    for k, e in enumerate(enrichers):
+        mine = [utf8_text(decode_name(s.rel)) for s in skips if s.reason.startswith(e.skip_reasons)]
+        if mine:
+            first = min(mine)
+            left_out[k] = min(left_out.get(k, first), first)
 
 
 def discover(
@@ -234,27 +258,28 @@ def discover(
     labels: list[str] | None = None,
     known_classes: list[str] | None = None,
     rule: SplitRule = EXACT,
-    metadata: Metadata | None = None,
+    enrichers: Sequence[Enricher] = (),
 ) -> Discovery:
     """Walk `input_dir` and return the candidate list of every split, in plan order (conversion.plan.splits).
 
-    Deterministic: the same tree, seed and options give the same lists on any machine. `metadata`
-    (conversion.plan.metadata, without a `labels` column): each image's features; images with no row are skipped.
+    Deterministic: the same tree, seed and options give the same lists on any machine. `enrichers`
+    (conversion.plan.enrich, none giving classes): what they add to each image; images one leaves out are skipped.
     """
     remote = check_input(input_dir)
     report = WalkReport()  # what the walk cannot read or leaves out, below INPUT
-    top = [e for e in _entries(input_dir, remote, report, "", "input") if not is_metadata_file(e.path, metadata)]
+    top = [e for e in _entries(input_dir, remote, report, "", "input") if not owned(e.path, enrichers)]
     lay = _layout(input_dir, top, split, remote, report)
     loose = lay.loose
     left_out = loose_warning(input_dir, len(loose), loose[0].name, top_level=not lay.presplit) if loose else ""
     images = f"(images: {', '.join(sorted(IMAGE_EXTENSIONS))})"
-    folders = {c for c, _, _ in lay.walks}
+    folders = {w.name for w in lay.walks}
     classes = class_list(folders, labels, no_classes(input_dir, len(loose), images), known_classes)
     for c in classes:
         if c in folders and (problem := class_name_problem(c)):
             raise UsageError(f"the class folder {shown(fs.join(input_dir, c))} {problem}: rename it")
     table = ImageTable(input_dir, remote, classes, [i + label_offset for i in range(len(classes))], split_rel=True)
-    filled = _fill(table, lay, {c: i for i, c in enumerate(classes)}, split, seed, report, metadata)
+    table.enrichers = enrichers
+    filled = _fill(table, lay, {c: i for i, c in enumerate(classes)}, split, seed, report, enrichers)
     if remote:  # a listing gives no size or mtime; the catalog needs them for update to see changes
         stat_remote(table)
     split_keys = list(lay.split_roots) if lay.presplit else (list(split) if split else ["train"])
@@ -270,7 +295,7 @@ def discover(
         warnings=lay.warnings + [left_out] * bool(loose),
         what="class folder",
         whats="class folders",
-        no_images=_no_images(input_dir, images, metadata, filled),
+        no_images=_no_images(input_dir, images, enrichers, filled),
         rule=rule,
         missing=_missing(input_dir, set(classes) - folders, lay.presplit),
     )
@@ -281,13 +306,11 @@ def discover(
     return found_all
 
 
-def _no_images(input_dir: str, images: str, metadata: Metadata | None, filled: _Filled) -> str:
-    """What to say when no image is left: none found, or (with metadata) none with a usable row."""
-    unmatched = [
-        s["path"] for s in filled.skipped if metadata is not None and s["reason"] == f"no row in {metadata.name}"
-    ]
-    if metadata is not None and filled.walked and unmatched:
-        return no_usable_row(metadata, input_dir, filled.walked, min(unmatched))
+def _no_images(input_dir: str, images: str, enrichers: Sequence[Enricher], filled: _Filled) -> str:
+    """What to say when no image is left: none found, or none an enricher kept (a metadata file's rows)."""
+    if filled.walked and filled.left_out:
+        k = min(filled.left_out)
+        return enrichers[k].none_kept(input_dir, filled.walked, filled.left_out[k])
     return f"no images found in {input_dir}: expected {fs.join(input_dir, 'CLASS_NAME', 'image.jpg')} {images}"
 
 
@@ -304,13 +327,14 @@ def _missing(input_dir: str, classes: set[str], presplit: bool) -> Missing:
     )
 
 
-def is_metadata_file(path: str, metadata: Metadata | None) -> bool:
-    """Whether `path` (an entry of INPUT) is the metadata file: neither an image nor an ignored file."""
-    if metadata is None:
+def owned(path: str, enrichers: Sequence[Enricher]) -> bool:
+    """Whether `path` (an entry of INPUT) is an enricher's own input (the metadata file): neither an
+    image nor an ignored file."""
+    if not enrichers:
         return False
-    if fs.is_remote(path):
-        return path.rstrip("/") == metadata.path.rstrip("/")
-    return os.path.abspath(path) == os.path.abspath(metadata.path)
+    remote = fs.is_remote(path)
+    mine = path.rstrip("/") if remote else os.path.abspath(path)
+    return any(mine == (p.rstrip("/") if remote else os.path.abspath(p)) for e in enrichers for p in e.inputs)
 
 
 def _entries(path: str, remote: bool, report: WalkReport, rel: str, what: str) -> list[Entry]:

@@ -149,7 +149,7 @@ def remote_entries(path: str, pool: ThreadPoolExecutor | None = None) -> list[En
     return [Entry(n, p, d) for (n, _), p, d in zip(listed, paths, dirs)]
 
 
-def walk_class_remote(root: str, rel_prefix: str) -> tuple[list[tuple[str, str, int, int]], int, WalkReport]:
+def walk_class_remote(root: str, rel_prefix: str) -> ClassFiles:
     """`walk_class` for a remote folder (object stores have no symlinks; sizes and mtimes are
     unknown: 0, since a listing gives names only and a stat per object is the request it avoids)."""
     found: list[tuple[str, str, int, int]] = []
@@ -178,7 +178,7 @@ def walk_class_remote(root: str, rel_prefix: str) -> tuple[list[tuple[str, str, 
                 ignored += 1
         stack.extend(reversed(subdirs))
     found.sort(key=lambda t: t[1])
-    return found, ignored, report
+    return _class_files(found, ignored, report)
 
 
 class ClassFiles(NamedTuple):
@@ -193,7 +193,8 @@ class ClassFiles(NamedTuple):
     report: WalkReport
 
 
-def as_class_files(found: list[tuple[str, str, int, int]], ignored: int, report: WalkReport) -> ClassFiles:
+def _class_files(found: list[tuple[str, str, int, int]], ignored: int, report: WalkReport) -> ClassFiles:
+    """The columns of a walk's (path, rel, size, mtime) list."""
     return ClassFiles(
         [encode_name(r) for _, r, _, _ in found],
         array("q", (sz for _, _, sz, _ in found)),
@@ -354,13 +355,8 @@ def walk_class_fast(root: str, visited: Visited | None = None) -> ClassFiles:
     )
 
 
-def walk_class(
-    root: str, rel_prefix: str, visited: Visited | None = None
-) -> tuple[list[tuple[str, str, int, int]], int, WalkReport]:
-    """All image candidates below one class folder, sorted; follows symlinks without looping.
-
-    Returns ([(path, rel_to_class_root, size, mtime_ns)], ignored_non_image_count, report).
-    """
+def walk_class(root: str, rel_prefix: str, visited: Visited | None = None) -> ClassFiles:
+    """All image candidates below one class folder, sorted; follows symlinks without looping."""
     found: list[tuple[str, str, int, int]] = []
     ignored = 0
     report = WalkReport()
@@ -403,4 +399,4 @@ def walk_class(
                 ignored += 1
         stack.extend(reversed(subdirs))
     found.sort(key=lambda t: t[1])
-    return found, ignored, report
+    return _class_files(found, ignored, report)

@@ -1,32 +1,33 @@
-"""The walk of a multi-label input: a metadata file with a `labels` column (conversion.plan.metadata).
+"""The walk of an input whose classes an enricher gives (a `Labeller`, conversion.plan.enrich): a
+multi-label metadata file (conversion.plan.enrichers), annotations (conversion.plan.detection).
 
 As Hugging Face's `imagefolder` allows, the images may sit anywhere below INPUT: no class folders.
-The whole input is walked as one folder; each image with a row gets its labels (every class it
-names, numbered by the class list: the sorted union of all names, or --labels / `convert --like`'s
-classes) as `image/class/label` and `image/class/text` lists. For the split shares, the per-class
-counts and the catalog, an image counts as its first label's class (`split_rule exact` keeps that
-class's share exact, not every class's).
+The whole input is walked as one folder (conversion.plan.walk's `walk_classes`), the labeller keeps
+the images it knows and gives each its class (the one its split share and the catalog count it
+in), then the other enrichers add their columns, as to a class folder's images.
 """
 
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
+from typing import Any
 
 from img2tfrecord import fs
-from img2tfrecord.conversion.plan.labels import class_list
-from img2tfrecord.conversion.plan.metadata import Metadata, check_label_names, no_row, no_usable_row, not_found
-from img2tfrecord.conversion.plan.splits import EXACT, Discovery, Missing, SplitRule, assemble, split_of
+from img2tfrecord.conversion.plan.enrich import Batch, Enricher, Labeller, enrich_batch, fill, merged_meta
+from img2tfrecord.conversion.plan.splits import EXACT, Discovery, SplitRule, assemble, split_of
 from img2tfrecord.conversion.plan.table import ImageTable, decode_name
-from img2tfrecord.conversion.plan.walk import check_input, walk_classes
+from img2tfrecord.conversion.plan.walk import ClassWalk, check_input, walk_classes
 from img2tfrecord.conversion.plan.walk_remote import stat_remote
 from img2tfrecord.conversion.plan.walk_text import junk_note
-from img2tfrecord.errors import DataError, option
-from img2tfrecord.format.schema import MetaValue, utf8_text
+from img2tfrecord.errors import DataError
+from img2tfrecord.format.schema import utf8_text
 
 
-def discover_multi_label(
+def discover_labelled(
     input_dir: str,
-    meta: Metadata,
+    labeller: Labeller,
+    others: Sequence[Enricher] = (),
     *,
     split: dict[str, float] | None = None,
     seed: int = 0,
@@ -35,75 +36,66 @@ def discover_multi_label(
     known_classes: list[str] | None = None,
     rule: SplitRule = EXACT,
 ) -> Discovery:
-    """`walk.discover` for a metadata file with a `labels` column: every image below INPUT that has a row."""
-    assert meta.labels is not None
+    """`walk.discover` when `labeller` gives the classes: every image below INPUT that it keeps."""
     remote = check_input(input_dir)
-    (found,) = walk_classes([("", "", input_dir)], remote)
+    (found,) = walk_classes([ClassWalk("", "", input_dir)], remote)
     if found.report.error is not None:
         raise DataError(f"cannot list input {input_dir}: {found.report.error}")
-    names_found = check_label_names(meta.labels, meta.name)
-    no_classes = f"{meta.name} names no class in its {option('labels')} column"
-    classes = class_list(names_found, labels, no_classes, known_classes)
-    index = {c: i for i, c in enumerate(classes)}
+    classes = labeller.prepare(labels, known_classes, label_offset)
     table = ImageTable(input_dir, remote, classes, [i + label_offset for i in range(len(classes))], split_rel=True)
+    table.enrichers = (labeller, *others)
     groups = [table.new_group("", k) for k in range(len(classes))]
     skipped = [{"path": utf8_text(rel), "split": "", "reason": why} for rel, why in found.report.skipped]
-    kept: list[int] = []
-    excluded: dict[str, int] = {}
-    for i, rel in enumerate(found.names):
-        if rel in meta.refused:  # skipped with its row's reason
-            continue
-        if rel not in meta.rows:
-            skipped.append(no_row(meta, rel, split_of(decode_name(rel), seed, split)))
-        elif outside := [c for c in meta.labels[rel] if c not in index]:
-            excluded[outside[0]] = excluded.get(outside[0], 0) + 1
-        else:
-            kept.append(i)
-    first = [index[meta.labels[found.names[i]][0]] for i in kept]
-    numbers = table.extend(
-        [groups[k] for k in first],
-        [found.names[i] for i in kept],
-        array("q", (found.sizes[i] for i in kept)),
-        array("q", (found.mtimes[i] for i in kept)),
-    )
+    got = labeller.label(Batch(b"", "", found.names, found.sizes, found.mtimes))
+    skipped += [_skip(s.rel, s.reason, seed, split) for s in got.skips]
+    kept = Batch(b"", "", found.names, found.sizes, found.mtimes).subset(got.keep)
+    columns: dict[str, Sequence[Any]] = dict(got.columns)
+    cls, folders = got.cls, got.splits
+    if others:
+        rest = enrich_batch(others, kept)
+        skipped += [_skip(s.rel, s.reason, seed, split) for s in rest.skips]
+        kept, cls = rest.batch, [cls[i] for i in rest.keep]
+        folders = [folders[i] for i in rest.keep] if folders else folders
+        columns = {k: [v[i] for i in rest.keep] for k, v in columns.items()}
+        columns.update((k, [*map(merged_meta, columns[k], v)] if k in columns else v) for k, v in rest.columns.items())
+    numbers = table.extend([groups[k] for k in cls], kept.names, kept.sizes, kept.mtimes)
+    fill(table, numbers, columns)
+    keys = list(got.split_keys)
     per_class: dict[str, dict[str, array]] = {}
-    for n, i, k in zip(numbers, kept, first):
-        rel = found.names[i]
-        names = meta.labels[rel]
-        own = (
-            MetaValue("image/class/label", "int64", tuple(index[c] + label_offset for c in names)),
-            MetaValue("image/class/text", "bytes", tuple(names)),
-        )
-        table.meta[n] = tuple(sorted(meta.values(rel) + own, key=lambda m: m.key))
-        per_class.setdefault(classes[k], {}).setdefault("", array("q")).append(n)
+    for j, (n, k) in enumerate(zip(numbers, cls)):
+        per_class.setdefault(classes[k], {}).setdefault(folders[j] if keys else "", array("q")).append(n)
     if remote:
         stat_remote(table)
-    ignored = found.ignored - fs.below(meta.path, input_dir)  # the whole-input walk counted it as an ignored file
+    enrichers = (labeller, *others)
+    seen = {*found.names}
+    for e in enrichers:
+        skipped += e.leftovers(seen)
+    # its own files read below INPUT were counted as ignored non-image files, which they are not
+    owned = sum(fs.below(p, input_dir) for e in enrichers for p in e.inputs)
     out = assemble(
         table,
         per_class,  # type: ignore[arg-type]
-        excluded,
-        list(split) if split else ["train"],
-        presplit=False,
+        dict(got.excluded),
+        keys or (list(split) if split else ["train"]),
+        presplit=bool(keys),
         split=split,
         seed=seed,
-        ignored=ignored,
-        warnings=[],
+        ignored=max(0, found.ignored - owned),
+        warnings=list(got.warnings),
         what="class",
         whats="classes",
-        no_images=(
-            no_usable_row(meta, input_dir, len(found.names), decode_name(found.names[0]))
-            if found.names and not any(rel in meta.rows for rel in found.names)
-            else f"no images found in {input_dir} that {meta.name} has a row for"
-        ),
+        no_images=labeller.none_kept(input_dir, len(found.names), decode_name(found.names[0]) if found.names else ""),
         rule=rule,
-        missing=Missing(
-            set(classes) - names_found,
-            lambda c: f"no row of {meta.name} names it",
-            f"no row of {meta.name} names them",
-        ),
+        missing=labeller.missing(),
     )
-    out.skipped = sorted(skipped + meta.skipped + not_found(meta, set(found.names)), key=lambda s: s["path"])
+    out.skipped = sorted(skipped, key=lambda s: s["path"])
     if note := junk_note(found.report.junk_dirs):
         out.notes.append(note)
+    labeller.done(out)
     return out
+
+
+def _skip(rel: bytes, reason: str, seed: int, split: dict[str, float] | None) -> dict[str, str]:
+    """An enricher's skip as the walk lists it: with the split the image would have gone to."""
+    text = decode_name(rel)
+    return {"path": utf8_text(text), "split": split_of(text, seed, split), "reason": reason}

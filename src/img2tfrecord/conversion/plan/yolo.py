@@ -87,7 +87,7 @@ def read_yolo(top: str, files: list[str], names_file: str, max_bytes: int) -> Yo
                 problems.append({"path": f"{rel}:{n}", "reason": box.replace("CLASSES", os.path.basename(names_file))})
             else:
                 objects.append(box)
-        by_stem[os.path.splitext(rel)[0]] = ImageBoxes(0, 0, rel, tuple(objects))
+        by_stem[os.path.splitext(rel)[0]] = ImageBoxes(width=0, height=0, source_id=rel, boxes=tuple(objects))
     origin = {os.path.splitext(rel)[0]: rel for rel in txts}
     aliases = _aliases([*by_stem, *bad])
     return YoloRead(classes, by_stem, aliases, origin, problems, [names_file, *txts], folders, bad)
@@ -107,7 +107,7 @@ def _box(line: str, numbers: dict[int, str]) -> RawBox | str:
     name = numbers.get(int(parts[0])) if len(parts[0]) < 10 else None  # int() of 5,000 digits raises
     if name is None:
         return "its class number is not one CLASSES names"
-    return RawBox(name, x - bw / 2, y - bh / 2, x + bw / 2, y + bh / 2)
+    return RawBox(name=name, xmin=x - bw / 2, ymin=y - bh / 2, xmax=x + bw / 2, ymax=y + bh / 2)
 
 
 def _aliases(stems: list[str]) -> dict[str, str]:

@@ -13,7 +13,6 @@ from typing import Any, NamedTuple
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.events import EventSink, Timing
-from img2tfrecord.conversion.plan.detection import published
 from img2tfrecord.conversion.plan.job import PlannedShard, one_record_warning
 from img2tfrecord.conversion.plan.options import ShardSettings
 from img2tfrecord.conversion.versions.changes import Changes
@@ -225,9 +224,10 @@ def write_catalog(
     placed.files.append(CATALOG_NAME)
     split_info = placed.split_info
     metadata = rec.manifest.get("metadata")
-    if changes.found.boxes is not None and metadata and metadata.get("detection"):  # the boxes published
+    enrichers = next(iter(changes.found.splits.values())).table.enrichers
+    for e in enrichers if metadata else ():  # each one's part over the records published (a detection dataset's boxes)
         rels = (text_of(cat.rels[r]) for r in itertools.compress(range(len(cat)), cat.converted()))
-        metadata = published(metadata, changes.found.boxes, rels)
+        metadata = e.published(metadata, rels)
     manifest = manifest_of(
         rec,
         cat,

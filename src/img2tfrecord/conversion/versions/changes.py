@@ -21,20 +21,18 @@ from __future__ import annotations
 import itertools
 from array import array
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from img2tfrecord.conversion.plan.annotations import Annotations
-from img2tfrecord.conversion.plan.detection import discover_detection
-from img2tfrecord.conversion.plan.filelist import discover_file_list
+from img2tfrecord.conversion.plan.enrich import Enricher
+from img2tfrecord.conversion.plan.enrichers import discover_input
 from img2tfrecord.conversion.plan.job import Drop
 from img2tfrecord.conversion.plan.labels import updated_class_list
-from img2tfrecord.conversion.plan.metadata import Metadata
 from img2tfrecord.conversion.plan.skips import is_passing
 from img2tfrecord.conversion.plan.splits import Discovery, prior_of, recorded_rule
-from img2tfrecord.conversion.plan.table import ImageTable, boxes_digest, class_counts
-from img2tfrecord.conversion.plan.walk import discover, stat_remote
-from img2tfrecord.conversion.plan.walk_labels import discover_multi_label
+from img2tfrecord.conversion.plan.table import ImageTable, class_counts
+from img2tfrecord.conversion.plan.walk import stat_remote
 from img2tfrecord.format.catalog import CONVERTED, NO_BOXES, SKIPPED, Catalog
 from img2tfrecord.format.options import recorded_value
 from img2tfrecord.format.schema import utf8_text
@@ -141,45 +139,33 @@ def walk(
     old_classes: list[str],
     file_list: str | None,
     cat: Catalog | None = None,
-    metadata: Metadata | Annotations | None = None,
+    enrichers: Sequence[Enricher] = (),
 ) -> Discovery:
-    """The input as `convert` would list it with the dataset's options, with labels that keep their
-    meaning; under the exact split rule, the images `cat` holds keep their splits (conversion.plan.splits)."""
+    """The input as `convert` would list it with the dataset's options and `enrichers` (the same
+    walk, conversion.plan.enrichers), with labels that keep their meaning; under the exact split
+    rule, the images `cat` holds keep their splits (conversion.plan.splits)."""
     fixed = options.get("labels")  # the dataset was made with --labels: that list is the set of classes
     split, seed = options.get("split"), int(recorded_value(options, "seed"))
     labels = list(old_classes) if fixed is not None else None
-    known = None if fixed is not None else list(old_classes)  # the labels written in a record keep their meaning
+    # the labels a labeller writes into its columns (multi-label lists) keep their meaning; a class
+    # folder's are given below, and its walk must not count a vanished class as one of --labels
+    labelled = any(e.labels_images for e in enrichers)
+    known = None if fixed is not None or not labelled else list(old_classes)
     offset = int(recorded_value(options, "label_offset"))
     rule = recorded_rule(options)
     if split and rule.name != "hash" and cat is not None:
         rule = rule._replace(prior=prior_of(cat.rels.blob, cat.rels.ends, cat.splits.codes, cat.splits.values, seed))
-    if file_list:
-        found = discover_file_list(input_dir, file_list, split=split, seed=seed, labels=labels, rule=rule)
-    elif isinstance(metadata, Annotations):  # a detection dataset: its images with their boxes, ids kept
-        found = discover_detection(
-            input_dir,
-            metadata,
-            skip_empty=bool(recorded_value(options, "skip_empty")),
-            split=split,
-            seed=seed,
-            label_offset=offset,
-            labels=labels,
-            known_classes=known,
-            rule=rule,
-        ).found
-    elif metadata is not None and metadata.labels is not None:  # its records' label lists are written here
-        found = discover_multi_label(
-            input_dir,
-            metadata,
-            split=split,
-            seed=seed,
-            label_offset=offset,
-            labels=labels,
-            known_classes=known,
-            rule=rule,
-        )
-    else:
-        found = discover(input_dir, split=split, seed=seed, labels=labels, rule=rule, metadata=metadata)
+    found = discover_input(
+        input_dir,
+        enrichers,
+        file_list=file_list,
+        split=split,
+        seed=seed,
+        label_offset=offset,
+        rule=rule,
+        labels=labels,
+        known_classes=known,
+    )
     table = _table(found)
     if table.remote:  # a listing gives no size or mtime: one stat per image (walk_remote.stat_remote)
         stat_remote(table)
@@ -268,7 +254,7 @@ def _classify_found(
     passing = [is_passing(v) for v in cat.reasons.values]  # a skip that was an OS error: no verdict
     reasons = cat.reasons.codes
     prefixes = [g.prefix for g in groups]
-    objects, boxes = table.objects, cat.boxes.blob  # a detection walk's boxes; the digests the catalog keeps
+    stamped, boxes = bool(table.enrichers), cat.boxes.blob  # the enrichers' stamps; the ones the catalog keeps
     for s, view in found.splits.items():
         sc = splits[s]
         tally: Counter[tuple[str, str]] = Counter()  # (kind, class) -> images
@@ -286,9 +272,9 @@ def _classify_found(
             state = states[r]
             unknown = sizes[r] == 0 and mtimes[r] == 0  # converted from a listing (remote input)
             same = unknown or (sizes[r] == table.sizes[i] and mtimes[r] == table.mtimes[i])
-            if same and objects:  # a box changed, added or removed: the record changes
+            if same and stamped:  # what an enricher adds changed (a box changed, added or removed): the record changes
                 had = boxes[8 * r : 8 * r + 8]
-                same = boxes_digest(objects.get(i)) == had if had != NO_BOXES else same_annotations
+                same = table.stamp(i) == had if had != NO_BOXES else same_annotations
             if unknown and state == CONVERTED and not check_content:
                 refreshed[r] = (table.sizes[i], table.mtimes[i])  # known from now on
             moved = split_codes[r] != here or class_codes[r] != group_code[g]

@@ -12,11 +12,7 @@ import shlex
 from collections.abc import Iterable
 from typing import Any
 
-from img2tfrecord import fs
-from img2tfrecord.conversion.plan.annotations import Annotations, read_annotations, require_pycocotools
 from img2tfrecord.conversion.plan.like import cli_flags, convert_like_advice
-from img2tfrecord.conversion.plan.metadata import Metadata, file_digest, read_metadata
-from img2tfrecord.conversion.plan.metadata import find as find_metadata
 from img2tfrecord.conversion.plan.options import EncodeOptions, ShardSettings
 from img2tfrecord.errors import UsageError, check_keywords, option, said
 from img2tfrecord.format.conversion_options import ConversionOptions
@@ -95,53 +91,3 @@ def recorded_settings(made: ConversionOptions, *, fsync: bool, strict: bool) -> 
         dedupe=made.dedupe,
         strict=strict,
     )
-
-
-def recorded_annotations(entry: dict[str, Any], input_dir: str, output_dir: str) -> Annotations:
-    """A detection dataset's annotations (dataset.json's `metadata.detection`), read again. Changed
-    boxes are changed images, which update rewrites (versions.changes); annotations gone, unreadable
-    or of another format (VOC XML replaced by YOLO txt) are refused, advising `convert --like`."""
-    path = fs.resolve_recorded(str(entry["detection"].get("annotations")), input_dir)
-    if masks := bool(entry["detection"].get("masks")):  # made with --masks: the new records need them too
-        require_pycocotools()
-    ann = read_annotations(path, masks) if fs.exists(path) else None  # unreadable: its own UsageError says why
-    was = entry["detection"].get("format")
-    if ann is None or ann.format != was:
-        if ann is None:  # restored, update goes on; moved, the dataset is made again from where they are
-            why, change = "are gone", {"annotations": "FILE"}
-            then = "put them back, or to make the dataset again from FILE, the annotations where they are now, "
-        else:
-            why, change = f"are {ann.format}, no longer {was},", {}
-            then = "update takes boxes of the format the dataset was made with. To make it again from them, "
-        raise UsageError(
-            f"the annotations {path} {why} since {output_dir} was made; "
-            + then
-            + convert_like_advice(input_dir, output_dir, change)
-        )
-    return ann
-
-
-def recorded_metadata(manifest: dict[str, Any], input_dir: str, output_dir: str) -> Metadata | Annotations | None:
-    """The metadata file of a dataset made with one (dataset.json's `metadata`), read again; a
-    UsageError advising `convert --like` when its bytes changed since: its rows may give the
-    records that stay other values, which update, keeping records as they are, cannot write."""
-    entry = manifest.get("metadata")
-    if not entry:
-        return None
-    if entry.get("detection"):
-        return recorded_annotations(entry, input_dir, output_dir)
-    given = ConversionOptions.from_json(manifest.get("options")).metadata
-    given = fs.resolve_recorded(given, input_dir) if isinstance(given, str) else given
-    try:
-        path = find_metadata(input_dir, given)
-    except UsageError:
-        path = None
-    if path is None or file_digest(path) != entry.get("xxh3_128"):
-        what = f"{path or given or fs.join(input_dir, str(entry.get('file')))}"
-        now = "changed" if path is not None else "is gone"
-        raise UsageError(
-            f"the metadata file {what} {now} since {output_dir} was made; update keeps the records it has, "
-            "so it cannot take new metadata. To make the dataset again from it, "
-            + convert_like_advice(input_dir, output_dir, {})
-        )
-    return read_metadata(path, given is not None)

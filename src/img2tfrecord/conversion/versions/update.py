@@ -17,15 +17,15 @@ from __future__ import annotations
 import inspect
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from img2tfrecord import cstderr, fs
 from img2tfrecord.conversion.events import EventSink, Timing, worded
-from img2tfrecord.conversion.plan.annotations import Annotations
+from img2tfrecord.conversion.plan.enrich import Enricher
+from img2tfrecord.conversion.plan.enrichers import for_update
 from img2tfrecord.conversion.plan.job import Plan, PlannedShard, check_paths, refuse_walk_skips
-from img2tfrecord.conversion.plan.metadata import Metadata
 from img2tfrecord.conversion.plan.options import ShardSettings
 from img2tfrecord.conversion.plan.table import TaskView
 from img2tfrecord.conversion.versions.assemble import (
@@ -43,7 +43,7 @@ from img2tfrecord.conversion.versions.changes import Changes, diff, walk
 from img2tfrecord.conversion.versions.faults import recorded_walk_skips
 from img2tfrecord.conversion.versions.guard import Limit, parse_limit, refusal
 from img2tfrecord.conversion.versions.layout import Layout, layout_of, margin, needed
-from img2tfrecord.conversion.versions.options import recorded_metadata, recorded_settings, refuse_other_options
+from img2tfrecord.conversion.versions.options import recorded_settings, refuse_other_options
 from img2tfrecord.conversion.versions.recorded import Recorded, read_recorded
 from img2tfrecord.conversion.versions.resume import ResumeState, check_unfinished, clear_build, keep_finished
 from img2tfrecord.conversion.write import shards as writer
@@ -115,9 +115,9 @@ def update(
         own=_own_parameters(),
     )
     settings = recorded_settings(rec.made, fsync=fsync, strict=strict)
-    meta = recorded_metadata(rec.manifest, input_dir, output_dir)
+    enrichers = for_update(rec.manifest, input_dir, output_dir)
     if dry_run:
-        changes = _changes(input_dir, rec, file_list, check_content, emit, meta)
+        changes = _changes(input_dir, rec, file_list, check_content, emit, enrichers)
         summary = _summary(input_dir, output_dir, rec, changes, layout_of(changes, rec, settings), timing, dry_run=True)
         why = refusal(changes.removed_records, _records(rec), limit, input_dir, output_dir)
         summary["refused"] = None if why is None else wording(why)  # rendered for who asked, as an error is
@@ -172,8 +172,8 @@ def _apply(
         publish.recover(ws)
         check_unfinished(ws, resume)
         rec = read_recorded(output_dir, rec, input_dir)  # as it is now that we hold the lock
-        meta = recorded_metadata(rec.manifest, input_dir, output_dir)
-        changes = _changes(input_dir, rec, request.file_list, request.check_content, emit, meta)
+        enrichers = for_update(rec.manifest, input_dir, output_dir)
+        changes = _changes(input_dir, rec, request.file_list, request.check_content, emit, enrichers)
         refuse_walk_skips(changes.found.skipped, settings.strict, annotations=changes.found.boxes is not None)
         if why := refusal(changes.removed_records, _records(rec), request.limit, input_dir, output_dir):
             raise DataError(why)  # before anything is written: OUTPUT and an unfinished update's shards stay
@@ -231,20 +231,20 @@ def _changes(
     file_list: str | None,
     check_content: bool,
     emit: EventSink,
-    meta: Metadata | Annotations | None = None,
+    enrichers: Sequence[Enricher] = (),
 ) -> Changes:
     if check_content and not rec.catalog.has_digests:
         raise UsageError(
             f"{option('check_content', True)} compares content digests, which a dataset converted with "
             f"{option('dedupe', 'off')} lacks"
         )
-    found = walk(input_dir, rec.options, rec.classes, file_list, rec.catalog, meta)
+    found = walk(input_dir, rec.options, rec.classes, file_list, rec.catalog, enrichers)
     for w in found.warnings:
         emit("warning", w)
     for skip in found.skipped:
         emit("skipped", f"{skip['path']}: {skip['reason']}")
-    recorded = (rec.manifest.get("metadata") or {}).get("xxh3_128")
-    same_annotations = not isinstance(meta, Annotations) or meta.digest == recorded
+    recorded = rec.manifest.get("metadata") or {}
+    same_annotations = not any(e.input_changed(recorded) for e in enrichers)  # a stamp-less row then counts as changed
     changes = diff(found, rec.catalog, rec.classes, check_content, same_annotations)
     changes.annotations_changed = not same_annotations
     changes.walk_skips_changed = recorded_walk_skips(rec.manifest, rec.catalog) != found.skipped

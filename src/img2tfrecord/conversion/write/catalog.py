@@ -27,7 +27,7 @@ class Seen:
     size: int
     mtime: int
     cls: str  # image/class/text, as the manifest writes it
-    boxes: bytes  # the digest of its boxes as planned (a detection image's), else NO_BOXES
+    boxes: bytes  # its enrichers' stamp (a detection image's boxes digest; conversion.plan.enrich), else NO_BOXES
 
 
 def seen(tasks: Sequence[Task]) -> Iterator[Seen]:
@@ -36,9 +36,8 @@ def seen(tasks: Sequence[Task]) -> Iterator[Seen]:
         t = tasks.table
         texts = [utf8_text(c) for c in t.classes]
         groups = [texts[g.cls] for g in t.groups]
-        objects = t.objects.get if t.objects else lambda i: None
         for i in tasks.order:
-            yield Seen(t.rel_bytes(i), t.sizes[i], t.mtimes[i], groups[t.group_of[i]], boxes_digest(objects(i)))
+            yield Seen(t.rel_bytes(i), t.sizes[i], t.mtimes[i], groups[t.group_of[i]], t.stamp(i))
     else:
         for task in tasks:
             boxes = boxes_digest(task.objects)

@@ -9,7 +9,6 @@ from typing import Any
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.events import EventSink, Timing
-from img2tfrecord.conversion.plan.detection import written as detection_written
 from img2tfrecord.conversion.plan.job import Plan, one_record_warning
 from img2tfrecord.conversion.plan.table import class_counts
 from img2tfrecord.conversion.write import dedupe
@@ -207,12 +206,14 @@ def _warn_merged(run: _Merged, orient: int, emit: EventSink) -> None:
 
 
 def _written_metadata(plan: Plan, skipped: list[dict[str, str]]) -> dict[str, Any] | None:
-    """dataset.json's `metadata`: a detection dataset's box counts over the images written."""
-    if not plan.metadata or "detection" not in plan.metadata or not skipped:
-        return plan.metadata
-    gone = {s["path"] for s in skipped}
-    lost = [t.objects for sh in plan.shards for t in sh.tasks if t.objects is not None and utf8_text(t.rel) in gone]
-    return detection_written(plan.metadata, skipped, lost)
+    """dataset.json's `metadata` over the images written: each enricher's part (a detection
+    dataset's box counts) without the images the encoder skipped."""
+    metadata = plan.metadata
+    if not metadata:
+        return metadata
+    for e in plan.enrichers:
+        metadata = e.written(metadata, skipped, (t for sh in plan.shards for t in sh.tasks))
+    return metadata
 
 
 def _publish_merged(plan: Plan, ws: Workspace, run: _Merged, engine: str, state: Published | None) -> dict[str, Any]:

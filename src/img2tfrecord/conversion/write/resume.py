@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from img2tfrecord import fs
-from img2tfrecord.conversion.plan.table import boxes_of, fingerprint_items, mtimes_of
+from img2tfrecord.conversion.plan.table import fingerprint_items, mtimes_of, stamps_of
 from img2tfrecord.conversion.write.dedupe import DIGEST_HEX
 from img2tfrecord.conversion.write.shards import ShardOutcome
 from img2tfrecord.conversion.write.workspace import JOURNAL  # the one name, beside the workspace's others
@@ -44,7 +44,7 @@ def header(plan: Plan) -> dict[str, Any]:
         items = fingerprint_items(shard.tasks)  # from the plan's columns: no Task made
         h.update(items)
         shards[shard.name] = hashlib.sha256(items).hexdigest()[:16]
-        source = items + mtimes_of(shard.tasks).tobytes() + boxes_of(shard.tasks)  # boxes: annotations edited
+        source = items + mtimes_of(shard.tasks).tobytes() + stamps_of(shard.tasks)  # stamps: annotations edited
         sources[shard.name] = hashlib.sha256(source).hexdigest()[:16]
     return {
         "fingerprint": h.hexdigest(),
