@@ -28,6 +28,7 @@ from img2tfrecord.conversion.plan.annotations import require_pycocotools
 from img2tfrecord.conversion.plan.enrichers import discover_input, records
 from img2tfrecord.conversion.plan.enrichers import for_convert as enrichers_for
 from img2tfrecord.conversion.plan.labels import read_labels_file
+from img2tfrecord.conversion.plan.mask_colors import mask_settings
 from img2tfrecord.conversion.plan.options import (
     CHANNEL_CHOICES,
     DEDUPE_MODES,
@@ -43,7 +44,7 @@ from img2tfrecord.conversion.plan.splits import SPLIT_RULES, SplitRule, parse_sp
 from img2tfrecord.conversion.plan.table import Task, sizes_of
 from img2tfrecord.errors import DataError, UsageError, option, plural
 from img2tfrecord.format.naming import shard_name
-from img2tfrecord.format.options import specs
+from img2tfrecord.format.options import spec, specs
 from img2tfrecord.format.split_groups import group_pattern
 
 TARGET_SHARD_BYTES = 200 * 1024 * 1024  # ceil(total / 200 MiB) shards -> each in (100, 200] MiB
@@ -241,7 +242,10 @@ def check_options(**options: Any) -> CheckedOptions:
         channels=str(channels),
         max_pixels=max_pixels,
         validate=o["validate"],
+        mask_colors=o["mask_colors"],
+        mask_ignore=o["mask_ignore"],
     )
+    _check_masks(o)
     shard_request = parse_shards(o["shards"])
     split, labels = o["split"], o["labels"]
     fractions = parse_split_spec(split) if isinstance(split, str) else split
@@ -260,6 +264,21 @@ def check_options(**options: Any) -> CheckedOptions:
     if o["masks"]:
         require_pycocotools()
     return CheckedOptions(opts, shard_request, fractions, class_list)
+
+
+def _check_masks(o: Mapping[str, Any]) -> None:
+    """`--masks-dir` and its options (the colour map read once here: conversion.plan.mask_colors); UsageError for a misuse."""
+    if o["masks_dir"] is None:
+        for name in ("mask_colors", "mask_ignore"):
+            if o[name] != spec(name).default:
+                raise UsageError(f"{option(name, o[name])} needs {option('masks_dir')}")
+        return
+    for other in ("annotations", "file_list", "metadata"):
+        if o[other]:
+            raise UsageError(
+                f"{option('masks_dir')} pairs a folder's images with masks, not with {option(other)}: drop one"
+            )
+    mask_settings(o["mask_colors"], o["mask_ignore"])
 
 
 # plan_job's keywords besides the options: what `convert(like=...)` adds (conversion.plan.like)
@@ -312,6 +331,7 @@ def _plan(input_dir: str, output_dir: str, o: Mapping[str, Any], checked: Checke
     index, compression, dedupe, checksum = o["index"], o["compression"], o["dedupe"], o["checksum"]
     known_classes, metadata_file = o["known_classes"], o["metadata"]
     detect = Detect(o["annotations"], o["skip_empty"], o["masks"])
+    masks_dir = o["masks_dir"]
     enrichers = enrichers_for(input_dir, o)
     found = discover_input(
         input_dir,
@@ -327,7 +347,7 @@ def _plan(input_dir: str, output_dir: str, o: Mapping[str, Any], checked: Checke
     entry = records(enrichers)  # dataset.json's `metadata`
     if detect.annotations is not None:
         refuse_box_problems(entry or {}, strict)
-    refuse_walk_skips(found.skipped, strict, annotations=detect.annotations is not None)
+    refuse_walk_skips(found.skipped, strict, annotations=detect.annotations is not None or masks_dir is not None)
     if strict and found.loose:
         raise DataError(f"{option('strict', True)}: {found.loose}; nothing was written")
     split_bytes = {s: estimate_task_bytes(items, opts) for s, items in found.splits.items()}
@@ -336,6 +356,9 @@ def _plan(input_dir: str, output_dir: str, o: Mapping[str, Any], checked: Checke
     )
     empty = [f"split {s} has no images; no shards are written for it" for s, v in found.splits.items() if not v]
     recorded = asdict(opts)
+    for name in ("mask_colors", "mask_ignore"):  # dataset.json as before without --masks-dir
+        if recorded[name] == spec(name).default:
+            del recorded[name]
     if opts.resize_mode == "always":  # the default: dataset.json and the resume fingerprint as before the option
         del recorded["resize_mode"]
     options = recorded | {
@@ -353,6 +376,8 @@ def _plan(input_dir: str, output_dir: str, o: Mapping[str, Any], checked: Checke
         "checksum": checksum,
     }
     options |= _input_files(input_dir, metadata_file, detect)
+    if masks_dir is not None:
+        options["masks_dir"] = fs.recorded_path(masks_dir, input_dir)
     options |= _other_recorded(o, options)
     settings = ShardSettings(
         encode=opts,

@@ -100,6 +100,8 @@ def recorded_settings(options: dict[str, Any], *, fsync: bool, strict: bool) -> 
         channels=str(get("channels")),
         max_pixels=int(get("max_pixels")),
         validate=bool(get("validate")),
+        mask_colors=get("mask_colors"),
+        mask_ignore=int(get("mask_ignore")),
     )
     return ShardSettings(
         encode=opts,
