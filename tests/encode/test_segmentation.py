@@ -202,7 +202,8 @@ def test_a_colour_file_and_the_cityscapes_table(tmp_path, cli):
     np.testing.assert_array_equal(masks_of(out)["a.png"]["ids"], expect)
     man = json.loads((out / "dataset.json").read_text())
     assert man["metadata"]["segmentation"]["classes"] == ["background", "cat", "dog"]
-    assert man["options"]["mask_ignore"] == 100
+    assert man["options"]["mask_ignore"] == 100 and man["options"]["mask_colors"] == str(table)
+    assert man["metadata"]["segmentation"]["colors"] == str(table)
 
     city = [rgb for _, rgb in CITYSCAPES] + [(0, 0, 0)]
     ids = class_ids(30, 20, 12, top=19)
@@ -333,3 +334,21 @@ def test_update_treats_a_changed_mask_as_a_changed_image(tmp_path, cli):
     np.testing.assert_array_equal(got["gray.png"]["ids"], new)
     for name in set(want) - {"gray.png", "rotated.jpg"}:
         np.testing.assert_array_equal(got[name]["ids"], want[name], err_msg=name)
+
+
+def test_convert_like_makes_the_same_segmentation_dataset(tmp_path, cli):
+    """dataset.json records the masks folder and the colour map file so that `convert --like` finds
+    them from any working folder, and writes the same shards."""
+    corpus(tmp_path)
+    table = tmp_path / "voc.txt"
+    table.write_text(
+        "".join(f"{r},{g},{b},c{i}\n" for i, (r, g, b) in enumerate(voc_palette()[:21])) + "224,224,192,ignore\n"
+    )
+    out, again = tmp_path / "out", tmp_path / "again"
+    args = ("--masks-dir", tmp_path / "masks", "--mask-colors", table, "--encoding", "png", "-q")
+    assert cli("convert", tmp_path / "images", out, *args).exit_code == 0
+    res = cli("convert", tmp_path / "images", again, "--like", out, "-q")
+    assert res.exit_code == 0, res.output
+    shards = sorted(p.name for p in out.glob("*-of-*"))
+    assert shards and all((out / n).read_bytes() == (again / n).read_bytes() for n in shards)
+    assert sorted(masks_of(again)) == sorted(masks_of(out))

@@ -378,6 +378,8 @@ def _plan(input_dir: str, output_dir: str, o: Mapping[str, Any], checked: Checke
     options |= _input_files(input_dir, metadata_file, detect)
     if masks_dir is not None:
         options["masks_dir"] = fs.recorded_path(masks_dir, input_dir)
+        if opts.mask_colors not in (None, "voc", "cityscapes"):  # a file: found again from any working folder
+            options["mask_colors"] = os.path.abspath(opts.mask_colors)
     options |= _other_recorded(o, options)
     settings = ShardSettings(
         encode=opts,

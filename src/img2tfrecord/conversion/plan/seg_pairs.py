@@ -199,7 +199,10 @@ def for_convert(input_dir: str, o: Mapping[str, Any]) -> Masks | None:
     """The masks of `--masks-dir` (with `--mask-colors`, `--mask-ignore`), or None without it."""
     if o.get("masks_dir") is None:
         return None
-    settings = mask_settings(o.get("mask_colors"), int(o.get("mask_ignore", 255)))
+    colors = o.get("mask_colors")
+    if colors not in (None, "voc", "cityscapes"):  # a file, recorded so that update finds it from any folder
+        colors = os.path.abspath(colors)
+    settings = mask_settings(colors, int(o.get("mask_ignore", 255)))
     recorded = fs.recorded_path(o["masks_dir"], input_dir)
     return Masks(
         input_dir=input_dir, masks_dir=o["masks_dir"], settings=settings, recorded=recorded, split=bool(o.get("split"))
