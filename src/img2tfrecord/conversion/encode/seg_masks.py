@@ -155,7 +155,9 @@ def stored(ids: Any, out: tuple[int, int]) -> StoredMask:
     im = gray16(ids) if wide else Image.fromarray(ids.astype(np.uint8))
     buf = io.BytesIO()
     im.save(buf, "PNG")
-    found, counts = np.unique(ids, return_counts=True)
+    counts = np.bincount(ids.ravel())  # one pass (np.unique sorts every pixel: ~3x the time)
+    found = np.flatnonzero(counts)
+    counts = counts[found]
     features = (
         MetaValue(SEGMENTATION_ENCODED, "bytes", (buf.getvalue(),)),
         MetaValue(SEGMENTATION_FORMAT, "bytes", ("png",)),
