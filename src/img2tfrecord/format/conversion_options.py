@@ -49,6 +49,9 @@ class ConversionOptions:
     annotations: str | None = None
     skip_empty: bool = False
     masks: bool = False
+    masks_dir: str | None = None  # semantic segmentation's masks folder (conversion.plan.seg_pairs)
+    mask_colors: str | None = None  # an RGB mask's colour map: a file (absolute) or a built-in table's name
+    mask_ignore: int = 255
     json: Mapping[str, Any] = field(default_factory=dict)  # as dataset.json holds them; rows with no field
 
     @classmethod

@@ -66,6 +66,15 @@ DETECTION_FEATURES: dict[str, Declared] = {
 }
 
 
+# A segmentation dataset's keys (`convert --masks-dir`), DeepLab's and the Model Garden's: the mask as a PNG of class ids.
+SEGMENTATION_ENCODED = "image/segmentation/class/encoded"
+SEGMENTATION_FORMAT = "image/segmentation/class/format"
+SEGMENTATION_FEATURES: dict[str, Declared] = {
+    SEGMENTATION_ENCODED: Declared("bytes", False),
+    SEGMENTATION_FORMAT: Declared("bytes", False),
+}
+
+
 def declared_features(metadata: dict[str, Any] | None) -> dict[str, Declared]:
     """Every feature of a dataset's records, from dataset.json's `metadata` entry (None: the fixed
     schema): the fixed keys, lists for a multi-label dataset, the Object Detection API's for a detection
@@ -79,6 +88,8 @@ def declared_features(metadata: dict[str, Any] | None) -> dict[str, Declared]:
         out.update(DETECTION_FEATURES)
         if metadata["detection"].get("masks"):  # --masks: each object's mask, a PNG
             out["image/object/mask"] = Declared("bytes", True)
+    if metadata.get("segmentation"):
+        out.update(SEGMENTATION_FEATURES)
     for name, col in (metadata.get("columns") or {}).items():
         out["image/" + name] = Declared(str(col.get("type")), bool(col.get("list")))
     return out

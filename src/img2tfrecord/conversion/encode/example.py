@@ -51,7 +51,8 @@ from PIL import (
 )
 
 from img2tfrecord import cstderr
-from img2tfrecord.conversion.encode import boxes
+from img2tfrecord.conversion.encode import boxes, seg_masks
+from img2tfrecord.conversion.encode.sixteen import SIXTEEN, eight_bit, resize16, sixteen_bit
 from img2tfrecord.conversion.encode.source import (  # the read before the work (SkipImage is found here too)
     EXIF_TRANSPOSE,
     JpegFrame,
@@ -75,7 +76,7 @@ from img2tfrecord.format.images import (
     sniff,
     tf_png_channels,
 )
-from img2tfrecord.format.schema import FORMAT_RAW, serialize_example, utf8_text
+from img2tfrecord.format.schema import FORMAT_RAW, MetaValue, serialize_example, utf8_text
 
 # We enforce our own --max-pixels before decoding; Pillow's global limit would raise at open().
 Image.MAX_IMAGE_PIXELS = None
@@ -85,7 +86,6 @@ warnings.filterwarnings("ignore", module="PIL")
 
 # Modes an image is brought to before encoding, and their channels / bits per sample.
 STORED_MODES = {m: (MODE_CHANNELS[m], 16 if m == "I;16" else 8) for m in ("L", "LA", "RGB", "RGBA", "I;16")}
-_SIXTEEN = ("I;16", "I;16L", "I;16B", "I;16N")
 _PLUGINS: dict[str, Callable[[io.BytesIO], Image.Image]] = {  # Pillow's readers, to name a header's problem
     "TIFF (II*)": TiffImagePlugin.TiffImageFile,
     "TIFF (MM*)": TiffImagePlugin.TiffImageFile,
@@ -122,6 +122,8 @@ class Result:
     source_width: int = 0  # the pixels as stored in the source file (before any turn or resize)
     source_height: int = 0
     turned: int = 1  # the EXIF orientation applied to the pixels (1: none): boxes turn with them
+    extra: tuple[MetaValue, ...] = ()  # features the worker made beside the image's: a segmentation mask
+    mask_pixels: dict[str, int] | None = None  # the mask's pixels per class id (--masks-dir)
 
 
 def encode_image(path: str, opts: EncodeOptions) -> Result:
@@ -182,7 +184,7 @@ def _encode(data: bytes, kind: str | None, opts: EncodeOptions) -> Result:
     if deep and depth == 8:
         reduced = (
             "16-bit -> 8-bit (the target holds 8 bits)"
-            if im.mode in _SIXTEEN or im.mode in ("I", "F")
+            if im.mode in SIXTEEN or im.mode in ("I", "F")
             else "16-bit colour -> 8-bit (Pillow decodes it to 8 bits)"
         )
     return Result(
@@ -254,7 +256,7 @@ def _jpeg(data: bytes, view: bytes, jpeg: JpegFrame, opts: EncodeOptions) -> Res
 
 def _source_bits(im: Image.Image, data: bytes) -> int:
     """Bits per sample of the source as its header says (Pillow decodes 16-bit colour as 8-bit)."""
-    if im.mode in _SIXTEEN or im.mode in ("I", "F"):
+    if im.mode in SIXTEEN or im.mode in ("I", "F"):
         return 16
     if im.format == "PNG" and (hdr := png_header(data)) is not None:
         return hdr.bit_depth
@@ -300,7 +302,7 @@ def _digest(data: bytes) -> str:
 def to_record(task: Task, result: Result) -> bytes:
     """The serialized Example of a non-skipped result."""
     assert result.payload is not None, "a skipped image has no record"
-    extra = task.meta
+    extra = task.meta + result.extra
     if task.objects is not None:  # an annotated image: the Object Detection API's features too
         extra += boxes.features(
             task.objects,
@@ -388,58 +390,13 @@ def _keep(im: Image.Image, data: bytes, fmt: str, validate: bool) -> Result | st
     return None
 
 
-def _eight_bit(arr) -> Image.Image:  # type: ignore[no-untyped-def]
-    """16-bit grey to 8 bits the way TensorFlow's `convert_image_dtype` does (v >> 8)."""
-    import numpy as np  # only for 16-bit and float images; the main process never needs numpy (~16 MB)
-
-    return Image.fromarray((np.asarray(arr, dtype=np.uint16) >> 8).astype(np.uint8))  # uint8 2-D: mode L
-
-
-def _sixteen_bit(im: Image.Image) -> Image.Image:
-    """A 16-bit grey, 32-bit integer or float image as 16-bit grey, if that loses nothing."""
-    import numpy as np
-
-    arr = np.asarray(im)
-    if im.mode in _SIXTEEN:
-        return _gray16(arr)
-    if not arr.size:
-        raise SkipImage("image has no pixels")
-    lo, hi = arr.min(), arr.max()
-    if im.mode == "F" and not np.array_equal(arr, np.round(arr)):
-        raise SkipImage(
-            f"floating-point pixels ({lo:g}..{hi:g}): no lossless format TensorFlow decodes; convert them to 8- or 16-bit integers first"
-        )
-    if lo < 0 or hi > 65535:
-        kind = "floating-point" if im.mode == "F" else "32-bit integer"
-        raise SkipImage(
-            f"{kind} pixel values {lo:g}..{hi:g} do not fit 16 bits (PNG, the deepest format TensorFlow decodes, holds 0..65535)"
-        )
-    return _gray16(arr)
-
-
-def _gray16(arr: Any) -> Image.Image:
-    """A 2-D array as Pillow's "I;16" (native-order uint16, the mode is inferred from the dtype:
-    Pillow 13 refuses `fromarray(arr, "I;16")`, older Pillow deprecates the mode argument)."""
-    import numpy as np
-
-    return Image.fromarray(np.ascontiguousarray(arr, dtype="<u2"))
-
-
-def _resize16(im: Image.Image, size: tuple[int, int], resample: Image.Resampling) -> Image.Image:
-    """Resize 16-bit grey in 32-bit integers (bicubic overshoots: clipped back to 0..65535)."""
-    import numpy as np
-
-    arr = np.asarray(im.convert("I").resize(size, resample))
-    return _gray16(np.clip(arr, 0, 65535))
-
-
 def _lossless(im: Image.Image) -> Image.Image:
     """Pillow's decode in one of STORED_MODES without losing anything: palette expanded (to RGBA
     when it has transparency), 1-bit to 0/255 grey, a colour key to an alpha channel (16-bit grey
     keeps 16 bits and drops its key, as TensorFlow does), CMYK/YCbCr/LAB/HSV to RGB."""
     mode, trns = im.mode, "transparency" in im.info
-    if mode in _SIXTEEN or mode in ("I", "F"):
-        return _sixteen_bit(im)
+    if mode in SIXTEEN or mode in ("I", "F"):
+        return sixteen_bit(im)
     if mode in ("P", "PA"):
         return im.convert("RGBA" if trns or mode == "PA" else "RGB")
     if mode == "1":
@@ -459,9 +416,9 @@ def _fit(im: Image.Image, opts: EncodeOptions, target: str) -> Image.Image:
         if im.mode != "I;16":
             im = im.convert("L")
     elif opts.channels == "3":
-        im = (_eight_bit(im) if im.mode == "I;16" else im).convert("RGB")
+        im = (eight_bit(im) if im.mode == "I;16" else im).convert("RGB")
     if im.mode == "I;16" and target != "PNG":
-        im = _eight_bit(im)
+        im = eight_bit(im)
     if target == "JPEG" and im.mode in ("LA", "RGBA"):
         im = im.convert(im.mode[:-1])
     return im
@@ -518,7 +475,7 @@ def _transcode(
         if size != im.size:
             resample = Image.Resampling.BICUBIC
             if im.mode == "I;16":
-                im = _resize16(im, size, resample)
+                im = resize16(im, size, resample)
             else:
                 im = im.resize(size, resample, reducing_gap=3.0)
     w, h = im.size
@@ -553,7 +510,14 @@ def encode_task(task: Task, opts: EncodeOptions) -> Result:
         why := boxes.size_problem(task.objects, width=result.source_width, height=result.source_height)
     ):
         return Result(kind="skip", reason=why, size=task.size)
-    return result
+    if task.mask is None:
+        return result
+    src, out = (result.source_width, result.source_height), (result.width, result.height)
+    turn, kept_turn = result.turned, result.orientation_ignored
+    made = seg_masks.mask_features(task.mask, opts, source=src, turned=turn, kept_turn=kept_turn, out=out)
+    if isinstance(made, str):
+        return Result(kind="skip", reason=made, size=task.size)
+    return replace(result, extra=made.features, mask_pixels=made.pixels)
 
 
 DROPPED = "dropped"  # Result.kind of a duplicate left out by --dedupe drop (never read)

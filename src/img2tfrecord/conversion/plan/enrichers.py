@@ -216,10 +216,23 @@ def _boxes_for_update(manifest: Mapping[str, Any], input_dir: str, output_dir: s
     return for_update(manifest, input_dir, output_dir)
 
 
+def _masks_for_convert(input_dir: str, o: Mapping[str, Any]) -> Enricher | None:
+    from img2tfrecord.conversion.plan.seg_pairs import for_convert
+
+    return for_convert(input_dir, o)
+
+
+def _masks_for_update(manifest: Mapping[str, Any], input_dir: str, output_dir: str) -> Enricher | None:
+    from img2tfrecord.conversion.plan.seg_pairs import for_update
+
+    return for_update(manifest, input_dir, output_dir)
+
+
 # The kinds, in the order their enrichers see an image (and their stamps are hashed).
 KINDS: list[Kind] = [
     Kind("metadata", metadata_for_convert, metadata_for_update),
     Kind("annotations", _boxes_for_convert, _boxes_for_update),
+    Kind("masks", _masks_for_convert, _masks_for_update),
 ]
 
 

@@ -28,6 +28,7 @@ from img2tfrecord.conversion.plan.annotations import require_pycocotools
 from img2tfrecord.conversion.plan.enrich import Enricher
 from img2tfrecord.conversion.plan.enrichers import discover_input, records
 from img2tfrecord.conversion.plan.enrichers import for_convert as enrichers_for
+from img2tfrecord.conversion.plan.mask_colors import mask_settings
 from img2tfrecord.conversion.plan.options import (
     CHANNEL_CHOICES,
     DEDUPE_MODES,
@@ -42,7 +43,7 @@ from img2tfrecord.conversion.plan.table import Task, sizes_of
 from img2tfrecord.errors import DataError, UsageError, option, plural
 from img2tfrecord.format.conversion_options import ConversionOptions, field_names
 from img2tfrecord.format.naming import shard_name
-from img2tfrecord.format.options import parsed, specs
+from img2tfrecord.format.options import parsed, spec, specs
 from img2tfrecord.format.split_groups import group_pattern
 
 TARGET_SHARD_BYTES = 200 * 1024 * 1024  # ceil(total / 200 MiB) shards -> each in (100, 200] MiB
@@ -262,7 +263,10 @@ def check_options(**options: Any) -> CheckedOptions:
         channels=parsed("channels", channels),
         max_pixels=max_pixels,
         validate=o["validate"],
+        mask_colors=o["mask_colors"],
+        mask_ignore=o["mask_ignore"],
     )
+    _check_masks(o)
     shard_request = parsed("shards", o["shards"])
     fractions, class_list = parsed("split", o["split"]), parsed("labels", o["labels"])
     if o["split_rule"] not in SPLIT_RULES:
@@ -279,6 +283,21 @@ def check_options(**options: Any) -> CheckedOptions:
     if o["masks"]:
         require_pycocotools()
     return CheckedOptions(encode=opts, shard_request=shard_request, fractions=fractions, class_list=class_list)
+
+
+def _check_masks(o: Mapping[str, Any]) -> None:
+    """`--masks-dir` and its options (the colour map read once here: conversion.plan.mask_colors); UsageError for a misuse."""
+    if o["masks_dir"] is None:
+        for name in ("mask_colors", "mask_ignore"):
+            if o[name] != spec(name).default:
+                raise UsageError(f"{option(name, o[name])} needs {option('masks_dir')}")
+        return
+    for other in ("annotations", "file_list", "metadata"):
+        if o[other]:
+            raise UsageError(
+                f"{option('masks_dir')} pairs a folder's images with masks, not with {option(other)}: drop one"
+            )
+    mask_settings(o["mask_colors"], o["mask_ignore"])
 
 
 # plan_job's keywords besides the options: what `convert(like=...)` adds (conversion.plan.like)
@@ -336,6 +355,7 @@ def _plan(input_dir: str, output_dir: str, o: Mapping[str, Any], checked: Checke
     index, compression, dedupe, checksum = o["index"], o["compression"], o["dedupe"], o["checksum"]
     known_classes, metadata_file = o["known_classes"], o["metadata"]
     detect = Detect(o["annotations"], o["skip_empty"], o["masks"])
+    masks_dir = o["masks_dir"]
     enrichers = enrichers_for(input_dir, o)
     found = discover_input(
         input_dir,
@@ -351,7 +371,7 @@ def _plan(input_dir: str, output_dir: str, o: Mapping[str, Any], checked: Checke
     entry = records(enrichers)  # dataset.json's `metadata`
     if detect.annotations is not None:
         refuse_box_problems(entry or {}, strict)
-    refuse_walk_skips(found.skipped, strict, annotations=detect.annotations is not None)
+    refuse_walk_skips(found.skipped, strict, annotations=detect.annotations is not None or masks_dir is not None)
     if strict and found.loose:
         raise DataError(f"{option('strict', True)}: {found.loose}; nothing was written")
     split_bytes = {s: estimate_task_bytes(items, opts) for s, items in found.splits.items()}
@@ -361,7 +381,7 @@ def _plan(input_dir: str, output_dir: str, o: Mapping[str, Any], checked: Checke
     counts, shard_warnings = cut.counts, cut.warnings
     empty = [f"split {s} has no images; no shards are written for it" for s, v in found.splits.items() if not v]
     made = ConversionOptions(
-        **asdict(opts),
+        **(asdict(opts) | _mask_files(input_dir, masks_dir, opts.mask_colors)),
         seed=seed,
         label_offset=label_offset,
         compression=compression,
@@ -426,6 +446,17 @@ def _other_recorded(o: Mapping[str, Any]) -> dict[str, Any]:
     not at their default (so dataset.json stays as it was for a dataset made without them)."""
     typed = field_names()
     return {s.name: o[s.name] for s in specs("plan") if s.recorded and s.name not in typed and o[s.name] != s.default}
+
+
+def _mask_files(input_dir: str, masks_dir: str | None, mask_colors: str | None) -> dict[str, Any]:
+    """--masks-dir as recorded (relative to INPUT when inside it, fs.recorded_path) and a --mask-colors
+    file by its absolute path, so update and convert --like find them again from any working folder."""
+    if masks_dir is None:
+        return {}
+    out: dict[str, Any] = {"masks_dir": fs.recorded_path(masks_dir, input_dir)}
+    if mask_colors not in (None, "voc", "cityscapes"):
+        out["mask_colors"] = os.path.abspath(str(mask_colors))
+    return out
 
 
 class Detect(NamedTuple):

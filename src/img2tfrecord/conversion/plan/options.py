@@ -50,6 +50,8 @@ class EncodeOptions:
     channels: str = "keep"
     max_pixels: int = DEFAULT_MAX_PIXELS
     validate: bool = True
+    mask_colors: str | None = None  # --masks-dir's RGB masks: a colour map (conversion.plan.mask_colors)
+    mask_ignore: int = 255
 
     @property
     def reencodes(self) -> bool:

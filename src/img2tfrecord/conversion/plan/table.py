@@ -60,6 +60,7 @@ class Task:
     mtime_ns: int = 0  # modification time, from the same stat as `size` (0 when unknown: remote walk)
     meta: tuple[MetaValue, ...] = ()  # metadata features (conversion.plan.metadata), sorted by key
     objects: Objects | None = None  # an annotated image's boxes (conversion.plan.detection), else None
+    mask: str | None = None  # where its segmentation mask is read (--masks-dir: conversion.plan.seg_pairs)
 
 
 @dataclass(slots=True, kw_only=True)

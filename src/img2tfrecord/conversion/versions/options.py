@@ -81,6 +81,8 @@ def recorded_settings(made: ConversionOptions, *, fsync: bool, strict: bool) -> 
         channels=made.channels,
         max_pixels=made.max_pixels,
         validate=made.validate,
+        mask_colors=made.mask_colors,
+        mask_ignore=made.mask_ignore,
     )
     return ShardSettings(
         encode=opts,

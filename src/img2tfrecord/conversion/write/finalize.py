@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +74,7 @@ class _Merged:
     split_info: dict[str, dict[str, Any]] = field(default_factory=dict)  # dataset.json's splits
     counts: dict[str, dict[str, int]] = field(default_factory=lambda: {k: {} for k in _COUNTED})
     duplicates: dict[str, Any] = field(default_factory=lambda: {"mode": "off"})  # the report, once the splits are in
+    masks: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # --masks-dir: per split, class counts
 
     def warn(self, text: str, emit: EventSink) -> None:
         """A warning for the summary, shown as it is found."""
@@ -142,6 +144,8 @@ def _merge_split(plan: Plan, staging: str, outcomes: list[ShardOutcome], s: str,
         for key in _COUNTED:
             for k, n in getattr(o, key).items():
                 run.counts[key][k] = run.counts[key].get(k, 0) + n
+    if any(o.mask_pixels for o in mine):
+        run.masks[s] = {key: _class_sums(getattr(o, f"mask_{key}") for o in mine) for key in ("pixels", "images")}
     run.split_info[s] = {
         "records": sum(i.records for i in infos),
         "class_counts": class_counts,
@@ -205,14 +209,25 @@ def _warn_merged(run: _Merged, orient: int, emit: EventSink) -> None:
         )
 
 
-def _written_metadata(plan: Plan, skipped: list[dict[str, str]]) -> dict[str, Any] | None:
+def _class_sums(counts: Iterable[dict[str, int]]) -> dict[str, int]:
+    """Counts per class id (as text) summed, in the ids' order."""
+    total: Counter[str] = Counter()
+    for c in counts:
+        total.update(c)
+    return {k: total[k] for k in sorted(total, key=int)}
+
+
+def _written_metadata(plan: Plan, run: _Merged) -> dict[str, Any] | None:
     """dataset.json's `metadata` over the images written: each enricher's part (a detection
-    dataset's box counts) without the images the encoder skipped."""
+    dataset's box counts) without the images the encoder skipped; a segmentation dataset's pixels
+    and images of each class id per split (counted by the encoder)."""
     metadata = plan.metadata
     if not metadata:
         return metadata
+    if "segmentation" in metadata:
+        metadata = metadata | {"segmentation": metadata["segmentation"] | {"per_split": run.masks}}
     for e in plan.enrichers:
-        metadata = e.written(metadata, skipped, (t for sh in plan.shards for t in sh.tasks))
+        metadata = e.written(metadata, run.skipped, (t for sh in plan.shards for t in sh.tasks))
     return metadata
 
 
@@ -235,7 +250,7 @@ def _publish_merged(plan: Plan, ws: Workspace, run: _Merged, engine: str, state:
         excluded_files=plan.excluded_files,
         shard_request=plan.shard_request,
         catalog=catalog_bytes,
-        metadata=_written_metadata(plan, run.skipped),
+        metadata=_written_metadata(plan, run),
     )
     files = [sh["file"] for si in run.split_info.values() for sh in si["shards"]]
     files += [sh["index"] for si in run.split_info.values() for sh in si["shards"] if "index" in sh]

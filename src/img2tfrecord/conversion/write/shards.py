@@ -210,6 +210,8 @@ class ShardOutcome:
     depths: dict[str, int] = field(default_factory=dict)  # bits per sample ("8", "16") -> records
     reduced: dict[str, int] = field(default_factory=dict)  # why fewer bits were stored -> records
     orientation_ignored: int = 0
+    mask_pixels: dict[str, int] = field(default_factory=dict)  # --masks-dir: class id -> pixels of the masks
+    mask_images: dict[str, int] = field(default_factory=dict)  # class id -> masks that hold it
     images: int = 0  # every planned image, skipped and dropped ones included
     bytes_read: int = 0  # their source bytes
     converted_bytes: int = 0  # source bytes of the images written as records (what rates count)
@@ -280,6 +282,9 @@ class ShardOutcome:
         self.shapes.extend((result.height or 0, result.width or 0, result.channels or 0))
         self.orientation_ignored += result.orientation_ignored
         self.converted_bytes += result.size
+        for c, n in (result.mask_pixels or {}).items():
+            self.mask_pixels[c] = self.mask_pixels.get(c, 0) + n
+            self.mask_images[c] = self.mask_images.get(c, 0) + 1
 
     def close(self, lengths: array, digests: bool) -> None:
         """The shard is written: its records' framed `lengths`, the digests run together (or none:
@@ -292,6 +297,7 @@ class ShardOutcome:
     def to_dict(self) -> dict[str, Any]:
         """The outcome as JSON-ready data (journal, Beam outcome files, worker results)."""
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "info" and not f.name.startswith("_")}
+        d = {k: v for k, v in d.items() if v or k not in _MASKS}  # a journal as before without --masks-dir
         return d | {"info": asdict(self.info)} | {k: pack_ints(getattr(self, k)) for k in _PACKED}
 
     @classmethod
@@ -303,6 +309,7 @@ class ShardOutcome:
         return cls(**(d | packed | {"info": ShardInfo(**d["info"])}))
 
 
+_MASKS = ("mask_pixels", "mask_images")
 _PACKED = ("lengths", "kind_of", "skipped_at", "dropped_at", "shapes")  # ShardOutcome's integer arrays, packed in JSON
 _WIDTHS = {1: "B", 2: "H", 4: "I", 8: "Q"}
 
