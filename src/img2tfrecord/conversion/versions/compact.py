@@ -36,6 +36,7 @@ from img2tfrecord.conversion.versions.options import recorded_settings
 from img2tfrecord.conversion.versions.recorded import Recorded, catalog_mismatch, read_recorded
 from img2tfrecord.conversion.write import shards as writer
 from img2tfrecord.conversion.write.shards import ShardInfo
+from img2tfrecord.conversion.write.spans import Span, copy_spans
 from img2tfrecord.errors import DataError, Interrupted, UsageError, option
 from img2tfrecord.format import catalog as catalog_file
 from img2tfrecord.format import tfds as tfds_metadata
@@ -329,9 +330,7 @@ def _write(
     if not settings.compression:
         path = fs.join(build, t.name)
         with fs.open_write(path) as dst:  # neighbouring records: one copy
-            writer.copy_spans(
-                (writer.Span(fs.join(plain, sources[r]), offsets[r], cat.lengths[r]) for r in t.rows), dst
-            )
+            copy_spans((Span(fs.join(plain, sources[r]), offsets[r], cat.lengths[r]) for r in t.rows), dst)
         sizes = [cat.lengths[r] for r in t.rows]
         info = ShardInfo(t.name, records=len(t.rows))
         return writer.seal(path, info, sizes, settings.index, settings.fsync, settings.checksum)

@@ -20,7 +20,7 @@ import sys
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.encode.example import DROPPED, Result, to_record
@@ -31,6 +31,7 @@ from img2tfrecord.conversion.plan.options import (
     ShardSettings,
 )
 from img2tfrecord.conversion.plan.table import Task
+from img2tfrecord.conversion.write.spans import Span, copy_spans
 from img2tfrecord.errors import DataError
 from img2tfrecord.format.catalog import kind_key
 from img2tfrecord.format.framing import RECORD_OVERHEAD, read_records, record_spans
@@ -493,92 +494,6 @@ def _recut_bytes(
             copy_spans(spans[a:b], dst)
         new.append(seal(path, out, (s.length for s in spans[a:b]), settings.index, settings.fsync, settings.checksum))
     return new
-
-
-class Span(NamedTuple):
-    """One framed record's bytes in a file."""
-
-    file: str
-    offset: int
-    length: int
-
-
-def copy_spans(spans: Iterable[Span], dst: BinaryIO | Any) -> None:
-    """Append each span's bytes to `dst`: neighbouring spans of one file in one copy (in the kernel
-    locally; through `tf.io.gfile` for a remote file or `dst`, a GFile)."""
-    run: Span | None = None
-    remote = _RemoteSources()
-    try:
-        for span in spans:
-            if run is not None and run.file == span.file and run.offset + run.length == span.offset:
-                run = Span(run.file, run.offset, run.length + span.length)
-                continue
-            if run is not None:
-                _copy_run(run, dst, remote)
-            run = span
-        if run is not None:
-            _copy_run(run, dst, remote)
-    finally:
-        remote.close()
-
-
-class _RemoteSources:
-    """Remote source shards kept open across runs (a GFile reads ahead: the next run of the same
-    shard is often in its buffer), the few most recent only (each holds its buffer)."""
-
-    KEEP = 8
-
-    def __init__(self) -> None:
-        self.open: dict[str, Any] = {}
-
-    def get(self, path: str) -> Any:
-        f = self.open.pop(path, None)
-        if f is None:
-            if len(self.open) >= self.KEEP:
-                self.open.pop(next(iter(self.open))).close()
-            f = fs.open_read(path)
-        self.open[path] = f  # most recent last
-        return f
-
-    def close(self) -> None:
-        for f in self.open.values():
-            f.close()
-        self.open.clear()
-
-
-def _copy_run(run: Span, dst: BinaryIO | Any, remote: _RemoteSources) -> None:
-    if not fs.is_remote(run.file) and hasattr(dst, "fileno"):
-        _copy_range(run.file, run.offset, run.length, dst)
-        return
-    src, length = remote.get(run.file) if fs.is_remote(run.file) else open(run.file, "rb"), run.length
-    try:
-        src.seek(run.offset)
-        while length > 0:
-            chunk = src.read(min(length, 1 << 24))
-            if not chunk:
-                raise OSError(f"{run.file} ended early while copying its records")
-            dst.write(chunk)
-            length -= len(chunk)
-    finally:
-        if not fs.is_remote(run.file):
-            src.close()
-
-
-def _copy_range(src_path: str, offset: int, length: int, dst: BinaryIO) -> None:
-    """Append `length` bytes of `src_path` from `offset` to `dst` (copy_file_range: no user-space copy)."""
-    with open(src_path, "rb") as src:
-        while length > 0:
-            try:
-                n = os.copy_file_range(src.fileno(), dst.fileno(), length, offset)
-            except (AttributeError, OSError):  # not Linux, or a filesystem that refuses it
-                src.seek(offset)
-                n = len(chunk := src.read(min(length, 1 << 24)))
-                dst.write(chunk)
-                dst.flush()
-            if n <= 0:
-                raise OSError(f"{src_path} ended early while re-cutting shards")
-            offset += n
-            length -= n
 
 
 def copy_records(src: str, keep: list[int], directory: str, name: str, settings: ShardSettings) -> ShardInfo:
