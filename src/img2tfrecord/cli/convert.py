@@ -297,8 +297,8 @@ def convert_command(input_dir: str, output_dir: str, as_json: bool, quiet: bool,
 # The extension modules `convert` imports after the command starts (measured), loaded before the record
 # writer's load starts in a thread (tf_import.record_io_loading): a dlopen waits for the other thread's.
 _CONVERT_EXTENSIONS = (
-    *("_contextvars", "_csv", "_ctypes", "_decimal", "binascii", "pyexpat", "_elementtree"),
-    *("PIL._imaging", "PIL._webp", "google_crc32c", "numpy", "simplejpeg", "ijson.backends._yajl2"),
+    *("_contextvars", "_csv", "_ctypes", "_decimal", "binascii"),
+    *("PIL._imaging", "PIL._webp", "google_crc32c", "numpy", "simplejpeg"),
 )
 
 

@@ -24,9 +24,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 from img2tfrecord import fs
-from img2tfrecord.conversion.plan.annotations import read_annotations, require_pycocotools
-from img2tfrecord.conversion.plan.detection import discover_detection
-from img2tfrecord.conversion.plan.detection import entry as detection_entry
 from img2tfrecord.conversion.plan.filelist import discover_file_list
 from img2tfrecord.conversion.plan.labels import read_labels_file
 from img2tfrecord.conversion.plan.metadata import Metadata, read_metadata
@@ -263,6 +260,8 @@ def check_options(**options: Any) -> CheckedOptions:
         if o[flag] and o["annotations"] is None:
             raise UsageError(f"{option(flag, True)} needs {option('annotations')}")
     if o["masks"]:
+        from img2tfrecord.conversion.plan.annotations import require_pycocotools
+
         require_pycocotools()
     return CheckedOptions(opts, shard_request, fractions, class_list)
 
@@ -442,6 +441,11 @@ def _detect(
 ) -> tuple[Discovery, dict[str, Any]]:
     """The detection walk (conversion.plan.detection) and dataset.json's `metadata` entry of it."""
     assert detect.annotations is not None
+    # imported here: a classification run (and every worker) never reads annotations (~60 ms of imports)
+    from img2tfrecord.conversion.plan.annotations import read_annotations
+    from img2tfrecord.conversion.plan.detection import discover_detection
+    from img2tfrecord.conversion.plan.detection import entry as detection_entry
+
     ann = read_annotations(detect.annotations, detect.masks)
     boxed = discover_detection(
         input_dir,

@@ -9,7 +9,6 @@ from typing import Any
 
 from img2tfrecord import fs
 from img2tfrecord.conversion.events import EventSink, Timing
-from img2tfrecord.conversion.plan.detection import written as detection_written
 from img2tfrecord.conversion.plan.job import Plan, one_record_warning
 from img2tfrecord.conversion.plan.table import class_counts
 from img2tfrecord.conversion.write import dedupe
@@ -212,7 +211,9 @@ def _written_metadata(plan: Plan, skipped: list[dict[str, str]]) -> dict[str, An
         return plan.metadata
     gone = {s["path"] for s in skipped}
     lost = [t.objects for sh in plan.shards for t in sh.tasks if t.objects is not None and utf8_text(t.rel) in gone]
-    return detection_written(plan.metadata, skipped, lost)
+    from img2tfrecord.conversion.plan.detection import written  # a detection run's only: ~60 ms of imports
+
+    return written(plan.metadata, skipped, lost)
 
 
 def _publish_merged(plan: Plan, ws: Workspace, run: _Merged, engine: str, state: Published | None) -> dict[str, Any]:
