@@ -294,22 +294,15 @@ def convert_command(input_dir: str, output_dir: str, as_json: bool, quiet: bool,
         discard_early()  # refused before convert() took them (convert() stops them itself otherwise)
 
 
-# The extension modules `convert` imports after the command starts (measured), loaded before the record
-# writer's load starts in a thread (tf_import.record_io_loading): a dlopen waits for the other thread's.
-_CONVERT_EXTENSIONS = (
-    *("_contextvars", "_csv", "_ctypes", "_decimal", "binascii"),
-    *("PIL._imaging", "PIL._webp", "google_crc32c", "numpy", "simplejpeg"),
-)
-
-
 def _writer_loading(output_dir: str, engine: str, kw: dict[str, Any]) -> contextlib.AbstractContextManager[None]:
     """The record writer loading in a thread while the block runs, when this run writes records
     locally in this process (not a dry run, not Beam's, not to a remote OUTPUT)."""
     from img2tfrecord import fs, tf_import
+    from img2tfrecord.conversion.write.engines.pool import EXTENSIONS
 
     if kw.get("dry_run") or engine != "local" or fs.is_remote(output_dir):
         return contextlib.nullcontext()
-    return tf_import.record_io_loading(_CONVERT_EXTENSIONS)
+    return tf_import.record_io_loading(EXTENSIONS)
 
 
 def _convert(input_dir: str, output_dir: str, as_json: bool, quiet: bool, kw: dict[str, Any]) -> None:

@@ -22,7 +22,7 @@ from img2tfrecord.conversion.events import EventSink, Timing, worded
 from img2tfrecord.conversion.plan.job import Plan, check_options, check_paths, plan_job
 from img2tfrecord.conversion.plan.options import ENGINES
 from img2tfrecord.conversion.write.engines import Engine
-from img2tfrecord.conversion.write.engines.pool import discard_early, start_early
+from img2tfrecord.conversion.write.engines.pool import EXTENSIONS, discard_early, start_early
 from img2tfrecord.conversion.write.finalize import _plan_summary, finalize
 from img2tfrecord.conversion.write.output import Source, _check_space, _describe_io, _space_note, check_output
 from img2tfrecord.conversion.write.publish import OutputLock, Published, discard, has_unfinished, prepare, recover
@@ -36,6 +36,7 @@ from img2tfrecord.conversion.write.resume import (
     prune,
     same_job,
 )
+from img2tfrecord.conversion.write.shards import preloading
 from img2tfrecord.conversion.write.workspace import Workspace, workspace
 from img2tfrecord.errors import (
     DataError,
@@ -84,21 +85,23 @@ def convert(
     start_early(
         input_dir, output_dir, workers=workers, engine=engine, dry_run=dry_run, file_list=options.get("file_list")
     )
+    loads = engine == "local" and not dry_run  # the record writer loads meanwhile (a no-op if the CLI started it)
     try:
-        return _convert(
-            input_dir,
-            output_dir,
-            workers=workers,
-            overwrite=overwrite,
-            dry_run=dry_run,
-            engine=engine,
-            beam_options=beam_options,
-            resume=resume,
-            like=like,
-            on_event=on_event,
-            progress=progress,
-            options=options,
-        )
+        with preloading(output_dir, EXTENSIONS) if loads else contextlib.nullcontext():
+            return _convert(
+                input_dir,
+                output_dir,
+                workers=workers,
+                overwrite=overwrite,
+                dry_run=dry_run,
+                engine=engine,
+                beam_options=beam_options,
+                resume=resume,
+                like=like,
+                on_event=on_event,
+                progress=progress,
+                options=options,
+            )
     finally:
         discard_early()  # refused before its engine took them
 

@@ -30,6 +30,13 @@ from img2tfrecord import fs
 from img2tfrecord.conversion.write.signals import signals_deferred
 from img2tfrecord.errors import WorkerDied, option, said
 
+# The extension modules a local conversion imports once it has started (measured from the `convert`
+# command's start), imported before the record writer's load starts in a thread
+# (tf_import.record_io_loading): a dlopen waits for the other thread's.
+EXTENSIONS = (
+    *("_contextvars", "_csv", "_ctypes", "_decimal", "binascii"),
+    *("PIL._imaging", "PIL._webp", "google_crc32c", "numpy", "simplejpeg"),
+)
 MIN_IMAGES_PER_WORKER = 500  # by default, smaller jobs use fewer processes (see worker_count)
 DIGEST_CHUNK = 256  # files per task of the --dedupe drop pre-pass
 WORKER_DIED = (
