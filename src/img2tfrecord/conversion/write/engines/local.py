@@ -8,7 +8,7 @@ nothing but small outcomes crosses a pipe, and a shard's bytes do not depend on 
 wrote it or on how many there are.
 
 With N workers, the calling process is one of them (a thread of it writes shards) and N-1 are
-spawned. None imports TensorFlow for a local output: each loads only its C++ record writer
+spawned, before the plan when the run started them (`pool.start_early`). None imports TensorFlow for a local output: each loads only its C++ record writer
 (`tf_import.record_io`: ~0.4 s and ~60 MB resident, against ~2 s and ~540 MB for the whole
 import), all at the same time. Shards go out in plan order to whichever is free; the calling
 thread shows progress, fsyncs finished shards and journals them for ``--resume``.
