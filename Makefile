@@ -27,7 +27,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 3
 PYTEST_ARGS ?= -n auto --maxprocesses 8 --dist loadgroup
 , := ,
 
-.PHONY: install sysdeps docs docs-screenshot model-garden test test-plain test-beam test-explore fuzz test-latest test-floor lock lint demo bench bench-read bench-plan bench-verify bench-update bench-report bench-detection clean
+.PHONY: install sysdeps docs docs-screenshot model-garden test test-plain test-beam test-explore fuzz test-latest test-floor lock lint demo bench bench-read bench-plan bench-verify bench-update bench-report bench-detection bench-startup clean
 
 # $(call venv,DIR,EXTRAS,CONSTRAINTS): a fresh DIR with `pip install -e .[EXTRAS]`, locked when CONSTRAINTS is set.
 define venv
@@ -169,6 +169,9 @@ bench-report: $(STAMP)  # only the report benchmark (report vs inspect without -
 
 bench-detection: $(STAMP)  # only the detection benchmark (convert --annotations vs convert, 4,000 images), ~2 minutes
 	$(BIN)/python bench/run.py --only detection
+
+bench-startup: $(STAMP)  # only the start-up benchmark (30-image convert vs import + the record writer's load; first record vs the plan's end)
+	$(BIN)/python bench/run.py --only startup
 
 bench-plan: $(STAMP)  # only the plan benchmark (convert --dry-run on 1 M files vs a plain scandir walk), ~2 minutes
 	$(BIN)/python bench/run.py --only plan

@@ -22,10 +22,15 @@ the update benchmark (bench/update.py, `--only update`): update after +1% and co
 against a fresh conversion; and the detection benchmark (bench/detection.py, `--only
 detection`): `convert --annotations` of a COCO file against `convert` of the same 4,000 images.
 
+The start-up benchmark (bench/startup.py, `--only startup`): a 30-image conversion against
+`import img2tfrecord` plus the record writer's load, and the first record against the plan's end.
+The tracked ratios are printed beside the last release's (bench/releases.json, bench/release.py),
+a drop of more than 5% flagged; `--record-release NAME` appends the run's at a release.
+
 The report benchmark (bench/report.py, `--only report`: `report OUT` against `inspect OUT` on
 100,000 images) runs only when asked for: converting its images takes minutes.
 
-Usage: python bench/run.py [--images 12000] [--rounds 3] [--quick] [--only convert|read|plan|verify|update|report|detection] [--out bench/results.json]
+Usage: python bench/run.py [--images 12000] [--rounds 3] [--quick] [--only convert|read|plan|verify|update|report|detection|startup] [--record-release NAME] [--out bench/results.json]
 """
 
 from __future__ import annotations
@@ -49,7 +54,9 @@ import dataset
 import detection
 import plan
 import read
+import release
 import report
+import startup
 import update
 import verify
 import verify_floor
@@ -278,21 +285,23 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer contenders, no 16k-image memory check")
     ap.add_argument(
         "--only",
-        choices=("convert", "read", "plan", "verify", "update", "report", "detection"),
+        choices=("convert", "read", "plan", "verify", "update", "report", "detection", "startup"),
         help="run one of the benchmarks (default: all but report)",
     )
+    ap.add_argument("--record-release", metavar="NAME", help="append this run's tracked ratios to bench/releases.json")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.json"))
     args = ap.parse_args()
     if args.only == "plan":
         plan.main(["--rounds", str(args.rounds)])
         return
-    if args.only in ("read", "verify", "update", "report", "detection"):
+    if args.only in ("read", "verify", "update", "report", "detection", "startup"):
         result = {
             "read": lambda: {"read": read.run(args.rounds)},
             "verify": lambda: {"verify": verify_all(args.rounds)},
             "update": lambda: {"update": update.run(args.rounds)},
             "report": lambda: {"report": report.run(args.rounds)},
             "detection": lambda: {"detection": detection.run(max(args.rounds, 5))},
+            "startup": lambda: {"startup": startup.run(max(args.rounds, 5), dataset.make(4000))},
         }[args.only]()
         with open(args.out, "w") as f:
             json.dump(result, f, indent=2)
@@ -422,6 +431,9 @@ def main() -> None:
         print(
             f"{'peak RSS 16,000 images - 4,000 images (MB)':58s} {diff:6.0f}{'  ok' if diff < 50 else '  MISSED (target < 50)'}"
         )
+    drift = release.compare({k: v for k, (v, _) in ratios.items()}, args.images)
+    if args.record_release:
+        release.record(args.record_release, {k: v for k, (v, _) in ratios.items()}, args.images)
     print(f"{'img2tfrecord --help (s), imports TensorFlow':58s} {help_top:6.2f}  {tf_top}")
     print(f"{'img2tfrecord convert --help (s), imports TensorFlow':58s} {help_convert:6.2f}  {tf_convert}")
     result = {
@@ -436,6 +448,7 @@ def main() -> None:
         "contenders": rows,
         "ratios": {k: v for k, (v, _) in ratios.items()},
         "memory_by_dataset_size_mb": memory,
+        "against_last_release": drift,
         "help_seconds": {"top": help_top, "convert": help_convert, "imports_tensorflow": tf_top or tf_convert},
     }
     if args.only != "convert":
@@ -450,6 +463,8 @@ def main() -> None:
         result["update"] = update.run(args.rounds)
         print()
         result["detection"] = detection.run(max(args.rounds, 5))
+        print()
+        result["startup"] = startup.run(max(args.rounds, 5), dataset.make(4000))
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)
     print(f"\nresults: {args.out}")

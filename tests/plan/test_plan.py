@@ -259,7 +259,7 @@ def test_a_class_that_gets_no_image_in_a_split_is_named(tmp_path):
 
 
 def test_worker_count_never_exceeds_shards_and_scales_with_images():
-    from img2tfrecord.conversion.write.engines.local import MIN_IMAGES_PER_WORKER, worker_count
+    from img2tfrecord.conversion.write.engines.pool import MIN_IMAGES_PER_WORKER, worker_count
 
     assert worker_count(8, 3, 10_000) == 3  # never more processes than shards
     assert worker_count(None, 16, MIN_IMAGES_PER_WORKER) == 1  # a small job: one TensorFlow import, not N

@@ -271,6 +271,41 @@ def convert_command(input_dir: str, output_dir: str, as_json: bool, quiet: bool,
     Exit codes: 0 success (skipped files are reported), 1 data failure (--strict with bad images,
     I/O error), 2 usage error, 130 Ctrl-C (143 SIGTERM).
     """
+    from img2tfrecord.conversion.write.engines.pool import discard_early, start_early
+
+    signal.signal(signal.SIGTERM, _on_sigterm)  # first: the workers and the load's thread start next
+    # the workers start first (before the library's imports and the plan), then the record writer loads
+    # in a thread of this process while the library imports and plans: both ready when the walk ends
+    engine = kw.get("engine") or "local"
+    start_early(
+        input_dir,
+        output_dir,
+        workers=kw.get("workers"),
+        engine=engine,
+        dry_run=bool(kw.get("dry_run")),
+        file_list=kw.get("file_list"),
+    )
+    try:
+        with _writer_loading(output_dir, engine, kw):
+            _convert(input_dir, output_dir, as_json, quiet, kw)
+    except KeyboardInterrupt:  # before convert() began (as the library imported, as a thread started)
+        interrupted("interrupted: nothing was written")
+    finally:
+        discard_early()  # refused before convert() took them (convert() stops them itself otherwise)
+
+
+def _writer_loading(output_dir: str, engine: str, kw: dict[str, Any]) -> contextlib.AbstractContextManager[None]:
+    """The record writer loading in a thread while the block runs, when this run writes records
+    locally in this process (not a dry run, not Beam's, not to a remote OUTPUT)."""
+    from img2tfrecord import fs, tf_import
+    from img2tfrecord.conversion.write.engines.pool import EXTENSIONS
+
+    if kw.get("dry_run") or engine != "local" or fs.is_remote(output_dir):
+        return contextlib.nullcontext()
+    return tf_import.record_io_loading(EXTENSIONS)
+
+
+def _convert(input_dir: str, output_dir: str, as_json: bool, quiet: bool, kw: dict[str, Any]) -> None:
     from img2tfrecord.conversion.convert import convert
 
     if kw["like"] is not None:  # --like: what the user typed replaces the dataset's; click's defaults do not
@@ -289,7 +324,6 @@ def convert_command(input_dir: str, output_dir: str, as_json: bool, quiet: bool,
             progress.start(total)
         progress.update(images, nbytes)
 
-    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         with bar_stops_at_ctrl_c(progress):
             summary = convert(

@@ -22,6 +22,7 @@ from img2tfrecord.conversion.events import EventSink, Timing, worded
 from img2tfrecord.conversion.plan.job import Plan, check_options, check_paths, plan_job
 from img2tfrecord.conversion.plan.options import ENGINES
 from img2tfrecord.conversion.write.engines import Engine
+from img2tfrecord.conversion.write.engines.pool import EXTENSIONS, discard_early, start_early
 from img2tfrecord.conversion.write.finalize import _plan_summary, finalize
 from img2tfrecord.conversion.write.output import Source, _check_space, _describe_io, _space_note, check_output
 from img2tfrecord.conversion.write.publish import OutputLock, Published, discard, has_unfinished, prepare, recover
@@ -36,6 +37,7 @@ from img2tfrecord.conversion.write.resume import (
     prune,
     same_job,
 )
+from img2tfrecord.conversion.write.shards import preloading
 from img2tfrecord.conversion.write.workspace import Workspace, workspace
 from img2tfrecord.errors import (
     DataError,
@@ -80,6 +82,47 @@ def convert(
     """
     check_keywords("convert", options, parameters())
     input_dir, output_dir = os.fspath(input_dir), os.fspath(output_dir)  # a pathlib.Path from Python
+    # the workers start while the plan is made (the CLI started them before its imports)
+    start_early(
+        input_dir, output_dir, workers=workers, engine=engine, dry_run=dry_run, file_list=options.get("file_list")
+    )
+    loads = engine == "local" and not dry_run  # the record writer loads meanwhile (a no-op if the CLI started it)
+    try:
+        with preloading(output_dir, EXTENSIONS) if loads else contextlib.nullcontext():
+            return _convert(
+                input_dir,
+                output_dir,
+                workers=workers,
+                overwrite=overwrite,
+                dry_run=dry_run,
+                engine=engine,
+                beam_options=beam_options,
+                resume=resume,
+                like=like,
+                on_event=on_event,
+                progress=progress,
+                options=options,
+            )
+    finally:
+        discard_early()  # refused before its engine took them
+
+
+def _convert(
+    input_dir: str,
+    output_dir: str,
+    *,
+    workers: int | None,
+    overwrite: bool,
+    dry_run: bool,
+    engine: str,
+    beam_options: str | list[str] | None,
+    resume: bool,
+    like: str | os.PathLike[str] | None,
+    on_event: EventSink | None,
+    progress: Callable[[int, int, int], None] | None,
+    options: dict[str, Any],
+) -> dict[str, Any]:
+    """convert() once its workers are starting."""
     options |= {k: os.fspath(options[k]) for k in path_names() if isinstance(options.get(k), os.PathLike)}
     timing = Timing()
     emit = worded(on_event)
@@ -112,6 +155,7 @@ def convert(
         if discarding := _unfinished_run(ws, resume, overwrite):
             emit("warning", discarding)
         plan = plan_job(input_dir, output_dir, **options)
+        timing.planned = time.perf_counter()
         for w in plan.warnings:
             emit("warning", w)
         _walk_events(plan, emit)

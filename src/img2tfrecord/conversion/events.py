@@ -36,8 +36,12 @@ class Timing:
     workers: int | None = None  # worker processes actually used (local engine)
     # shards of an interrupted run that `--resume` reuses: not converted by this run, so not in its rates
     reused: frozenset[str] = frozenset()
+    planned: float = 0.0  # when the plan was made (the walk over): start-up is measured against it
+    first_record: float = 0.0  # when the first image was written (as its progress arrived)
 
     def image_done(self, images: int, nbytes: int, total: int) -> None:
+        if not self.first_record and images:
+            self.first_record = time.perf_counter()
         if not self.steady_from and images >= total // 2 and images < total:
             self.steady_from, self.images_before, self.bytes_before = time.perf_counter(), images, nbytes
             self.skipped_before = self.skipped

@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 from img2tfrecord import fs
-from img2tfrecord.conversion.plan.annotations import require_pycocotools
 from img2tfrecord.conversion.plan.enrich import Enricher
 from img2tfrecord.conversion.plan.enrichers import discover_input, records
 from img2tfrecord.conversion.plan.enrichers import for_convert as enrichers_for
@@ -281,6 +280,8 @@ def check_options(**options: Any) -> CheckedOptions:
         if o[flag] and o["annotations"] is None:
             raise UsageError(f"{option(flag, True)} needs {option('annotations')}")
     if o["masks"]:
+        from img2tfrecord.conversion.plan.annotations import require_pycocotools
+
         require_pycocotools()
     return CheckedOptions(encode=opts, shard_request=shard_request, fractions=fractions, class_list=class_list)
 

@@ -8,7 +8,7 @@ nothing but small outcomes crosses a pipe, and a shard's bytes do not depend on 
 wrote it or on how many there are.
 
 With N workers, the calling process is one of them (a thread of it writes shards) and N-1 are
-spawned. None imports TensorFlow for a local output: each loads only its C++ record writer
+spawned, before the plan when the run started them (`pool.start_early`). None imports TensorFlow for a local output: each loads only its C++ record writer
 (`tf_import.record_io`: ~0.4 s and ~60 MB resident, against ~2 s and ~540 MB for the whole
 import), all at the same time. Shards go out in plan order to whichever is free; the calling
 thread shows progress, fsyncs finished shards and journals them for ``--resume``.
@@ -17,30 +17,25 @@ thread shows progress, fsyncs finished shards and journals them for ``--resume``
 from __future__ import annotations
 
 import collections
-import contextlib
-import multiprocessing
-import os
 import queue
-import signal
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from img2tfrecord import cstderr, fs
+from img2tfrecord import fs
 from img2tfrecord.conversion.encode import example as encoder
 from img2tfrecord.conversion.plan.job import Drop, PlannedShard
 from img2tfrecord.conversion.plan.options import ShardSettings
 from img2tfrecord.conversion.write import shards as writer
+from img2tfrecord.conversion.write.engines import pool as worker
 from img2tfrecord.conversion.write.engines.drops import drop_map, stale_drops
+from img2tfrecord.conversion.write.engines.pool import Pool, take_early, worker_count
 from img2tfrecord.conversion.write.resume import Journal
 from img2tfrecord.conversion.write.shards import ShardOutcome
 from img2tfrecord.conversion.write.signals import signals_deferred
-from img2tfrecord.errors import WorkerDied, option, said
 from img2tfrecord.tf_import import RecordIOError
 
 if TYPE_CHECKING:
@@ -49,20 +44,13 @@ if TYPE_CHECKING:
 
 PREFETCH_BYTES = 64 * 1024 * 1024  # one process: images encoded ahead while TensorFlow imports
 PROGRESS_EVERY = 0.2  # seconds between a worker's progress messages
-MIN_IMAGES_PER_WORKER = 500  # by default, smaller jobs use fewer processes (see worker_count)
-DIGEST_CHUNK = 256  # files per task of the --dedupe drop pre-pass
 
 Progress = Callable[[int, int], None]  # (images, bytes) just done
-_WORKER_DIED = (
-    "a worker process died (killed by the system, out of memory?); finished shards were kept: "
-    f"{said('run the same command', 'call convert() again')} with {option('resume', True)} to continue, "
-    f"with fewer {option('workers')} if memory is short"
-)
 
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    """What every worker needs for every shard; sent once, at pool start."""
+    """What a worker needs for a shard besides its tasks; sent with each (the workers start before the plan)."""
 
     settings: ShardSettings
     staging: str
@@ -126,16 +114,16 @@ def run_local(
         with signals_deferred():  # the first submit starts the closing thread
             closing.append(closer.submit(_finish, outcome, journal, settings.fsync))
 
-    pool: _Pool | None = None
+    pool: Pool | None = None
     tf_thread = threading.Thread(target=writer.preload_writer, args=(staging,), name="import-tensorflow", daemon=True)
     try:
         with signals_deferred():  # a signal while a thread or process starts unwinds after it, not inside it
-            pool = _Pool(cfg, n - 1) if n > 1 else None  # started first: the workers' imports overlap ours
+            pool = _pool(n - 1, fs.is_remote(staging))  # started first: the workers' imports overlap ours
             tf_thread.start()
         if pool is None:
             drop = drop_map(plan, settings, lambda paths: list(map(encoder.digest_file, paths)))
         else:
-            drop = drop_map(plan, settings, pool.digests)
+            drop = drop_map(plan, settings, lambda paths: pool.digests(_digest_files, paths))
         stale = stale_drops(plan, journal.done, drop)
         if stale:  # a reused shard must leave out exactly the copies this run's decisions drop
             for name in stale:
@@ -156,13 +144,17 @@ def run_local(
     return [journal.done[shard.name] for shard in plan.shards]
 
 
-def worker_count(requested: int | None, shards: int, images: int) -> int:
-    """Processes to use: never more than shards. By default (`requested` None) all CPUs, but at
-    most one per MIN_IMAGES_PER_WORKER images: a spawned worker costs ~0.6 s of start-up (Python,
-    our imports, the record writer) before its first image."""
-    if requested is None:
-        requested = min(os.cpu_count() or 1, -(-images // MIN_IMAGES_PER_WORKER))
-    return max(1, min(requested, shards))
+def _pool(size: int, remote: bool) -> Pool | None:
+    """`size` worker processes: those `pool.start_early` started before the plan, grown or
+    stopped to the plan's count, else new ones (none for `size` 0)."""
+    pool = take_early()
+    if pool is not None and size < 1:
+        pool.stop()  # the plan needs none: the early ones would only take a core from this process
+        return None
+    if pool is None:
+        return Pool(remote=remote, cap=size, start=size) if size > 0 else None
+    pool.grow(size)
+    return pool
 
 
 def _finish(outcome: ShardOutcome, journal: Journal, durable: bool) -> None:
@@ -215,11 +207,13 @@ class _Batcher:
         self.sink = sink
         self.images = self.bytes = 0
         self.last = time.monotonic()
+        self.first = True
 
     def add(self, size: int) -> None:
         self.images += 1
         self.bytes += size
-        if time.monotonic() - self.last >= PROGRESS_EVERY:
+        if time.monotonic() - self.last >= PROGRESS_EVERY or self.first:
+            self.first = False  # the first image at once: the run's start-up ends there (Timing.first_record)
             self.flush()
 
     def flush(self) -> None:
@@ -253,7 +247,7 @@ class _Scheduler:
         todo: list[PlannedShard],
         cfg: WorkerConfig,
         drop: dict[str, Drop],
-        pool: _Pool | None,
+        pool: Pool | None,
         emit: EventSink,
         on_progress: Progress,
         finished: Callable[[ShardOutcome], None],
@@ -297,7 +291,7 @@ class _Scheduler:
         while self.queue and self.pool is not None and self.pool_busy < self.pool.size:
             shard = self.queue.popleft()
             with signals_deferred():  # a submit may start the executor's threads and processes
-                self.pool.submit(shard, self._drop_for(shard), self.inbox)
+                self.pool.submit(_work, (shard, self._drop_for(shard), self.cfg), self.inbox)
                 self.pool_busy += 1
         if self.queue and self.local is None:
             shard = self.queue.popleft()
@@ -375,144 +369,18 @@ class _Scheduler:
             self.inbox.put(("error", e))
 
 
-class _Pool:
-    """`size` worker processes (spawned: never forked from a process that may run TensorFlow
-    threads), each loading TensorFlow's record writer once and writing whole shards.
-
-    A ProcessPoolExecutor, not a multiprocessing.Pool: when a worker dies (killed by the kernel's
-    out-of-memory killer, a crash in a native library), its futures fail with BrokenProcessPool
-    and the run stops with a message, where a Pool would wait for the lost shard forever.
-    """
-
-    def __init__(self, cfg: WorkerConfig, size: int) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self.size = size
-        self.events = ctx.Queue()  # workers' progress and skipped files
-        self.pool = ProcessPoolExecutor(
-            size, mp_context=ctx, initializer=_init_worker, initargs=(cfg, self.events, os.getpid())
-        )
-        with _main_not_reimported():
-            for _ in range(size):  # start them now (the executor spawns on submit): each one's start-up
-                self.pool.submit(os.getpid)  # and TensorFlow import then overlaps ours instead of trailing it
-        self._forwarder: threading.Thread | None = None
-
-    def digests(self, paths: list[str]) -> list[str | None]:
-        try:
-            return [d for chunk in self.pool.map(_digest_files, _chunks(paths, DIGEST_CHUNK)) for d in chunk]
-        except BrokenProcessPool:
-            raise WorkerDied(_WORKER_DIED) from None
-
-    def submit(self, shard: PlannedShard, drop: dict[str, Drop], inbox: queue.SimpleQueue) -> None:
-        def done(f: Future) -> None:
-            e = f.exception()
-            if e is None:
-                inbox.put(("done_pool", f.result()))
-            elif not f.cancelled():
-                inbox.put(("error", WorkerDied(_WORKER_DIED) if isinstance(e, BrokenProcessPool) else e))
-
-        self.pool.submit(_work, shard, drop).add_done_callback(done)
-
-    def forward(self, inbox: queue.SimpleQueue) -> None:
-        """Pass the workers' messages into `inbox` (from a thread, so the scheduler waits on one queue)."""
-
-        def run() -> None:
-            while (msg := self.events.get()) is not None:
-                inbox.put(msg)
-
-        thread = threading.Thread(target=run, name="worker-events", daemon=True)
-        with signals_deferred():
-            thread.start()
-            self._forwarder = thread
-
-    def stop(self) -> None:
-        """Every result is in, or the run is abandoned: stop the workers now (an orderly exit of
-        a process holding TensorFlow's libraries takes ~0.6 s, and nothing they hold is needed)."""
-        self.events.put(None)
-        if self._forwarder is not None:
-            self._forwarder.join(timeout=1)
-        processes = list((getattr(self.pool, "_processes", None) or {}).values())  # no public terminate before 3.14
-        for p in processes:
-            p.terminate()
-        self.pool.shutdown(wait=True, cancel_futures=True)
-        self.events.close()
-        self.events.cancel_join_thread()
-
-
-@contextlib.contextmanager
-def _main_not_reimported() -> Iterator[None]:
-    """While workers are spawned, hide where the `__main__` module came from.
-
-    A spawned process imports its parent's `__main__` script (as `__mp_main__`), in case a task
-    refers to a function defined there; ours never do (they live in img2tfrecord), and that import
-    re-runs a caller's unguarded `convert(...)`: so a script calling the library would need an
-    `if __name__ == "__main__":` guard. Without its `__spec__` and `__file__`, the child skips it.
-    """
-    main = sys.modules.get("__main__")
-    saved = {k: main.__dict__[k] for k in ("__spec__", "__file__") if main is not None and k in main.__dict__}
-    try:
-        for k in saved:
-            setattr(main, k, None)
-        yield
-    finally:
-        for k, v in saved.items():
-            setattr(main, k, v)
-
-
-def _chunks(items: list[Any], size: int) -> list[list[Any]]:
-    return [items[i : i + size] for i in range(0, len(items), size)]
-
-
 # ---- inside a worker process ----
 
-_cfg: WorkerConfig | None = None
-_events: Any = None
-_parent = 0
-_tf_thread: threading.Thread | None = None
 
-
-def _init_worker(cfg: WorkerConfig, events: Any, parent: int) -> None:
-    """Remember the job, ignore Ctrl-C (the main process stops the workers and cleans up, so the
-    user sees one message), and start loading the record writer while the first shard is on its way."""
-    global _cfg, _events, _tf_thread, _parent
-    _cfg, _events, _parent = cfg, events, parent
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with_parent()
-    cstderr.install()  # for good: this process decodes images (libtiff & co. write to fd 2)
-    _tf_thread = threading.Thread(
-        target=writer.preload_writer, args=(cfg.staging,), name="import-tensorflow", daemon=True
-    )
-    _tf_thread.start()
-
-
-def _die_with_parent() -> None:
-    """A worker must not outlive the run that started it: after a SIGKILL of that run, it would
-    still be writing a shard into the staging folder that a `--resume` run writes into. On Linux
-    the kernel kills it with its parent (PR_SET_PDEATHSIG); elsewhere `_check_parent` notices
-    within ~0.2 s."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
-    except (OSError, AttributeError):
-        pass
-    _check_parent()
-
-
-def _check_parent() -> None:
-    if os.getppid() != _parent:
-        os._exit(1)
-
-
-def _work(shard: PlannedShard, drop: dict[str, Drop]) -> dict[str, Any]:
+def _work(shard: PlannedShard, drop: dict[str, Drop], cfg: WorkerConfig) -> dict[str, Any]:
     """Worker entry point: write one shard, return its outcome as plain data."""
-    assert _cfg is not None, "_init_worker was not called"
     try:
 
         def progress(images: int, nbytes: int) -> None:
-            _check_parent()
-            _events.put(("progress", shard.name, images, nbytes))
+            worker.check_parent()
+            worker.events.put(("progress", shard.name, images, nbytes))
 
-        outcome = _write(shard, _cfg, drop, progress, lambda rel, why: _events.put(("skipped", rel, why)))
+        outcome = _write(shard, cfg, drop, progress, lambda rel, why: worker.events.put(("skipped", rel, why)))
     except Exception as e:
         if type(e).__module__.startswith("tensorflow") or isinstance(e, RecordIOError):  # TF's errors do not
             # survive pickling; keep the message
