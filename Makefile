@@ -19,7 +19,7 @@ LATEST_BEAM_VENV := .venv-latest-beam
 FLOOR_VENV := .venv-floor
 MODEL_GARDEN := $(VENV)/model-garden
 # What needs Apache Beam (skipped in .venv), plus the conformance matrix on Beam's Pillow 12.
-BEAM_TESTS := tests/write/test_beam.py tests/encode/test_conformance.py
+BEAM_TESTS := tests/write/test_beam.py tests/write/test_beam_segmentation.py tests/encode/test_conformance.py
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 # The suite on all cores (pytest-xdist; at most 8 workers: each imports TensorFlow, ~0.5 GB). Tests
 # that drive real processes share one worker (tests/conftest.py, ONE_WORKER_MODULES). PYTEST_ARGS=

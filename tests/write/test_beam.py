@@ -314,6 +314,7 @@ def test_plan_file_entries_name_every_field_of_a_task():
         mtime_ns=1_700_000_000_123_456_789,
         meta=(MetaValue(key="image/score", kind="float", values=(0.1, 1e-300)),),
         objects=boxes,
+        mask="/m/train/a/x.png",
     )
     unset = [f.name for f in dataclasses.fields(Task) if getattr(task, f.name) == f.default]
     assert not unset, f"the sample Task leaves {unset} at the default: give them a value"
