@@ -167,3 +167,18 @@ def test_a_dummy_enricher_beside_one_that_gives_the_classes(tmp_path: Path, weig
             texts = [t.decode() for t in tf.sparse.to_dense(ex["image/class/text"]).numpy()]
             got[ex["image/filename"].numpy().decode()] = (int(ex["image/weight"].numpy()), texts)
     assert got == {"a/img_000.png": (0, ["x"]), "a/img_001.jpg": (5, ["x", "y"]), "b/img_000.png": (0, ["y"])}
+
+
+def test_a_file_list_refuses_an_enricher_rather_than_dropping_it(tmp_path: Path, weights: Path) -> None:
+    """--file-list's rows give each image its class and split: an enricher beside it is refused in
+    one line naming what it reads, not silently left out of the records."""
+    from img2tfrecord.errors import UsageError
+
+    data, out = tmp_path / "data", tmp_path / "out"
+    make_dataset(data, {"cat": 2})
+    weights.write_text(json.dumps({"cat/img_000.png": 7}))
+    listing = tmp_path / "list.csv"
+    listing.write_text("cat/img_000.png,cat\ncat/img_001.jpg,cat\n")
+    with pytest.raises(UsageError, match="weights.json") as e:
+        convert(data, out, workers=1, file_list=str(listing))
+    assert "\n" not in str(e.value) and not out.exists()

@@ -274,6 +274,11 @@ def discover_input(
     """The one walk, convert's and update's: the files of a --file-list's rows or of the folder walk
     (class folders; INPUT whole when an enricher gives the classes), then the enrichers."""
     if file_list:
+        if enrichers:  # a --file-list row is the image's whole plan: an enricher would be silently dropped
+            raise UsageError(
+                f"{option('file_list')} lists each image with its class itself; it does not take "
+                f"{', '.join(e.name for e in enrichers)} as well: drop one"
+            )
         return discover_file_list(
             input_dir,
             file_list,
