@@ -331,7 +331,7 @@ def test_plan_file_entries_name_every_field_of_a_task():
             return {k: reversed_keys(v[k]) for k in reversed(list(v))}
         return [reversed_keys(x) for x in v] if isinstance(v, list) else v
 
-    plain = dataclasses.replace(task, mtime_ns=0, meta=(), objects=None)  # defaults left out, and given back
+    plain = dataclasses.replace(task, mtime_ns=0, meta=(), objects=None, mask=None)  # defaults left out, and given back
     plain_line = shard_to_json(PlannedShard(split="train", index=1, count=4, tasks=(plain,)))
     assert list(json.loads(plain_line)["tasks"][0]) == ["path", "rel", "filename", "label", "text", "size"]
     assert shard_from_json(plain_line).tasks == (plain,)
