@@ -320,8 +320,15 @@ def _run_summary(
         "steady_seconds": round(steady, 3),
         "steady_images_per_second": round(steady_images / steady, 1),
         "steady_mb_per_second": round((converted_bytes - timing.bytes_before) / 1e6 / steady, 2),
+        "planned_seconds": _since(timing, timing.planned),
+        "first_record_seconds": _since(timing, timing.first_record),
         **detection_summary(manifest.get("metadata")),
     }
+
+
+def _since(timing: Timing, stamp: float) -> float | None:
+    """Seconds from the run's start to `stamp`; None when it never came (nothing converted)."""
+    return round(stamp - timing.start, 3) if stamp else None
 
 
 def detection_summary(metadata: dict[str, Any] | None) -> dict[str, Any]:
