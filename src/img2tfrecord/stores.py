@@ -10,6 +10,8 @@ Credentials and endpoints come the way each ecosystem sets them (AWS_* variables
 AWS_ENDPOINT_URL for MinIO or moto; AZURE_STORAGE_CONNECTION_STRING; Google's ADC and
 STORAGE_EMULATOR_HOST), and IMG2TFRECORD_STORAGE_OPTIONS (a JSON object, which worker processes
 inherit) adds keyword arguments for the back-end: `{"anon": true}`, `{"requester_pays": true}`.
+The CLI's `--storage-option KEY=VALUE` adds to it (`use_options`), so its values reach the workers
+the same way and are never written to dataset.json.
 """
 
 from __future__ import annotations
@@ -72,6 +74,25 @@ def _options() -> dict[str, Any]:
     if not isinstance(got, dict):
         raise UsageError(f"{OPTIONS_ENV} is not a JSON object: {text[:80]}")
     return got
+
+
+def parse_option(item: str) -> tuple[str, Any]:
+    """`KEY=VALUE` of `--storage-option`: VALUE as JSON when it reads as JSON (true, 3, {...}),
+    else as text (an endpoint URL, a profile name)."""
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise UsageError(f"--storage-option takes KEY=VALUE, not {item[:80]!r}")
+    try:
+        return key.strip(), json.loads(value)
+    except ValueError:
+        return key.strip(), value
+
+
+def use_options(items: Mapping[str, Any]) -> None:
+    """Add `items` to the back-end's keyword arguments of this process and of the worker processes
+    it starts (through OPTIONS_ENV, which they inherit); a key given here beats the variable's."""
+    if items:
+        os.environ[OPTIONS_ENV] = json.dumps(_options() | dict(items), sort_keys=True)
 
 
 # One file system per scheme, options and credential environment in this process: a notebook that

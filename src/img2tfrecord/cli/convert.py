@@ -247,6 +247,7 @@ def _boxes_text(s: dict[str, Any]) -> str:
 # not click.Path(file_okay=False): the library says what is wrong with a path, in one line
 @click.argument("input_dir", type=click.Path(path_type=str))
 @click.argument("output_dir", type=click.Path(path_type=str))
+@cli_options.storage_option
 @cli_options.convert_options
 @click.option(
     "--json",

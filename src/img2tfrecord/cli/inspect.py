@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from img2tfrecord.cli import answer
+from img2tfrecord.cli import options as cli_options
 from img2tfrecord.cli.report import report_hint
 from img2tfrecord.cli.text import safe as _safe
 from img2tfrecord.cli.text import size_text
@@ -290,6 +291,7 @@ def _problem(p: dict[str, Any], compressed: bool = False) -> str:
     short_help="Look inside TFRecord shards; verify, extract, contact sheet.",
 )
 @click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@cli_options.storage_option
 @click.option(
     "-n",
     "--records",

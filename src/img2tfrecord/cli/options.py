@@ -8,6 +8,8 @@ from typing import Any, TypeVar
 
 import click
 
+from img2tfrecord import stores
+from img2tfrecord.errors import UsageError
 from img2tfrecord.format import options as spec_table
 from img2tfrecord.format.options import OptionSpec
 
@@ -73,3 +75,24 @@ def params(command: str) -> list[click.Parameter]:
 
     (convert_options if command == "convert" else update_options)(holder)
     return list(reversed(holder.__click_params__))  # type: ignore[attr-defined]
+
+
+def _use_storage_options(ctx: click.Context, param: click.Parameter, items: tuple[str, ...]) -> None:
+    try:
+        stores.use_options(dict(stores.parse_option(i) for i in items))
+    except UsageError as e:
+        raise click.BadParameter(str(e).removeprefix("--storage-option "), ctx, param) from None
+
+
+def storage_option(f: F) -> F:
+    """`--storage-option KEY=VALUE` (repeatable): a keyword argument of the bucket's fsspec back-end,
+    for this run and its workers; never recorded (it may hold a secret)."""
+    return click.option(
+        "--storage-option",
+        "storage_options",
+        multiple=True,
+        metavar="KEY=VALUE",
+        expose_value=False,
+        callback=_use_storage_options,
+        help="A keyword argument of the bucket's back-end (s3fs, adlfs, gcsfs), repeatable: endpoint_url=http://127.0.0.1:9000, anon=true; VALUE is JSON when it reads as JSON. Beside IMG2TFRECORD_STORAGE_OPTIONS, over it; never recorded.",
+    )(f)

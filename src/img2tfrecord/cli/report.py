@@ -8,6 +8,7 @@ import dataclasses
 import click
 
 from img2tfrecord.cli import answer
+from img2tfrecord.cli import options as cli_options
 from img2tfrecord.cli.text import safe
 from img2tfrecord.errors import Img2TFRecordError, plural
 
@@ -26,6 +27,7 @@ def report_hint(out: str) -> str:
     short_help="Write one HTML page that shows a dataset.",
 )
 @click.argument("out", metavar="OUT")
+@cli_options.storage_option
 @click.option(
     "-o",
     "--output",

@@ -94,6 +94,7 @@ def summary_text(s: dict[str, Any]) -> str:
 @click.command(cls=answer.Answering, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.argument("input_dir", type=click.Path(file_okay=False, path_type=str))
 @click.argument("output_dir", type=click.Path(file_okay=False, path_type=str))
+@cli_options.storage_option
 @click.option(
     "--check-content",
     is_flag=True,
@@ -210,6 +211,7 @@ def _update(input_dir: str, output_dir: str, as_json: bool, quiet: bool, kw: dic
 
 @click.command(cls=answer.Answering, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.argument("output_dir", type=click.Path(file_okay=False, path_type=str))
+@cli_options.storage_option
 @click.option("--fsync/--no-fsync", default=True, show_default=True, help="As for convert.")
 @click.option("--dry-run", is_flag=True, help="Say how many shards there are and would be; write nothing.")
 @click.option(
