@@ -365,16 +365,20 @@ def read_range(path: str, offset: int, length: int) -> bytes:
         return f.read(length)
 
 
-def list_entries(path: str) -> list[tuple[str, bool | None]]:
-    """(name, is_dir) of a remote folder's children; is_dir is None when the listing does not say.
+Listed = stores.Listed
+
+
+def list_entries(path: str) -> list[Listed]:
+    """A remote folder's children: is_dir None when the listing does not say, size and mtime_ns
+    when it gives them (fsspec's stores do; TensorFlow's gs:// gives names only: 0).
 
     Object stores (gs://) mark sub-folders with a trailing '/', so a bucket listing needs no
     per-object request; other filesystems leave the caller to ask `isdir` where it matters.
     """
-    out: list[tuple[str, bool | None]] = []
-    for name in gfile(path).listdir(path):
-        out.append((name.rstrip("/"), True) if name.endswith("/") else (name, None))
-    return out
+    g = gfile(path)
+    if isinstance(g, stores.Store):
+        return g.entries(path)
+    return [Listed(n.rstrip("/"), True) if n.endswith("/") else Listed(n, None) for n in g.listdir(path)]
 
 
 @contextlib.contextmanager

@@ -143,6 +143,16 @@ def credentials_hint(path: str) -> str:
     return BACKENDS[scheme(path)].credentials
 
 
+class Listed(NamedTuple):
+    """A folder's child as a listing gives it: is_dir None when the listing does not say; size and
+    mtime_ns 0 when it gives none."""
+
+    name: str
+    is_dir: bool | None
+    size: int = 0
+    mtime_ns: int = 0
+
+
 class StoreStat(NamedTuple):
     """What `Store.stat` answers, under `tf.io.gfile.stat`'s names."""
 
@@ -176,6 +186,23 @@ class Store:
                 out.append(name + "/" if entry.get("type") == "directory" else name)
         return out
 
+    def entries(self, path: str) -> list[Listed]:
+        """`listdir` with what the listing says of each object (size, mtime): the walk of a bucket
+        input pays no HEAD per image."""
+        out = []
+        for entry in self.fs.ls(path, detail=True):
+            name = posixpath.basename(entry["name"].rstrip("/"))
+            if name:
+                folder = entry.get("type") == "directory"
+                out.append(Listed(name, True if folder else None, int(entry.get("size") or 0), self._mtime(entry)))
+        return out
+
+    def _mtime(self, info: Mapping[str, Any]) -> int:
+        """S3's listing gives milliseconds and its HEAD whole seconds: whole seconds, so a catalog
+        made from either agrees with a listing now."""
+        ns = _mtime_ns(info)
+        return ns - ns % 1_000_000_000 if BACKENDS[self.scheme] is _S3 else ns
+
     def makedirs(self, path: str) -> None:
         """Nothing to make below a bucket (keys need no folders); a missing bucket is an error, not
         made (a typo must not create a bucket in someone's account)."""
@@ -192,7 +219,7 @@ class Store:
 
     def stat(self, path: str) -> StoreStat:
         info = self.fs.info(path)
-        return StoreStat(int(info.get("size") or 0), _mtime_ns(info), info.get("type") == "directory")
+        return StoreStat(int(info.get("size") or 0), self._mtime(info), info.get("type") == "directory")
 
     def GFile(self, path: str, mode: str = "rb") -> Any:  # noqa: N802 - tf.io.gfile's name
         return self.fs.open(path, mode)

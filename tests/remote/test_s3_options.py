@@ -63,3 +63,31 @@ def test_a_storage_option_value_is_json_when_it_reads_as_json() -> None:
     assert stores.parse_option("endpoint_url=http://h:1") == ("endpoint_url", "http://h:1")
     assert stores.parse_option('client_kwargs={"region_name": "x"}') == ("client_kwargs", {"region_name": "x"})
     assert stores.parse_option("profile=a=b") == ("profile", "a=b")
+
+
+def test_a_bucket_input_is_walked_from_its_listing_with_no_head_per_image(
+    tmp_path: Path, cli: Any, bucket: str, s3_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The listing carries each object's size and mtime: planning a bucket input asks no HEAD of
+    an image (a million images were a million requests); the one HEAD left per image is s3fs's,
+    when the worker opens it to read. The shards are those of the same images converted locally."""
+    from collections import Counter
+
+    from faulty_proxy import faulty_proxy
+    from test_s3 import bucket_files, local_files, shard_bytes
+
+    make_dataset(tmp_path / "src", {"a": 5, "b": 4, "c": 3}, seed=11)
+    put_tree(tmp_path / "src", f"{bucket}/in")
+    seen: list[tuple[str, str]] = []
+
+    def count(method: str, path: str) -> None:
+        seen.append((method, path))
+
+    with faulty_proxy(s3_server, count) as proxy, monkeypatch.context() as m:
+        m.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.server_port}")
+        res = cli("convert", f"{bucket}/in", f"{bucket}/out", "--shards", "2")
+    assert res.exit_code == 0, res.output
+    heads = [p for meth, p in seen if meth == "HEAD" and "/in/" in p and p.endswith((".png", ".jpg"))]
+    assert len(heads) == 12 and set(Counter(heads).values()) == {1}, sorted(heads)
+    assert cli("convert", tmp_path / "src", tmp_path / "local", "--shards", "2").exit_code == 0
+    assert shard_bytes(bucket_files(f"{bucket}/out")) == shard_bytes(local_files(tmp_path / "local"))

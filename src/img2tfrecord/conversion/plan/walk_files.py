@@ -106,6 +106,8 @@ class Entry(NamedTuple):
     path: str
     is_dir: bool
     error: OSError | None = None
+    size: int = 0  # a remote listing's, when it gives them (0: unknown)
+    mtime_ns: int = 0
 
 
 def local_entries(path: str) -> list[Entry]:
@@ -134,11 +136,11 @@ def remote_entries(path: str, pool: ThreadPoolExecutor | None = None) -> list[En
     A name with an image extension is taken to be a file (no request), so listing a class
     folder of a million images costs its listing calls only.
     """
-    listed = sorted(fs.list_entries(path))
-    paths = [posixpath.join(path, n) for n, _ in listed]
+    listed = sorted(fs.list_entries(path), key=lambda e: e.name)
+    paths = [posixpath.join(path, e.name) for e in listed]
 
     def kind(i: int) -> bool:
-        name, is_dir = listed[i]
+        name, is_dir = listed[i].name, listed[i].is_dir
         if is_dir is not None:
             return is_dir
         if os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS:
@@ -146,12 +148,12 @@ def remote_entries(path: str, pool: ThreadPoolExecutor | None = None) -> list[En
         return fs.isdir(paths[i])
 
     dirs = list(pool.map(kind, range(len(listed)))) if pool else [kind(i) for i in range(len(listed))]
-    return [Entry(n, p, d) for (n, _), p, d in zip(listed, paths, dirs)]
+    return [Entry(e.name, p, d, None, e.size, e.mtime_ns) for e, p, d in zip(listed, paths, dirs)]
 
 
 def walk_class_remote(root: str, rel_prefix: str) -> ClassFiles:
-    """`walk_class` for a remote folder (object stores have no symlinks; sizes and mtimes are
-    unknown: 0, since a listing gives names only and a stat per object is the request it avoids)."""
+    """`walk_class` for a remote folder (object stores have no symlinks); sizes and mtimes as the
+    listing gives them (fsspec's stores), else 0: unknown, for `walk_remote.stat_remote` to ask."""
     found: list[tuple[str, str, int, int]] = []
     ignored = 0
     report = WalkReport()
@@ -173,7 +175,7 @@ def walk_class_remote(root: str, rel_prefix: str) -> ClassFiles:
             elif os_junk_file(e.name):
                 report.junk_files += 1
             elif os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS:
-                found.append((e.path, f"{rel}{e.name}", 0, 0))
+                found.append((e.path, f"{rel}{e.name}", e.size, e.mtime_ns))
             else:
                 ignored += 1
         stack.extend(reversed(subdirs))

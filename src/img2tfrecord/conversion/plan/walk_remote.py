@@ -1,4 +1,5 @@
-"""A remote input's sizes and mtimes: a listing gives names only, so one stat per image, in threads.
+"""A remote input's sizes and mtimes where its listing gives names only (TensorFlow's gs://): one
+stat per image, in threads. fsspec's stores list them (stores.Store.entries): nothing left to ask.
 
 Apart from the walk (conversion.plan.walk), which calls it for convert's catalog, as `update` does
 (conversion.versions.changes) to tell changed images from unchanged ones.

@@ -167,7 +167,7 @@ def walk(
         known_classes=known,
     )
     table = _table(found)
-    if table.remote:  # a listing gives no size or mtime: one stat per image (walk_remote.stat_remote)
+    if table.remote:  # what the listing left at 0: one stat per image (walk_remote.stat_remote)
         stat_remote(table)
     texts = [utf8_text(c) for c in table.classes]
     final = updated_class_list(list(old_classes), texts).classes if fixed is None else list(old_classes)
