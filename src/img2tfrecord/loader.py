@@ -483,6 +483,8 @@ def load(
     tf = tensorflow()
     if channels not in (None, 1, 2, 3, 4):
         raise UsageError(f"load: channels must be 1, 2, 3, 4 or None, not {channels!r}")
+    for p in [path] if isinstance(path, (str, os.PathLike)) else path:  # a bucket that does not answer: one line
+        fs.check_remote(os.fspath(p), "dataset")
     src = split_files(path, split)
     man, records, holder = src.man, src.records, src.holder
     # the open folder is held by the dataset (and what is made of it, iterators included), never by

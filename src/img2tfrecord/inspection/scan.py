@@ -246,6 +246,8 @@ def inspect(
     """
     if force and contact_sheet is None:
         raise UsageError(f"{option('force')} only goes with {option('contact_sheet')}")
+    for p in paths:  # a bucket that does not answer: one line (exit 1), before any reading
+        fs.check_remote(os.fspath(p), "dataset")
     refs = resolve_paths(paths, split, pinning.open_folder)  # each dataset folder held: one version read
     manifests = {id(r.manifest): r.manifest for r in refs if r.manifest is not None}
     read = [*(m.dir for m in manifests.values()), *(p for p in paths if os.path.isdir(p))]  # no output in them

@@ -160,6 +160,7 @@ def compact(
     created_stamp()
     from img2tfrecord.conversion.write.publish import finish_cut_short
 
+    fs.check_remote(output_dir, "dataset")  # a bucket that does not answer: one line, exit 1, before any work
     finish_cut_short(output_dir, dry_run)  # a publish in place (object stores) cut short: finished first
     rec, moved = _read(output_dir, rebalance)
     settings = recorded_settings(rec.made, fsync=fsync, strict=False)

@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from img2tfrecord import fs
 from img2tfrecord.errors import UsageError, option
 from img2tfrecord.inspection import outputs
 from img2tfrecord.inspection.report import facts as facts_mod
@@ -61,6 +62,7 @@ def report(
         raise UsageError(f"bad {option('per_class', per_class)}: must be >= 0")
     path = os.fspath(html) if html is not None else default_path(out)
     target = outputs.check_file(path, outputs.REPORT, force, [out])
+    fs.check_remote(os.fspath(out), "dataset")  # a bucket that does not answer: one line, exit 1
     man, cat = facts_mod.load(os.fspath(out))
     f = facts_mod.gather(man, cat)
     sample = _sample(f, per_class, seed)
