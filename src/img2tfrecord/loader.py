@@ -22,6 +22,7 @@ from img2tfrecord.format.layout import Manifest
 from img2tfrecord.format.load_files import Source, identity, replaced, split_files
 from img2tfrecord.format.manifest import LABELS_NAME, MANIFEST_NAME
 from img2tfrecord.format.schema import FORMAT_RAW, Declared, declared_features, feature_kinds
+from img2tfrecord.format.seg_masks import MASK_KEY, mask_decoder, resized_mask
 from img2tfrecord.tf_import import tensorflow
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -455,7 +456,8 @@ def load(
       channels: 1, 2, 3 or 4 to convert every image to (grey <-> RGB, alpha added/dropped),
         None to keep each image's stored channels.
       shuffle_files: read the shards in a random order (seeded by `seed`) each epoch.
-      as_dict: yield a dict of every schema field plus "image" (decoded) and "label".
+      as_dict: yield a dict of every schema field plus "image" (decoded) and "label"; a segmentation
+        dataset's also "segmentation_mask" (HxWx1 class ids, uint8 or uint16, resized with the image).
       compression: "auto" (dataset.json, else sniffed from the first file), "none", "gzip", "zlib".
       cycle_length: shards read in parallel (default: all, at most 16).
       deterministic: passed to `interleave`/`map`; default keeps order unless `shuffle_files`.
@@ -568,6 +570,7 @@ def _records(tf: Any, src: Source, counts: Sequence[int | None], comp: str, elem
         man.formats if man else None, man.stored_channels if man else None, elements.channels, elements.dtype
     )
     image_size, resize_method, as_dict = elements.image_size, elements.resize_method, elements.as_dict
+    mask_of = mask_decoder(tf, man.data.get("metadata") if man else None)
 
     def image_of(ex: Any) -> Any:
         img = decode(
@@ -576,7 +579,10 @@ def _records(tf: Any, src: Source, counts: Sequence[int | None], comp: str, elem
         return img if image_size is None else tf.image.resize(img, image_size, method=resize_method)
 
     def out(ex: Any, img: Any) -> Any:
-        return {**ex, "image": img, "label": ex["image/class/label"]} if as_dict else (img, ex["image/class/label"])
+        if not as_dict:
+            return img, ex["image/class/label"]
+        mask = {MASK_KEY: resized_mask(tf, mask_of(ex), image_size)} if mask_of else {}
+        return {**ex, "image": img, "label": ex["image/class/label"], **mask}
 
     reading = _Reading(compression_type, spec, image_of, out)
     if None in counts:  # no count to hold TensorFlow's reads against: its own errors it is

@@ -246,7 +246,22 @@ def format_report(rep: dict[str, Any], per_file: bool = False) -> str:
     elif rep["verified"]:
         t = rep["total"]
         lines += ["", f"verified {plural(t['files'], 'file')}, {plural(t['records'], 'record')}: no problems"]
-    return "\n".join(lines + _lists_text(rep))
+    return "\n".join(lines + _segmentation_text(rep) + _lists_text(rep))
+
+
+def _segmentation_text(rep: dict[str, Any]) -> list[str]:
+    """A segmentation dataset's mask classes: id, name, share of the mask pixels, images holding it."""
+    lines = []
+    for seg in rep.get("segmentation") or []:
+        lines += ["", f"mask classes of {_safe(seg['dir'])} (id, name, share of pixels, images):"]
+        rows = [
+            [str(c["id"]), _cell(c["name"] or "-"), f"{100 * c['share']:.2f}%", f"{c['images']:,}"]
+            for c in seg["classes"][:MAX_LABEL_ROWS]
+        ]
+        lines += _table(rows, "  ")
+        if len(seg["classes"]) > MAX_LABEL_ROWS:
+            lines.append(f"  ... and {len(seg['classes']) - MAX_LABEL_ROWS} more classes (see --json)")
+    return lines
 
 
 def _lists_text(rep: dict[str, Any]) -> list[str]:

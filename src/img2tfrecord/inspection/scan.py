@@ -42,6 +42,7 @@ from img2tfrecord.inspection.checks import (
 from img2tfrecord.inspection.decode import Decoder
 from img2tfrecord.inspection.extract import Extractor
 from img2tfrecord.inspection.records import NotExample, RecordInfo, parse_record
+from img2tfrecord.inspection.seg_classes import segmentation_classes
 from img2tfrecord.inspection.sheet import ContactSheet
 from img2tfrecord.inspection.stats import Stats
 
@@ -115,6 +116,7 @@ class Report:
     lineage: list[dict[str, Any]] = field(default_factory=list)
     split_groups: dict[str, Any] | None = None  # --split-group: the groups that cross splits
     exported: dict[str, Any] | None = None  # --export-list: the file written
+    segmentation: list[dict[str, Any]] = field(default_factory=list)  # seg_classes of each mask dataset
 
     @property
     def problem_count(self) -> int:
@@ -140,6 +142,7 @@ class Report:
             # only when asked for (--split-group, --export-list): the report's keys are otherwise as before
             **({"split_groups": self.split_groups} if self.split_groups is not None else {}),
             **({"exported": self.exported} if self.exported is not None else {}),
+            **({"segmentation": self.segmentation} if self.segmentation else {}),
         }
 
 
@@ -283,6 +286,7 @@ def inspect(
         for m in manifests.values()
         if "version" in m.data
     ]
+    report.segmentation = [c for m in manifests.values() if (c := segmentation_classes(m))]
     if extractor:
         report.extracted = {
             "dir": str(extractor.dir),

@@ -198,7 +198,9 @@ class Masks:
         return metadata  # the per-split class counts come from the encoder (write.finalize)
 
     def published(self, metadata: dict[str, Any], rels: Iterable[str]) -> dict[str, Any]:
-        return metadata  # an update keeps the counts of the version before (not recounted yet)
+        # an update keeps the counts of the version before: recounting needs each removed or changed
+        # image's per-class pixels, which neither the catalog nor dataset.json keeps (only its mask does)
+        return metadata
 
 
 def for_convert(input_dir: str, o: Mapping[str, Any]) -> Masks | None:
