@@ -18,6 +18,7 @@ DEAD = "http://127.0.0.1:9"  # discard port on the loopback: nothing listens, th
 @pytest.fixture
 def dead_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
     import s3fs  # noqa: F401 - make test installs it (the test extra): missing is a failure, not a skip
+
     for k, v in {"AWS_ENDPOINT_URL": DEAD, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y"}.items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # botocore's retries of a refused connection: one is enough here
