@@ -146,8 +146,8 @@ def _check_store(path: str, what: str) -> None:
     naming the variables), else whether it answers at all (DataError with the cause)."""
     try:
         gfile(path).exists(path)
-    except UsageError as e:
-        raise UsageError(f"{what} {e}") from None
+    except UsageError as e:  # about this path (a missing package): named as input/output/dataset; else as it is
+        raise (UsageError(f"{what} {e}") if str(e).startswith(path) else e) from None
     except Exception as e:
         if stores.missing_credentials(e):
             raise UsageError(
